@@ -1,0 +1,36 @@
+"""Errors a user can act on.
+
+Every problem with user input is raised as :class:`InputError`, which carries the file, the field,
+what was wrong and what is allowed.  The CLI prints its one-line message and exits non-zero; it
+never shows a traceback for bad input.
+"""
+
+from __future__ import annotations
+
+
+class InputError(ValueError):
+    """Bad user input: ``file: field: problem (allowed: ...)``."""
+
+    def __init__(self, problem: str, *, file: str | None = None, field: str | None = None,
+                 allowed: str | None = None):
+        self.file, self.field, self.problem, self.allowed = file, field, problem, allowed
+        super().__init__(self.one_line())
+
+    def one_line(self) -> str:
+        """The message on one line, naming file and field where known."""
+        parts = [p for p in (self.file, self.field) if p]
+        text = ": ".join(parts + [self.problem])
+        if self.allowed:
+            text += f" (allowed: {self.allowed})"
+        return text.replace("\n", " ")
+
+    def located(self, file: str | None = None, prefix: str | None = None) -> InputError:
+        """The same error with a file (if unknown yet) and a field prefix added."""
+        field = self.field
+        if prefix:
+            field = f"{prefix}.{field}" if field else prefix
+        return InputError(self.problem, file=self.file or file, field=field, allowed=self.allowed)
+
+
+class CapacityError(InputError):
+    """A placement that does not fit in memory: names the device, bytes needed and available."""

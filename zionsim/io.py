@@ -1,0 +1,106 @@
+"""Input/output: formatting rows for the terminal and writing result files atomically.
+
+Only this module, ``plots.py`` and the CLI touch the disk or print.  A result folder is written
+into a temporary sibling and renamed into place, so a reader never sees half of it.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+FORMATS = ("table", "csv", "json")
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+def to_json(obj: Any) -> str:
+    """Deterministic JSON: sorted keys, fixed float formatting by Python's repr."""
+    return json.dumps(_plain(obj), indent=2, sort_keys=True) + "\n"
+
+
+def format_rows(rows: list[dict], fmt: str = "table") -> str:
+    """Rows (dicts with the same keys) as an aligned table, CSV or a JSON list."""
+    if fmt == "json":
+        return json.dumps(_plain(rows), indent=2) + "\n"
+    if not rows:
+        return ""
+    keys = list(rows[0])
+    if fmt == "csv":
+        buf = io.StringIO()
+        w = csv.DictWriter(buf, fieldnames=keys, lineterminator="\n")
+        w.writeheader()
+        w.writerows(_plain(rows))
+        return buf.getvalue()
+    cells = [[_cell(r[k]) for k in keys] for r in rows]
+    widths = [max(len(k), *(len(c[i]) for c in cells)) for i, k in enumerate(keys)]
+    lines = ["  ".join(k.rjust(w) for k, w in zip(keys, widths, strict=True))]
+    lines += ["  ".join(c.rjust(w) for c, w in zip(row, widths, strict=True)) for row in cells]
+    return "\n".join(lines) + "\n"
+
+
+def format_mapping(data: dict, fmt: str = "table") -> str:
+    """A flat mapping as ``key  value`` lines, CSV (key,value) or JSON."""
+    if fmt == "json":
+        return to_json(data)
+    rows = [{"field": k, "value": v} for k, v in data.items()]
+    if fmt == "csv":
+        return format_rows(rows, "csv")
+    width = max(len(k) for k in data)
+    return "".join(f"{k.ljust(width)}  {_cell(v)}\n" for k, v in data.items())
+
+
+def _cell(v: Any) -> str:
+    if isinstance(v, float | np.floating):
+        if v == 0 or 1e-3 <= abs(v) < 1e7:
+            return f"{v:.4g}" if abs(v) < 1e4 else f"{v:.0f}"
+        return f"{v:.4g}"
+    return str(v)
+
+
+def write_atomic(path: str | Path, data: bytes | str) -> None:
+    """Write one file through a temporary file and a rename."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data.encode() if isinstance(data, str) else data)
+    os.replace(tmp, path)
+
+
+def write_result_dir(out_dir: str | Path, files: dict[str, bytes | str]) -> Path:
+    """Write ``files`` (name → content) as the folder ``out_dir``, replacing it atomically."""
+    out = Path(out_dir)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}."))
+    try:
+        for name, content in files.items():
+            (tmp / name).write_bytes(content.encode() if isinstance(content, str) else content)
+        if out.exists():
+            old = out.with_name(f".{out.name}.old")
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(out, old)
+            os.replace(tmp, out)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out

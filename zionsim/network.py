@@ -1,0 +1,243 @@
+"""Network models: flows on routed paths, driven by simpy.
+
+A *transfer* is a batch of flows (``routes`` × ``nbytes``) submitted at once; it returns one simpy
+event that fires when the last flow of the batch has arrived.  Two fidelities share that API:
+
+* :class:`FlowNetwork` — flow-level, max-min fair sharing of every directed link, rates recomputed
+  whenever a flow starts or ends (the fluid model validated by SimGrid).
+* :class:`AnalyticNetwork` — α-β: each flow alone on its path at the bottleneck capacity, no
+  contention; fast, and the cross-check for the flow model.
+
+Modelling assumptions:
+
+1. A link's usable rate is its line rate × the achieved efficiency of its kind (``capacity_Bps``).
+2. A flow of ``S`` bytes on a path with latency ``α`` (sum of hop latencies plus any per-message
+   overhead) that drains at rate ``r`` arrives ``α`` after its last byte left: ``T = S/r + α``.
+   It holds bandwidth from the moment it is submitted.
+3. Flows that share a path and start together may be merged into one flow of ``weight`` w: it
+   carries the bytes of all of them and gets w fair shares (exact under max-min fairness).
+4. The state lives in numpy arrays; there is no Python object per flow, so a collective of a
+   million flows costs a few array passes per rate change.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import simpy
+
+FIDELITIES = ("flow", "analytic")
+
+
+@dataclass
+class _Batch:
+    event: simpy.Event
+    pending: int
+    start_s: float
+    finish_s: float = 0.0
+    tag: object = None
+    nbytes: float = 0.0
+
+
+@dataclass
+class NetworkStats:
+    """What a network did: bytes carried per link, rate solves, batches."""
+
+    link_bytes: np.ndarray
+    solves: int = 0
+    batches: int = 0
+    flows: int = 0
+    spans: list = field(default_factory=list)  # (tag, start_s, end_s, bytes, n_flows)
+
+
+def maxmin_rates(routes: np.ndarray, capacity: np.ndarray, weight: np.ndarray) -> np.ndarray:
+    """Max-min fair rate of each flow (bytes/s) by progressive filling.
+
+    ``routes`` is (F, H) edge ids padded with -1; a flow with no edge gets ``inf``.  Each round
+    finds the links with the smallest fair share per unit weight, fixes every flow crossing one of
+    them at that share × its weight, and removes their load from the other links.
+    """
+    n_flows, hops = routes.shape
+    n_links = len(capacity)
+    rate = np.zeros(n_flows)
+    if n_flows == 0:
+        return rate
+    flat = np.where(routes >= 0, routes, n_links)
+    has_link = (routes >= 0).any(axis=1)
+    rate[~has_link] = np.inf
+    active = has_link.copy()
+    remaining = np.append(capacity.astype(float), np.inf)
+    ravel = flat.ravel()
+    while active.any():
+        w = np.where(active, weight, 0.0)
+        load = np.bincount(ravel, weights=np.repeat(w, hops), minlength=n_links + 1)
+        load[n_links] = 0.0
+        with np.errstate(divide="ignore", invalid="ignore"):
+            share = np.where(load > 0, remaining / load, np.inf)
+        level = share.min()
+        bottleneck = share <= level * (1 + 1e-9)
+        hit = active & bottleneck[flat].any(axis=1)
+        rate[hit] = level * weight[hit]
+        used = np.bincount(flat[hit].ravel(), weights=np.repeat(rate[hit], hops),
+                           minlength=n_links + 1)
+        remaining = np.maximum(remaining - used, 0.0)
+        remaining[n_links] = np.inf
+        active &= ~hit
+    return rate
+
+
+class _Network:
+    """Shared bookkeeping of both fidelities: batches, spans and per-link bytes."""
+
+    def __init__(self, env: simpy.Environment, capacity_Bps: np.ndarray, record_spans: bool = True):
+        self.env = env
+        self.capacity = np.asarray(capacity_Bps, dtype=float)
+        self.stats = NetworkStats(link_bytes=np.zeros(len(self.capacity)))
+        self.record_spans = record_spans
+        self._batches: dict[int, _Batch] = {}
+        self._next_batch = 0
+
+    def _new_batch(self, n: int, nbytes: float, tag: object) -> tuple[int, simpy.Event]:
+        bid = self._next_batch
+        self._next_batch += 1
+        event = self.env.event()
+        self._batches[bid] = _Batch(event, n, self.env.now, self.env.now, tag, nbytes)
+        self.stats.batches += 1
+        self.stats.flows += n
+        return bid, event
+
+    def _finish_batch(self, bid: int) -> None:
+        b = self._batches.pop(bid)
+        if self.record_spans:
+            self.stats.spans.append((b.tag, b.start_s, b.finish_s, b.nbytes, 0))
+        delay = max(0.0, b.finish_s - self.env.now)
+        if delay > 0:
+            self.env.timeout(delay).callbacks.append(lambda _e, ev=b.event, t=b.finish_s:
+                                                     ev.succeed(t))
+        else:
+            b.event.succeed(b.finish_s)
+
+    def _account(self, routes: np.ndarray, nbytes: np.ndarray) -> None:
+        valid = routes >= 0
+        if valid.any():
+            self.stats.link_bytes += np.bincount(
+                routes[valid], weights=np.broadcast_to(nbytes[:, None], routes.shape)[valid],
+                minlength=len(self.capacity))
+
+
+class AnalyticNetwork(_Network):
+    """α-β model: every flow alone on its path; time = latency + bytes / bottleneck capacity."""
+
+    def transfer(self, routes: np.ndarray, nbytes: np.ndarray, latency_s: np.ndarray,
+                 weight: np.ndarray | None = None, tag: object = None) -> simpy.Event:
+        nbytes = np.asarray(nbytes, dtype=float)
+        weight = np.ones(len(nbytes)) if weight is None else np.asarray(weight, dtype=float)
+        bid, event = self._new_batch(len(nbytes), float(nbytes.sum()), tag)
+        cap = np.append(self.capacity, np.inf)[np.where(routes >= 0, routes, len(self.capacity))]
+        bottleneck = cap.min(axis=1) if routes.shape[1] else np.full(len(nbytes), np.inf)
+        with np.errstate(divide="ignore"):
+            times = np.where(nbytes > 0, nbytes / (bottleneck * weight), 0.0) + latency_s
+        self._account(routes, nbytes)
+        self._batches[bid].finish_s = self.env.now + (float(times.max()) if len(times) else 0.0)
+        self._batches[bid].pending = 0
+        self._finish_batch(bid)
+        return event
+
+
+class FlowNetwork(_Network):
+    """Flow-level max-min fair sharing of every directed link."""
+
+    def __init__(self, env: simpy.Environment, capacity_Bps: np.ndarray, record_spans: bool = True):
+        super().__init__(env, capacity_Bps, record_spans)
+        self._routes = np.zeros((0, 0), dtype=np.int64)
+        self._left = np.zeros(0)
+        self._weight = np.zeros(0)
+        self._tail = np.zeros(0)
+        self._batch = np.zeros(0, dtype=np.int64)
+        self._rate = np.zeros(0)
+        self._last = env.now
+        self._generation = 0
+
+    def transfer(self, routes: np.ndarray, nbytes: np.ndarray, latency_s: np.ndarray,
+                 weight: np.ndarray | None = None, tag: object = None) -> simpy.Event:
+        """Start a batch of flows now; the event fires (value: finish time) when all arrived."""
+        nbytes = np.asarray(nbytes, dtype=float)
+        n = len(nbytes)
+        weight = np.ones(n) if weight is None else np.asarray(weight, dtype=float)
+        bid, event = self._new_batch(n, float(nbytes.sum()), tag)
+        self._account(routes, nbytes)
+        self._advance()
+        width = max(self._routes.shape[1], routes.shape[1])
+        self._routes = np.concatenate([_widen(self._routes, width), _widen(routes, width)])
+        self._left = np.concatenate([self._left, nbytes])
+        self._weight = np.concatenate([self._weight, weight])
+        self._tail = np.concatenate([self._tail, np.asarray(latency_s, dtype=float)
+                                     * np.ones(n)])
+        self._batch = np.concatenate([self._batch, np.full(n, bid)])
+        self._rate = np.concatenate([self._rate, np.zeros(n)])
+        self._settle()
+        return event
+
+    def _advance(self) -> None:
+        dt = self.env.now - self._last
+        if dt > 0 and len(self._left):
+            finite = np.isfinite(self._rate)
+            self._left = np.where(finite, self._left - self._rate * dt, 0.0)
+        self._last = self.env.now
+
+    def _settle(self) -> None:
+        """Retire arrived flows, re-solve rates, and schedule the next completion."""
+        done = (self._left <= np.maximum(self._rate * 1e-13, 1e-6)) | ~np.isfinite(self._rate)
+        done &= (self._left <= 1e-6) | (self._rate > 0)
+        if done.any():
+            finished_batches = set()
+            now = self.env.now
+            for bid, tail in zip(self._batch[done], self._tail[done], strict=True):
+                b = self._batches[bid]
+                b.finish_s = max(b.finish_s, now + tail)
+                b.pending -= 1
+                if b.pending == 0:
+                    finished_batches.add(int(bid))
+            keep = ~done
+            self._routes, self._left = self._routes[keep], self._left[keep]
+            self._weight, self._tail = self._weight[keep], self._tail[keep]
+            self._batch, self._rate = self._batch[keep], self._rate[keep]
+            for bid in sorted(finished_batches):
+                self._finish_batch(bid)
+        if len(self._left) == 0:
+            return
+        self._rate = maxmin_rates(self._routes, self.capacity, self._weight)
+        self.stats.solves += 1
+        zero = self._left <= 1e-6
+        if zero.any():  # zero-byte flows: arrive after their latency only
+            self._rate = np.where(zero, np.inf, self._rate)
+            return self._settle()
+        with np.errstate(divide="ignore"):
+            dt = float((self._left / self._rate).min())
+        self._generation += 1
+        gen = self._generation
+        self.env.timeout(dt).callbacks.append(lambda _e, gen=gen: self._on_timer(gen))
+
+    def _on_timer(self, gen: int) -> None:
+        if gen != self._generation:
+            return
+        self._advance()
+        # the flows that set the timer finish now, whatever rounding says
+        with np.errstate(divide="ignore"):
+            eta = self._left / self._rate
+        self._left = np.where(eta <= eta.min() * (1 + 1e-9) + 1e-15, 0.0, self._left)
+        self._settle()
+
+
+def _widen(a: np.ndarray, width: int) -> np.ndarray:
+    if a.shape[1] == width:
+        return a
+    return np.pad(a, ((0, 0), (0, width - a.shape[1])), constant_values=-1)
+
+
+def make_network(fidelity: str, env: simpy.Environment, capacity_Bps: np.ndarray,
+                 record_spans: bool = True) -> _Network:
+    """The network model named ``fidelity`` (``flow`` or ``analytic``)."""
+    return {"flow": FlowNetwork, "analytic": AnalyticNetwork}[fidelity](
+        env, capacity_Bps, record_spans)

@@ -1,0 +1,65 @@
+"""Plots: each function takes model data plus an optional matplotlib ``ax`` and returns the axes.
+
+matplotlib is imported inside the functions (headless backend), so importing zionsim stays cheap.
+"""
+
+from __future__ import annotations
+
+import networkx as nx
+
+_COLORS = {"gpu": "#76b900", "nvswitch": "#1f77b4", "cpu": "#9467bd", "dram": "#c5b0d5",
+           "pcie_switch": "#ff7f0e", "nic": "#d62728", "switch": "#7f7f7f"}
+_EDGE_COLORS = {"nvlink": "#76b900", "pcie": "#ff7f0e", "upi": "#9467bd", "dram": "#c5b0d5",
+                "roce": "#d62728", "infiniband": "#d62728", "ethernet": "#d62728"}
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_topology(cluster, ax=None, max_nodes: int = 2):
+    """Draw the devices of the first ``max_nodes`` nodes and the switches above them."""
+    plt = _pyplot()
+    if ax is None:
+        _, ax = plt.subplots(figsize=(12, 7))
+    g = cluster.graph
+    keep = [n for n, d in g.nodes(data=True) if d.get("node", -1) < max_nodes]
+    sub = g.subgraph(keep).to_undirected()
+    layers = {"switch": 0, "nic": 1, "pcie_switch": 2, "cpu": 3, "dram": 4, "nvswitch": 2.5,
+              "gpu": 2.5}
+    pos, counts = {}, {}
+    for n, d in sorted(sub.nodes(data=True), key=lambda x: (x[1].get("node", -1), x[0])):
+        kind = d["kind"]
+        y = -layers[kind] - (0.5 * d.get("tier", 1) if kind == "switch" else 0)
+        key = (kind, y)
+        counts[key] = counts.get(key, 0) + 1
+        pos[n] = (counts[key], y)
+    for key in counts:  # centre each row
+        xs = [p for n, p in pos.items() if (sub.nodes[n]["kind"], p[1]) == key]
+        shift = -(len(xs) + 1) / 2
+        for n in [n for n, p in pos.items() if (sub.nodes[n]["kind"], p[1]) == key]:
+            pos[n] = (pos[n][0] + shift, pos[n][1])
+    edge_colors = [_EDGE_COLORS.get(d["kind"], "k") for _, _, d in sub.edges(data=True)]
+    nx.draw_networkx_edges(sub, pos, ax=ax, edge_color=edge_colors, alpha=0.5)
+    nx.draw_networkx_nodes(sub, pos, ax=ax, node_size=120,
+                           node_color=[_COLORS[sub.nodes[n]["kind"]] for n in sub.nodes])
+    ax.set_title(f"{cluster.spec.name}: first {min(max_nodes, cluster.spec.nodes)} of "
+                 f"{cluster.spec.nodes} nodes ({cluster.spec.gpus} GPUs)")
+    for kind, color in _COLORS.items():
+        ax.scatter([], [], c=color, label=kind)
+    ax.legend(loc="lower right", fontsize=8)
+    ax.set_axis_off()
+    return ax
+
+
+def save(ax, path) -> None:
+    """Write the figure of ``ax`` as a PNG."""
+    fig = ax.figure
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    _pyplot().close(fig)
