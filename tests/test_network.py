@@ -10,8 +10,9 @@ from zionsim.network import AnalyticNetwork, FlowNetwork, maxmin_rates
 def _run(net_cls, cap, routes, nbytes, lat=0.0):
     env = simpy.Environment()
     net = net_cls(env, np.asarray(cap, dtype=float))
-    ev = net.transfer(np.asarray(routes), np.asarray(nbytes, dtype=float),
-                      np.full(len(nbytes), lat))
+    ev = net.transfer(
+        np.asarray(routes), np.asarray(nbytes, dtype=float), np.full(len(nbytes), lat)
+    )
     env.run()
     return ev.value, net
 

@@ -23,7 +23,9 @@ def test_builtins_load_and_build(name):
 
 def test_required_platforms_ship():
     """The five platforms of the brief are built in."""
-    assert {"bigbasin", "zion", "zionex", "dgx_a100", "dgx_h100"} <= set(builtin_names("topologies"))
+    assert {"bigbasin", "zion", "zionex", "dgx_a100", "dgx_h100"} <= set(
+        builtin_names("topologies")
+    )
 
 
 def test_overrides_and_run_options():
@@ -40,13 +42,16 @@ def _broken(tmp_path, edit):
     return str(path)
 
 
-@pytest.mark.parametrize("edit, field", [
-    (lambda d: d["gpu"].pop("hbm"), "gpu.hbm"),
-    (lambda d: d["scale_out"].update(nic_bw="-100 Gbps"), "scale_out.nic_bw"),
-    (lambda d: d["scale_up"].update(kind="warp"), "scale_up.kind"),
-    (lambda d: d["links"].pop("roce"), "links.roce"),
-    (lambda d: d.update(nodes=0), "nodes"),
-])
+@pytest.mark.parametrize(
+    "edit, field",
+    [
+        (lambda d: d["gpu"].pop("hbm"), "gpu.hbm"),
+        (lambda d: d["scale_out"].update(nic_bw="-100 Gbps"), "scale_out.nic_bw"),
+        (lambda d: d["scale_up"].update(kind="warp"), "scale_up.kind"),
+        (lambda d: d["links"].pop("roce"), "links.roce"),
+        (lambda d: d.update(nodes=0), "nodes"),
+    ],
+)
 def test_bad_fields_name_file_and_field(tmp_path, edit, field):
     """Missing, negative or unknown values name the file and the field."""
     path = _broken(tmp_path, edit)
@@ -67,8 +72,9 @@ def test_disconnected_graph_is_an_error(tiny_cluster):
 
 def test_cli_unknown_topology_is_one_line():
     """The CLI prints one line and exits 2 on an unknown name."""
-    r = subprocess.run([sys.executable, "-m", "zionsim.cli", "topology", "nope"],
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        [sys.executable, "-m", "zionsim.cli", "topology", "nope"], capture_output=True, text=True
+    )
     assert r.returncode == 2
     assert r.stderr.count("\n") == 1 and "unknown topology 'nope'" in r.stderr
     assert "Traceback" not in r.stderr

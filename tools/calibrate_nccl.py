@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
-REFERENCE_TOPOLOGY = "zionex" if not (Path(__file__).resolve().parents[1] / "topologies/dgx_a100.yaml").exists() else "dgx_a100"
+REFERENCE_TOPOLOGY = "dgx_a100"  # one node: the measured machine
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
@@ -28,16 +28,20 @@ from zionsim.cluster import Cluster  # noqa: E402
 def main() -> None:
     ref = pd.read_csv(ROOT / "zionsim/data/reference/nccl_allreduce_8xa100.csv")
     cluster = Cluster.load(REFERENCE_TOPOLOGY, nodes=1)
-    fit = fit_protocols(cluster, "all_reduce", ref.size_bytes, ref.busbw_GBps,
-                        nccl.load_model(), algorithm="ring")
-    for s, m, p, e, proto in zip(fit.sizes, fit.measured_GBps, fit.simulated_GBps,
-                                 fit.error_pct, fit.protocols, strict=True):
+    fit = fit_protocols(
+        cluster, "all_reduce", ref.size_bytes, ref.busbw_GBps, nccl.load_model(), algorithm="ring"
+    )
+    for s, m, p, e, proto in zip(
+        fit.sizes, fit.measured_GBps, fit.simulated_GBps, fit.error_pct, fit.protocols, strict=True
+    ):
         print(f"{int(s):>12d}  measured {m:8.2f}  model {p:8.2f}  {e:+6.1f} %  {proto}")
     over = {k: round(v * 1e6, 2) for k, v in fit.model.overhead_s.items()}
     eff = {k: round(v, 4) for k, v in fit.model.efficiency.items()}
-    block = ("fitted:\n"
-             f"  overhead_us: {{LL: {over['LL']}, LL128: {over['LL128']}, Simple: {over['Simple']}}}\n"
-             f"  efficiency: {{LL: {eff['LL']}, LL128: {eff['LL128']}, Simple: {eff['Simple']}}}\n")
+    block = (
+        "fitted:\n"
+        f"  overhead_us: {{LL: {over['LL']}, LL128: {over['LL128']}, Simple: {over['Simple']}}}\n"
+        f"  efficiency: {{LL: {eff['LL']}, LL128: {eff['LL128']}, Simple: {eff['Simple']}}}\n"
+    )
     path = ROOT / "zionsim/data/nccl_model.yaml"
     text = re.sub(r"fitted:\n(  .*\n)+", block, path.read_text())
     path.write_text(text)

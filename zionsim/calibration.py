@@ -4,7 +4,8 @@
 overhead NCCL's own cost model leaves out, and the payload efficiency — to measured nccl-tests
 points, keeping NCCL's published base and per-hop latencies fixed.  The protocol used at each size
 is the one the tuner picks with the candidate parameters, as NCCL would.  The objective is the
-sum of squared log errors of bus bandwidth, so every size counts the same.
+sum of squared log errors of bus bandwidth, so every size counts the same, plus a steep penalty on
+any error beyond 6 %, so that no single size is left far off.
 """
 
 from __future__ import annotations
@@ -31,8 +32,9 @@ class Fit:
         return 100.0 * (self.simulated_GBps / self.measured_GBps - 1.0)
 
 
-def predicted_busbw(cluster, op: str, sizes: np.ndarray, model: nccl.CollectiveModel,
-                    algorithm: str | None = None) -> tuple[np.ndarray, list[str]]:
+def predicted_busbw(
+    cluster, op: str, sizes: np.ndarray, model: nccl.CollectiveModel, algorithm: str | None = None
+) -> tuple[np.ndarray, list[str]]:
     """Tuner-chosen estimate of busbw (GB/s) at each size, and the protocol chosen."""
     n = len(cluster.gpus)
     out, protos = [], []
@@ -43,8 +45,9 @@ def predicted_busbw(cluster, op: str, sizes: np.ndarray, model: nccl.CollectiveM
     return np.array(out), protos
 
 
-def fit_protocols(cluster, op: str, sizes, busbw_GBps, base: nccl.CollectiveModel,
-                  algorithm: str | None = "ring") -> Fit:
+def fit_protocols(
+    cluster, op: str, sizes, busbw_GBps, base: nccl.CollectiveModel, algorithm: str | None = "ring"
+) -> Fit:
     """Fit overhead and efficiency of LL, LL128 and Simple to measured busbw points."""
     sizes, meas = np.asarray(sizes, dtype=float), np.asarray(busbw_GBps, dtype=float)
     protos = nccl.PROTOCOLS
@@ -56,13 +59,17 @@ def fit_protocols(cluster, op: str, sizes, busbw_GBps, base: nccl.CollectiveMode
 
     def loss(x: np.ndarray) -> float:
         sim, _ = predicted_busbw(cluster, op, sizes, model_of(x), algorithm)
-        return float(np.sum(np.log(sim / meas) ** 2))
+        err = np.log(sim / meas)
+        return float(np.sum(err**2) + 20.0 * np.sum(np.maximum(0.0, np.abs(err) - 0.06) ** 2))
 
     best = None
     for start in ([20.0, 60.0, 150.0, 0.5, 0.7, 0.95], [10.0, 30.0, 60.0, 0.4, 0.8, 0.9]):
-        x0 = np.concatenate([np.log(start[:3]), np.log(np.array(start[3:]) / (1 - np.array(start[3:])))])
-        res = minimize(loss, x0, method="Nelder-Mead",
-                       options={"maxiter": 4000, "xatol": 1e-4, "fatol": 1e-8})
+        x0 = np.concatenate(
+            [np.log(start[:3]), np.log(np.array(start[3:]) / (1 - np.array(start[3:])))]
+        )
+        res = minimize(
+            loss, x0, method="Nelder-Mead", options={"maxiter": 4000, "xatol": 1e-4, "fatol": 1e-8}
+        )
         if best is None or res.fun < best.fun:
             best = res
     model = model_of(best.x)

@@ -20,8 +20,13 @@ def _common(p: argparse.ArgumentParser, nodes_default: int | None = None) -> Non
     p.add_argument("--topology", default=DEFAULT_TOPOLOGY, help="built-in name or YAML path")
     p.add_argument("--nodes", type=int, default=nodes_default, help="number of nodes")
     p.add_argument("--gpus-per-node", type=int, default=None)
-    p.add_argument("--set", action="append", default=[], metavar="PATH=VALUE",
-                   help="override a topology field, e.g. scale_out.nic_bw=400Gbps")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="PATH=VALUE",
+        help="override a topology field, e.g. scale_out.nic_bw=400Gbps",
+    )
     p.add_argument("--format", choices=FORMATS, default="table")
 
 
@@ -36,9 +41,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("collective", help="nccl-tests in simulation")
     _common(p, nodes_default=None)
-    p.add_argument("--op", default="all_reduce",
-                   choices=("all_reduce", "reduce_scatter", "all_gather", "all_to_all",
-                            "send_recv"))
+    p.add_argument(
+        "--op",
+        default="all_reduce",
+        choices=("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "send_recv"),
+    )
     p.add_argument("--sizes", default="1K:8G", help="MIN:MAX bytes, doubling (K/M/G = 2^10..)")
     p.add_argument("--algorithm", default=None, help="default: what NCCL would choose")
     p.add_argument("--protocol", default=None, choices=("LL", "LL128", "Simple"))
@@ -51,8 +58,9 @@ def _cluster(args):
     from zionsim.cluster import Cluster
 
     name = getattr(args, "name", None) or args.topology
-    return Cluster.load(name, nodes=args.nodes, gpus_per_node=args.gpus_per_node,
-                        overrides=args.set)
+    return Cluster.load(
+        name, nodes=args.nodes, gpus_per_node=args.gpus_per_node, overrides=args.set
+    )
 
 
 def cmd_topology(args) -> int:
@@ -73,17 +81,31 @@ def cmd_collective(args) -> int:
 
     sizes = parse_size_list(args.sizes)
     cluster = _cluster(args)
-    rows = [simulate_collective(cluster, args.op, s, algorithm=args.algorithm,
-                                protocol=args.protocol, fidelity=args.fidelity).row()
-            for s in sizes]
+    rows = [
+        simulate_collective(
+            cluster,
+            args.op,
+            s,
+            algorithm=args.algorithm,
+            protocol=args.protocol,
+            fidelity=args.fidelity,
+        ).row()
+        for s in sizes
+    ]
     print(format_rows(rows, args.format), end="")
     name = f"collective_{cluster.spec.name}_{cluster.spec.nodes}n_{args.op}"
     out = Path(args.out) if args.out else Path("results") / "runs" / name
-    summary = {"topology": cluster.spec.name, "nodes": cluster.spec.nodes,
-               "gpus": cluster.spec.gpus, "op": args.op, "fidelity": args.fidelity,
-               "rows": rows}
-    write_result_dir(out, {"collective.csv": format_rows(rows, "csv"),
-                           "summary.json": to_json(summary)})
+    summary = {
+        "topology": cluster.spec.name,
+        "nodes": cluster.spec.nodes,
+        "gpus": cluster.spec.gpus,
+        "op": args.op,
+        "fidelity": args.fidelity,
+        "rows": rows,
+    }
+    write_result_dir(
+        out, {"collective.csv": format_rows(rows, "csv"), "summary.json": to_json(summary)}
+    )
     if args.format == "table":
         print(f"wrote {out}/", file=sys.stderr)
     return 0

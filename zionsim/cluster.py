@@ -15,7 +15,10 @@ from zionsim.topology import ClusterSpec, load_topology
 
 @dataclass(frozen=True)
 class Cluster:
-    """``spec`` built into its ``graph`` with a ``router``; ``gpus`` are device ids in rank order."""
+    """``spec`` built into its ``graph`` with a ``router``.
+
+    ``gpus`` are the GPU device ids in rank order.
+    """
 
     spec: ClusterSpec
     graph: nx.DiGraph

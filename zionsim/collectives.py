@@ -163,16 +163,20 @@ def hierarchical_all_reduce(cluster, ranks, size, matrix=None):
     intra_rs = _merge([_ring_phase(cluster, x, (g - 1) / g * size, g - 1) for x in groups])
     rails = [np.array([x[i] for x in groups]) for i in range(g)]
     n = len(groups)
-    inter = _merge([_ring_phase(cluster, r, 2 * (n - 1) / n * size / g, 2 * (n - 1))
-                    for r in rails])
+    inter = _merge(
+        [_ring_phase(cluster, r, 2 * (n - 1) / n * size / g, 2 * (n - 1)) for r in rails]
+    )
     return (intra_rs, inter, intra_rs)
 
 
 def nvls_all_reduce(cluster, ranks, size, matrix=None):
     su = cluster.spec.scale_up
     if su.kind != "nvswitch" or su.nvswitch_generation < 3:
-        raise InputError("NVLS needs an NVSwitch of generation 3 or later",
-                         field="--algorithm", allowed="ring, tree, hierarchical")
+        raise InputError(
+            "NVLS needs an NVSwitch of generation 3 or later",
+            field="--algorithm",
+            allowed="ring, tree, hierarchical",
+        )
     groups = _by_node(cluster, np.sort(ranks))
     g = min(len(x) for x in groups)
     switch = [cluster.router.local("nvswitch", int(cluster.node_of(x[:1])[0])) for x in groups]
@@ -184,16 +188,25 @@ def nvls_all_reduce(cluster, ranks, size, matrix=None):
         return (Phase(src, dst, np.full(2 * len(x), per), 2),)
 
     def leg(out_bytes, in_bytes):
-        src = np.concatenate([np.concatenate([x, np.full(len(x), s)]) for x, s in zip(groups, switch, strict=True)])
-        dst = np.concatenate([np.concatenate([np.full(len(x), s), x]) for x, s in zip(groups, switch, strict=True)])
-        nb = np.concatenate([np.concatenate([np.full(len(x), out_bytes), np.full(len(x), in_bytes)])
-                             for x in groups])
+        src = np.concatenate(
+            [np.concatenate([x, np.full(len(x), s)]) for x, s in zip(groups, switch, strict=True)]
+        )
+        dst = np.concatenate(
+            [np.concatenate([np.full(len(x), s), x]) for x, s in zip(groups, switch, strict=True)]
+        )
+        nb = np.concatenate(
+            [
+                np.concatenate([np.full(len(x), out_bytes), np.full(len(x), in_bytes)])
+                for x in groups
+            ]
+        )
         return Phase(src, dst, nb, 1)
 
     n = len(groups)
     rails = [np.array([x[i] for x in groups]) for i in range(g)]
-    inter = _merge([_ring_phase(cluster, r, 2 * (n - 1) / n * size / g, 2 * (n - 1))
-                    for r in rails])
+    inter = _merge(
+        [_ring_phase(cluster, r, 2 * (n - 1) / n * size / g, 2 * (n - 1)) for r in rails]
+    )
     return (leg(size, size / g), inter, leg(size / g, size))
 
 
@@ -218,8 +231,11 @@ def pxn_all_to_all(cluster, ranks, size, matrix=None):
     # relay leg: sender (a, l) → (a, m) carries everything for GPUs with local index m
     off = ~np.eye(len(ranks), dtype=bool)
     relay = np.zeros((len(ranks), g))
-    np.add.at(relay, (np.repeat(np.arange(len(ranks)), len(ranks)), np.tile(local, len(ranks))),
-              np.where(off, m, 0.0).ravel())
+    np.add.at(
+        relay,
+        (np.repeat(np.arange(len(ranks)), len(ranks)), np.tile(local, len(ranks))),
+        np.where(off, m, 0.0).ravel(),
+    )
     s_idx, m_idx = np.nonzero(relay)
     per = cluster.router.per_node
     gpu_slot = np.array([cluster.router.local("gpu", 0, int(x)) for x in range(g)])
@@ -235,8 +251,9 @@ def pxn_all_to_all(cluster, ranks, size, matrix=None):
     np.add.at(agg, (node[ii], node[jj], local[jj]), m[ii, jj])
     np.add.at(senders, (node[ii], node[jj], local[jj]), 1.0)
     a, b, r = np.nonzero(agg)
-    net = Phase(a * per + gpu_slot[r], b * per + gpu_slot[r], agg[a, b, r], 1,
-                weight=senders[a, b, r])
+    net = Phase(
+        a * per + gpu_slot[r], b * per + gpu_slot[r], agg[a, b, r], 1, weight=senders[a, b, r]
+    )
     return (_merge([intra, net]),)
 
 
@@ -249,14 +266,22 @@ def send_recv(cluster, ranks, size, matrix=None):
 def _merge(phases: list[Phase]) -> Phase:
     """Phases that run together as one (their flows share the network)."""
     weights = [p.weight if p.weight is not None else np.ones(len(p.src)) for p in phases]
-    return Phase(np.concatenate([p.src for p in phases]), np.concatenate([p.dst for p in phases]),
-                 np.concatenate([p.nbytes for p in phases]), max(p.steps for p in phases),
-                 np.concatenate(weights))
+    return Phase(
+        np.concatenate([p.src for p in phases]),
+        np.concatenate([p.dst for p in phases]),
+        np.concatenate([p.nbytes for p in phases]),
+        max(p.steps for p in phases),
+        np.concatenate(weights),
+    )
 
 
 ALGORITHMS = {
-    "all_reduce": {"ring": ring_all_reduce, "tree": tree_all_reduce,
-                   "hierarchical": hierarchical_all_reduce, "nvls": nvls_all_reduce},
+    "all_reduce": {
+        "ring": ring_all_reduce,
+        "tree": tree_all_reduce,
+        "hierarchical": hierarchical_all_reduce,
+        "nvls": nvls_all_reduce,
+    },
     "reduce_scatter": {"ring": ring_reduce_scatter},
     "all_gather": {"ring": ring_all_gather},
     "all_to_all": {"direct": direct_all_to_all, "pxn": pxn_all_to_all},
@@ -264,19 +289,29 @@ ALGORITHMS = {
 }
 
 
-def schedule(cluster, op: str, ranks: np.ndarray, size_bytes: float, algorithm: str,
-             matrix: np.ndarray | None = None) -> Schedule:
+def schedule(
+    cluster,
+    op: str,
+    ranks: np.ndarray,
+    size_bytes: float,
+    algorithm: str,
+    matrix: np.ndarray | None = None,
+) -> Schedule:
     """The phases of ``op`` on ``ranks`` (GPU device ids) with ``algorithm``."""
     if op not in ALGORITHMS:
         raise InputError(f"unknown collective {op!r}", field="--op", allowed=", ".join(OPS))
     if algorithm not in ALGORITHMS[op]:
-        raise InputError(f"unknown algorithm {algorithm!r} for {op}", field="--algorithm",
-                         allowed=", ".join(ALGORITHMS[op]))
+        raise InputError(
+            f"unknown algorithm {algorithm!r} for {op}",
+            field="--algorithm",
+            allowed=", ".join(ALGORITHMS[op]),
+        )
     ranks = np.asarray(ranks, dtype=np.int64)
     if matrix is not None:
         matrix = np.asarray(matrix, dtype=float)
         if matrix.shape != (len(ranks), len(ranks)) or (matrix < 0).any():
-            raise InputError(f"per-peer byte matrix must be {len(ranks)}x{len(ranks)} and >= 0",
-                             field="matrix")
+            raise InputError(
+                f"per-peer byte matrix must be {len(ranks)}x{len(ranks)} and >= 0", field="matrix"
+            )
     phases = ALGORITHMS[op][algorithm](cluster, ranks, float(size_bytes), matrix)
     return Schedule(op, algorithm, ranks, float(size_bytes), tuple(phases))

@@ -38,8 +38,11 @@ def load_yaml(name_or_path: str | Path, kind: str) -> tuple[dict, str]:
         path = builtin_dir(kind) / f"{text}.yaml"
         if not path.exists():
             singular = {"topologies": "topology", "workloads": "workload"}.get(kind, kind)
-            raise InputError(f"unknown {singular} {text!r}", field=f"--{singular}",
-                             allowed=", ".join(builtin_names(kind)) + " or a YAML path")
+            raise InputError(
+                f"unknown {singular} {text!r}",
+                field=f"--{singular}",
+                allowed=", ".join(builtin_names(kind)) + " or a YAML path",
+            )
     if not path.is_file():
         raise InputError("no such file", file=str(path))
     try:
@@ -74,8 +77,12 @@ def apply_overrides(data: dict, overrides: dict[str, Any], file: str) -> dict:
             if not isinstance(node, dict) or key not in node:
                 here = ".".join(keys[:i]) or "top level"
                 allowed = ", ".join(sorted(node)) if isinstance(node, dict) else "none"
-                raise InputError(f"unknown field {key!r} under {here}", file=file,
-                                 field=f"--set {dotted}", allowed=allowed)
+                raise InputError(
+                    f"unknown field {key!r} under {here}",
+                    file=file,
+                    field=f"--set {dotted}",
+                    allowed=allowed,
+                )
             if i == len(keys) - 1:
                 node[key] = value
             else:
@@ -115,11 +122,19 @@ class Fields:
     def sub(self, key: str, default: Any = ...) -> Fields:
         return Fields(self.raw(key, default), self.file, self.path(key))
 
-    def quantity(self, key: str, dimension: str, default: Any = ..., *, minimum: float = 0.0,
-                 strict: bool = True) -> float:
+    def quantity(
+        self,
+        key: str,
+        dimension: str,
+        default: Any = ...,
+        *,
+        minimum: float = 0.0,
+        strict: bool = True,
+    ) -> float:
         """A quantity in SI units, ``> minimum`` when ``strict`` else ``>= minimum``."""
-        value = parse_quantity(self.raw(key, default), dimension, field=self.path(key),
-                               file=self.file)
+        value = parse_quantity(
+            self.raw(key, default), dimension, field=self.path(key), file=self.file
+        )
         if value != value or (value <= minimum if strict else value < minimum):
             op = ">" if strict else ">="
             raise self.error(key, f"must be {op} {minimum:g}, got {self.raw(key, default)!r}")

@@ -11,8 +11,14 @@ from __future__ import annotations
 class InputError(ValueError):
     """Bad user input: ``file: field: problem (allowed: ...)``."""
 
-    def __init__(self, problem: str, *, file: str | None = None, field: str | None = None,
-                 allowed: str | None = None):
+    def __init__(
+        self,
+        problem: str,
+        *,
+        file: str | None = None,
+        field: str | None = None,
+        allowed: str | None = None,
+    ):
         self.file, self.field, self.problem, self.allowed = file, field, problem, allowed
         super().__init__(self.one_line())
 

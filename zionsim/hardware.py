@@ -46,12 +46,21 @@ def build_graph(spec: ClusterSpec) -> nx.DiGraph:
     return g
 
 
-def _link(g: nx.DiGraph, spec: ClusterSpec, a: str, b: str, kind: str, bw_Bps: float,
-          count: int = 1) -> None:
+def _link(
+    g: nx.DiGraph, spec: ClusterSpec, a: str, b: str, kind: str, bw_Bps: float, count: int = 1
+) -> None:
     link = spec.links[kind]
     for u, v in ((a, b), (b, a)):
-        g.add_edge(u, v, kind=kind, bw_Bps=bw_Bps, capacity_Bps=bw_Bps * link.efficiency,
-                   latency_s=link.latency_s, count=count, id=g.graph["n_edges"])
+        g.add_edge(
+            u,
+            v,
+            kind=kind,
+            bw_Bps=bw_Bps,
+            capacity_Bps=bw_Bps * link.efficiency,
+            latency_s=link.latency_s,
+            count=count,
+            id=g.graph["n_edges"],
+        )
         g.graph["n_edges"] += 1
 
 
@@ -60,16 +69,31 @@ def _add_node_devices(g: nx.DiGraph, spec: ClusterSpec, k: int) -> None:
     host, pcie, su, so = spec.host, spec.pcie, spec.scale_up, spec.scale_out
     n_gpu = spec.gpus_per_node
     for i in range(n_gpu):
-        g.add_node(f"{p}gpu{i}", kind="gpu", node=k, local=i, model=spec.gpu.model,
-                   flops=spec.gpu.flops, hbm_bytes=spec.gpu.hbm_bytes, hbm_bw_Bps=spec.gpu.hbm_bw_Bps)
+        g.add_node(
+            f"{p}gpu{i}",
+            kind="gpu",
+            node=k,
+            local=i,
+            model=spec.gpu.model,
+            flops=spec.gpu.flops,
+            hbm_bytes=spec.gpu.hbm_bytes,
+            hbm_bw_Bps=spec.gpu.hbm_bw_Bps,
+        )
     for s in range(host.sockets):
-        g.add_node(f"{p}dram{s}", kind="dram", node=k, local=s,
-                   dram_bytes=host.dram_bytes / host.sockets, dram_bw_Bps=host.dram_bw_Bps)
+        g.add_node(
+            f"{p}dram{s}",
+            kind="dram",
+            node=k,
+            local=s,
+            dram_bytes=host.dram_bytes / host.sockets,
+            dram_bw_Bps=host.dram_bw_Bps,
+        )
     for s in range(host.sockets):
         g.add_node(f"{p}cpu{s}", kind="cpu", node=k, local=s)
     if su.kind == "nvswitch":
-        g.add_node(f"{p}nvswitch", kind="nvswitch", node=k, local=0,
-                   generation=su.nvswitch_generation)
+        g.add_node(
+            f"{p}nvswitch", kind="nvswitch", node=k, local=0, generation=su.nvswitch_generation
+        )
     for q in range(pcie.switches):
         g.add_node(f"{p}pcie{q}", kind="pcie_switch", node=k, local=q)
     for j in range(so.nics_per_node):
@@ -83,20 +107,36 @@ def _add_node_devices(g: nx.DiGraph, spec: ClusterSpec, k: int) -> None:
     # scale-up fabric
     if su.kind == "nvswitch":
         for i in range(n_gpu):
-            _link(g, spec, f"{p}gpu{i}", f"{p}nvswitch", "nvlink",
-                  su.links_per_gpu * su.link_bw_Bps, count=su.links_per_gpu)
+            _link(
+                g,
+                spec,
+                f"{p}gpu{i}",
+                f"{p}nvswitch",
+                "nvlink",
+                su.links_per_gpu * su.link_bw_Bps,
+                count=su.links_per_gpu,
+            )
     elif su.kind == "mesh":
         for a, b, n in su.mesh:
             _link(g, spec, f"{p}gpu{a}", f"{p}gpu{b}", "nvlink", n * su.link_bw_Bps, count=n)
     # PCIe tree
     for q in range(pcie.switches):
-        _link(g, spec, f"{p}pcie{q}", f"{p}cpu{q * host.sockets // pcie.switches}", "pcie",
-              pcie.uplink_bw_Bps)
+        _link(
+            g,
+            spec,
+            f"{p}pcie{q}",
+            f"{p}cpu{q * host.sockets // pcie.switches}",
+            "pcie",
+            pcie.uplink_bw_Bps,
+        )
     for i in range(n_gpu):
         _link(g, spec, f"{p}gpu{i}", _pcie_parent(spec, p, i, n_gpu), "pcie", pcie.bw_Bps)
     for j in range(so.nics_per_node):
-        parent = (f"{p}cpu{j * host.sockets // so.nics_per_node}" if so.nic_attach == "host"
-                  else _pcie_parent(spec, p, j, so.nics_per_node))
+        parent = (
+            f"{p}cpu{j * host.sockets // so.nics_per_node}"
+            if so.nic_attach == "host"
+            else _pcie_parent(spec, p, j, so.nics_per_node)
+        )
         _link(g, spec, f"{p}nic{j}", parent, "pcie", pcie.bw_Bps)
 
 
@@ -114,8 +154,12 @@ def fabric_shape(spec: ClusterSpec) -> dict:
     radix = so.switch_radix
     if so.tiers == 1:
         if nics > radix:
-            raise InputError(f"{nics} NICs do not fit on one {radix}-port switch",
-                             file=spec.file, field="scale_out.tiers", allowed="tiers: 2 or 3")
+            raise InputError(
+                f"{nics} NICs do not fit on one {radix}-port switch",
+                file=spec.file,
+                field="scale_out.tiers",
+                allowed="tiers: 2 or 3",
+            )
         return {"leaves": 1, "down": radix, "up": 0, "pods": 0, "leaves_per_pod": 1}
     down = max(1, math.floor(radix * so.oversubscription / (1 + so.oversubscription)))
     up = radix - down
@@ -126,12 +170,21 @@ def fabric_shape(spec: ClusterSpec) -> dict:
         leaves = math.ceil(nics / down)
     if so.tiers == 2:
         if leaves > radix:
-            raise InputError(f"{leaves} leaf switches exceed a 2-tier Clos of radix {radix}",
-                             file=spec.file, field="scale_out.tiers", allowed="tiers: 3")
+            raise InputError(
+                f"{leaves} leaf switches exceed a 2-tier Clos of radix {radix}",
+                file=spec.file,
+                field="scale_out.tiers",
+                allowed="tiers: 3",
+            )
         return {"leaves": leaves, "down": down, "up": up, "pods": 1, "leaves_per_pod": leaves}
     per_pod = radix // 2
-    return {"leaves": leaves, "down": down, "up": up, "pods": math.ceil(leaves / per_pod),
-            "leaves_per_pod": per_pod}
+    return {
+        "leaves": leaves,
+        "down": down,
+        "up": up,
+        "pods": math.ceil(leaves / per_pod),
+        "leaves_per_pod": per_pod,
+    }
 
 
 def nic_leaf(spec: ClusterSpec, node: int, nic: int, shape: dict) -> int:
@@ -160,8 +213,9 @@ def _add_fabric(g: nx.DiGraph, spec: ClusterSpec) -> None:
     if so.tiers == 1:
         return
     for pod in range(shape["pods"]):
-        members = range(pod * shape["leaves_per_pod"],
-                        min(shape["leaves"], (pod + 1) * shape["leaves_per_pod"]))
+        members = range(
+            pod * shape["leaves_per_pod"], min(shape["leaves"], (pod + 1) * shape["leaves_per_pod"])
+        )
         physical = math.ceil(len(members) * shape["up"] / so.switch_radix)
         g.add_node(f"t2.{pod}", kind="switch", tier=2, node=-1, local=pod, count=physical)
         for leaf in members:
@@ -170,14 +224,24 @@ def _add_fabric(g: nx.DiGraph, spec: ClusterSpec) -> None:
         g.add_node("t3", kind="switch", tier=3, node=-1, local=0)
         for pod in range(shape["pods"]):
             n_leaves = min(shape["leaves_per_pod"], shape["leaves"] - pod * shape["leaves_per_pod"])
-            _link(g, spec, f"t2.{pod}", "t3", kind, n_leaves * shape["up"] * port,
-                  count=n_leaves * shape["up"])
+            _link(
+                g,
+                spec,
+                f"t2.{pod}",
+                "t3",
+                kind,
+                n_leaves * shape["up"] * port,
+                count=n_leaves * shape["up"],
+            )
 
 
 def _check_connected(g: nx.DiGraph, spec: ClusterSpec) -> None:
     if not nx.is_strongly_connected(g):
         parts = sorted(nx.strongly_connected_components(g), key=len)
         lonely = sorted(parts[0])[0]
-        raise InputError(f"the hardware graph is disconnected: {lonely} cannot reach the rest",
-                         file=spec.file, field="scale_up/pcie/scale_out",
-                         allowed="every device connected (check mesh, pcie.switches, nics)")
+        raise InputError(
+            f"the hardware graph is disconnected: {lonely} cannot reach the rest",
+            file=spec.file,
+            field="scale_up/pcie/scale_out",
+            allowed="every device connected (check mesh, pcie.switches, nics)",
+        )

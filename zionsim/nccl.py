@@ -5,10 +5,11 @@ A collective's time is
     overhead[p] + base[a][p] + Σ_phases steps × step[a][hw][p] + (flows of the phase at wire bytes)
 
 for algorithm family ``a`` (ring, tree, nvls, p2p), protocol ``p`` (LL, LL128, Simple) and the
-slowest hop class ``hw`` of a phase (nvlink, pcie, net).  ``base`` and ``step`` are NCCL's own
-published constants (``src/graph/tuning.cc``); ``overhead`` (launch and software time NCCL's model
-leaves out) and the payload ``efficiency`` of each protocol (wire bytes = payload / efficiency)
-are fitted to measured nccl-tests curves by ``zionsim.calibration`` — see
+hop class ``hw`` of each step (nvlink, pcie, or net for the steps that cross nodes).  ``base``
+and ``step`` are NCCL's own published constants (``src/graph/tuning.cc``); ``overhead`` (launch
+and software time NCCL's model leaves out) and the payload ``efficiency`` of each protocol (wire
+bytes = payload / efficiency) are fitted to measured nccl-tests curves by
+``zionsim.calibration`` — see
 ``zionsim/data/nccl_model.yaml`` for values and provenance.  Point-to-point operations
 (send/recv, all-to-all) pay only the launch floor, the LL overhead.
 
@@ -31,11 +32,22 @@ from zionsim.collectives import ALGORITHMS, Schedule, schedule
 from zionsim.errors import InputError
 
 PROTOCOLS = ("LL", "LL128", "Simple")
-FAMILY = {"ring": "ring", "hierarchical": "ring", "tree": "tree", "nvls": "nvls",
-          "direct": "p2p", "pxn": "p2p"}
+FAMILY = {
+    "ring": "ring",
+    "hierarchical": "ring",
+    "tree": "tree",
+    "nvls": "nvls",
+    "direct": "p2p",
+    "pxn": "p2p",
+}
 #: algorithms NCCL itself chooses among (hierarchical 2D is zionsim's, used only when asked)
-AUTO = {"all_reduce": ("ring", "tree", "nvls"), "reduce_scatter": ("ring",),
-        "all_gather": ("ring",), "all_to_all": ("pxn",), "send_recv": ("direct",)}
+AUTO = {
+    "all_reduce": ("ring", "tree", "nvls"),
+    "reduce_scatter": ("ring",),
+    "all_gather": ("ring",),
+    "all_to_all": ("pxn",),
+    "send_recv": ("direct",),
+}
 MODEL_FILE = Path(__file__).with_name("data") / "nccl_model.yaml"
 
 
@@ -62,8 +74,10 @@ def load_model(path: str | None = None) -> CollectiveModel:
     us = 1e-6
     return CollectiveModel(
         base_s={a: {p: v * us for p, v in d.items()} for a, d in data["base_latency_us"].items()},
-        step_s={a: {hw: {p: v * us for p, v in d.items()} for hw, d in t.items()}
-                for a, t in data["step_latency_us"].items()},
+        step_s={
+            a: {hw: {p: v * us for p, v in d.items()} for hw, d in t.items()}
+            for a, t in data["step_latency_us"].items()
+        },
         overhead_s={p: v * us for p, v in data["fitted"]["overhead_us"].items()},
         efficiency=dict(data["fitted"]["efficiency"]),
     )
@@ -76,52 +90,89 @@ class Choice:
     estimate_s: float
 
 
-def phase_hw(cluster, routes: np.ndarray) -> str:
-    """Slowest hop class used by a phase: ``net`` if it leaves a node, else pcie or nvlink."""
-    kinds = set(cluster.router.edge_kind[np.unique(routes[routes >= 0])])
-    if kinds & {"roce", "infiniband", "ethernet"}:
-        return "net"
-    if "nvlink" in kinds and not kinds & {"pcie", "upi"}:
-        return "nvlink"
-    return "pcie" if kinds else "nvlink"
+def phase_hw(cluster, phase, routes: np.ndarray) -> tuple[str, float]:
+    """(hop class inside nodes, fraction of the phase's flows that cross nodes).
+
+    NCCL charges the network hop latency only on the steps that leave a node and the intra-node
+    latency (NVLink, or PCIe where a flow has no NVLink) on the others; the fraction of flows
+    that cross nodes is that share of a ring's or tree's steps.
+    """
+    nodes = cluster.node_of
+    crossing = nodes(phase.src) != nodes(phase.dst)
+    intra = routes[~crossing]
+    kinds = set(cluster.router.edge_kind[np.unique(intra[intra >= 0])])
+    hw = "pcie" if kinds & {"pcie", "upi"} or (kinds and "nvlink" not in kinds) else "nvlink"
+    return hw, float(crossing.mean()) if len(crossing) else 0.0
 
 
-def fixed_latency_s(model: CollectiveModel, algorithm: str, protocol: str,
-                    phases_hw: list[tuple[int, str]]) -> tuple[float, list[float]]:
-    """(overhead + base latency, per-phase step latency) of one collective."""
+def fixed_latency_s(
+    model: CollectiveModel, algorithm: str, protocol: str, phases_hw: list[tuple[int, str, float]]
+) -> tuple[float, list[float]]:
+    """(overhead + base latency, per-phase step latency) of one collective.
+
+    ``phases_hw`` holds (steps, intra-node hop class, fraction of steps that cross nodes).
+    """
     fam = FAMILY[algorithm]
     # the fitted overheads belong to the pipelined ring/tree kernels they were measured on;
     # point-to-point operations pay the launch floor only (the LL overhead: smallest messages)
     over = model.overhead_s["LL"] if fam == "p2p" else model.overhead_s[protocol]
     start = over + model.base_s[fam][protocol]
-    return start, [steps * model.step_s[fam][hw][protocol] for steps, hw in phases_hw]
+    step = model.step_s[fam]
+    return start, [
+        steps * (frac * step["net"][protocol] + (1 - frac) * step[hw][protocol])
+        for steps, hw, frac in phases_hw
+    ]
+
+
+def _latencies(
+    cluster, sched: Schedule, protocol: str, model: CollectiveModel, routes: list[np.ndarray]
+) -> tuple[float, list[float]]:
+    return fixed_latency_s(
+        model,
+        sched.algorithm,
+        protocol,
+        [(p.steps, *phase_hw(cluster, p, r)) for p, r in zip(sched.phases, routes, strict=True)],
+    )
 
 
 def _phase_routes(cluster, sched: Schedule):
     return [cluster.router.routes(p.src, p.dst) for p in sched.phases]
 
 
-def estimate_s(cluster, sched: Schedule, protocol: str, model: CollectiveModel,
-               routes: list[np.ndarray] | None = None) -> float:
+def estimate_s(
+    cluster,
+    sched: Schedule,
+    protocol: str,
+    model: CollectiveModel,
+    routes: list[np.ndarray] | None = None,
+) -> float:
     """Time estimate from the most loaded link of each phase (contention-aware, no events)."""
     routes = routes if routes is not None else _phase_routes(cluster, sched)
     cap = cluster.router.capacity_Bps
     eff = model.efficiency[protocol]
-    start, steps = fixed_latency_s(model, sched.algorithm, protocol,
-                                   [(p.steps, phase_hw(cluster, r))
-                                    for p, r in zip(sched.phases, routes, strict=True)])
+    start, steps = _latencies(cluster, sched, protocol, model, routes)
     total = start
     for phase, r, lat in zip(sched.phases, routes, steps, strict=True):
         valid = r >= 0
-        load = np.bincount(r[valid], weights=np.broadcast_to(
-            (phase.nbytes / eff)[:, None], r.shape)[valid], minlength=len(cap))
+        load = np.bincount(
+            r[valid],
+            weights=np.broadcast_to((phase.nbytes / eff)[:, None], r.shape)[valid],
+            minlength=len(cap),
+        )
         total += float((load / cap).max()) + lat if valid.any() else lat
     return total
 
 
-def choose(cluster, op: str, ranks: np.ndarray, size_bytes: float,
-           model: CollectiveModel | None = None, algorithm: str | None = None,
-           protocol: str | None = None, matrix: np.ndarray | None = None) -> Choice:
+def choose(
+    cluster,
+    op: str,
+    ranks: np.ndarray,
+    size_bytes: float,
+    model: CollectiveModel | None = None,
+    algorithm: str | None = None,
+    protocol: str | None = None,
+    matrix: np.ndarray | None = None,
+) -> Choice:
     """The (algorithm, protocol) NCCL would use — or the one asked for — with its estimate."""
     model = model or load_model()
     if op not in ALGORITHMS:
@@ -134,8 +185,11 @@ def choose(cluster, op: str, ranks: np.ndarray, size_bytes: float,
         protos = model.protocols(alg)
         if protocol is not None:
             if protocol not in protos:
-                raise InputError(f"protocol {protocol!r} is not used by {alg}",
-                                 field="--protocol", allowed=", ".join(protos))
+                raise InputError(
+                    f"protocol {protocol!r} is not used by {alg}",
+                    field="--protocol",
+                    allowed=", ".join(protos),
+                )
             protos = (protocol,)
         for proto in protos:
             est = estimate_s(cluster, sched, proto, model, routes)
@@ -151,19 +205,24 @@ def _available(cluster, algorithm: str) -> bool:
     return True
 
 
-def run(env: simpy.Environment, net, cluster, choice: Choice, model: CollectiveModel | None = None,
-        tag: object = None):
+def run(
+    env: simpy.Environment,
+    net,
+    cluster,
+    choice: Choice,
+    model: CollectiveModel | None = None,
+    tag: object = None,
+):
     """simpy process: execute a chosen collective on ``net``; returns its end time."""
     model = model or load_model()
     sched, proto = choice.schedule, choice.protocol
     routes = _phase_routes(cluster, sched)
-    start, steps = fixed_latency_s(model, sched.algorithm, proto,
-                                   [(p.steps, phase_hw(cluster, r))
-                                    for p, r in zip(sched.phases, routes, strict=True)])
+    start, steps = _latencies(cluster, sched, proto, model, routes)
     if start > 0:
         yield env.timeout(start)
     eff = model.efficiency[proto]
     for phase, r, lat in zip(sched.phases, routes, steps, strict=True):
-        yield net.transfer(r, phase.nbytes / eff, np.full(len(phase.nbytes), lat),
-                           weight=phase.weight, tag=tag)
+        yield net.transfer(
+            r, phase.nbytes / eff, np.full(len(phase.nbytes), lat), weight=phase.weight, tag=tag
+        )
     return env.now

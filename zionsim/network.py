@@ -79,8 +79,9 @@ def maxmin_rates(routes: np.ndarray, capacity: np.ndarray, weight: np.ndarray) -
         bottleneck = share <= level * (1 + 1e-9)
         hit = active & bottleneck[flat].any(axis=1)
         rate[hit] = level * weight[hit]
-        used = np.bincount(flat[hit].ravel(), weights=np.repeat(rate[hit], hops),
-                           minlength=n_links + 1)
+        used = np.bincount(
+            flat[hit].ravel(), weights=np.repeat(rate[hit], hops), minlength=n_links + 1
+        )
         remaining = np.maximum(remaining - used, 0.0)
         remaining[n_links] = np.inf
         active &= ~hit
@@ -113,8 +114,9 @@ class _Network:
             self.stats.spans.append((b.tag, b.start_s, b.finish_s, b.nbytes, 0))
         delay = max(0.0, b.finish_s - self.env.now)
         if delay > 0:
-            self.env.timeout(delay).callbacks.append(lambda _e, ev=b.event, t=b.finish_s:
-                                                     ev.succeed(t))
+            self.env.timeout(delay).callbacks.append(
+                lambda _e, ev=b.event, t=b.finish_s: ev.succeed(t)
+            )
         else:
             b.event.succeed(b.finish_s)
 
@@ -122,15 +124,23 @@ class _Network:
         valid = routes >= 0
         if valid.any():
             self.stats.link_bytes += np.bincount(
-                routes[valid], weights=np.broadcast_to(nbytes[:, None], routes.shape)[valid],
-                minlength=len(self.capacity))
+                routes[valid],
+                weights=np.broadcast_to(nbytes[:, None], routes.shape)[valid],
+                minlength=len(self.capacity),
+            )
 
 
 class AnalyticNetwork(_Network):
     """α-β model: every flow alone on its path; time = latency + bytes / bottleneck capacity."""
 
-    def transfer(self, routes: np.ndarray, nbytes: np.ndarray, latency_s: np.ndarray,
-                 weight: np.ndarray | None = None, tag: object = None) -> simpy.Event:
+    def transfer(
+        self,
+        routes: np.ndarray,
+        nbytes: np.ndarray,
+        latency_s: np.ndarray,
+        weight: np.ndarray | None = None,
+        tag: object = None,
+    ) -> simpy.Event:
         nbytes = np.asarray(nbytes, dtype=float)
         weight = np.ones(len(nbytes)) if weight is None else np.asarray(weight, dtype=float)
         bid, event = self._new_batch(len(nbytes), float(nbytes.sum()), tag)
@@ -159,8 +169,14 @@ class FlowNetwork(_Network):
         self._last = env.now
         self._generation = 0
 
-    def transfer(self, routes: np.ndarray, nbytes: np.ndarray, latency_s: np.ndarray,
-                 weight: np.ndarray | None = None, tag: object = None) -> simpy.Event:
+    def transfer(
+        self,
+        routes: np.ndarray,
+        nbytes: np.ndarray,
+        latency_s: np.ndarray,
+        weight: np.ndarray | None = None,
+        tag: object = None,
+    ) -> simpy.Event:
         """Start a batch of flows now; the event fires (value: finish time) when all arrived."""
         nbytes = np.asarray(nbytes, dtype=float)
         n = len(nbytes)
@@ -172,8 +188,7 @@ class FlowNetwork(_Network):
         self._routes = np.concatenate([_widen(self._routes, width), _widen(routes, width)])
         self._left = np.concatenate([self._left, nbytes])
         self._weight = np.concatenate([self._weight, weight])
-        self._tail = np.concatenate([self._tail, np.asarray(latency_s, dtype=float)
-                                     * np.ones(n)])
+        self._tail = np.concatenate([self._tail, np.asarray(latency_s, dtype=float) * np.ones(n)])
         self._batch = np.concatenate([self._batch, np.full(n, bid)])
         self._rate = np.concatenate([self._rate, np.zeros(n)])
         self._settle()
@@ -236,8 +251,10 @@ def _widen(a: np.ndarray, width: int) -> np.ndarray:
     return np.pad(a, ((0, 0), (0, width - a.shape[1])), constant_values=-1)
 
 
-def make_network(fidelity: str, env: simpy.Environment, capacity_Bps: np.ndarray,
-                 record_spans: bool = True) -> _Network:
+def make_network(
+    fidelity: str, env: simpy.Environment, capacity_Bps: np.ndarray, record_spans: bool = True
+) -> _Network:
     """The network model named ``fidelity`` (``flow`` or ``analytic``)."""
     return {"flow": FlowNetwork, "analytic": AnalyticNetwork}[fidelity](
-        env, capacity_Bps, record_spans)
+        env, capacity_Bps, record_spans
+    )

@@ -7,10 +7,24 @@ from __future__ import annotations
 
 import networkx as nx
 
-_COLORS = {"gpu": "#76b900", "nvswitch": "#1f77b4", "cpu": "#9467bd", "dram": "#c5b0d5",
-           "pcie_switch": "#ff7f0e", "nic": "#d62728", "switch": "#7f7f7f"}
-_EDGE_COLORS = {"nvlink": "#76b900", "pcie": "#ff7f0e", "upi": "#9467bd", "dram": "#c5b0d5",
-                "roce": "#d62728", "infiniband": "#d62728", "ethernet": "#d62728"}
+_COLORS = {
+    "gpu": "#76b900",
+    "nvswitch": "#1f77b4",
+    "cpu": "#9467bd",
+    "dram": "#c5b0d5",
+    "pcie_switch": "#ff7f0e",
+    "nic": "#d62728",
+    "switch": "#7f7f7f",
+}
+_EDGE_COLORS = {
+    "nvlink": "#76b900",
+    "pcie": "#ff7f0e",
+    "upi": "#9467bd",
+    "dram": "#c5b0d5",
+    "roce": "#d62728",
+    "infiniband": "#d62728",
+    "ethernet": "#d62728",
+}
 
 
 def _pyplot():
@@ -30,8 +44,15 @@ def plot_topology(cluster, ax=None, max_nodes: int = 2):
     g = cluster.graph
     keep = [n for n, d in g.nodes(data=True) if d.get("node", -1) < max_nodes]
     sub = g.subgraph(keep).to_undirected()
-    layers = {"switch": 0, "nic": 1, "pcie_switch": 2, "cpu": 3, "dram": 4, "nvswitch": 2.5,
-              "gpu": 2.5}
+    layers = {
+        "switch": 0,
+        "nic": 1,
+        "pcie_switch": 2,
+        "cpu": 3,
+        "dram": 4,
+        "nvswitch": 2.5,
+        "gpu": 2.5,
+    }
     pos, counts = {}, {}
     for n, d in sorted(sub.nodes(data=True), key=lambda x: (x[1].get("node", -1), x[0])):
         kind = d["kind"]
@@ -46,10 +67,17 @@ def plot_topology(cluster, ax=None, max_nodes: int = 2):
             pos[n] = (pos[n][0] + shift, pos[n][1])
     edge_colors = [_EDGE_COLORS.get(d["kind"], "k") for _, _, d in sub.edges(data=True)]
     nx.draw_networkx_edges(sub, pos, ax=ax, edge_color=edge_colors, alpha=0.5)
-    nx.draw_networkx_nodes(sub, pos, ax=ax, node_size=120,
-                           node_color=[_COLORS[sub.nodes[n]["kind"]] for n in sub.nodes])
-    ax.set_title(f"{cluster.spec.name}: first {min(max_nodes, cluster.spec.nodes)} of "
-                 f"{cluster.spec.nodes} nodes ({cluster.spec.gpus} GPUs)")
+    nx.draw_networkx_nodes(
+        sub,
+        pos,
+        ax=ax,
+        node_size=120,
+        node_color=[_COLORS[sub.nodes[n]["kind"]] for n in sub.nodes],
+    )
+    ax.set_title(
+        f"{cluster.spec.name}: first {min(max_nodes, cluster.spec.nodes)} of "
+        f"{cluster.spec.nodes} nodes ({cluster.spec.gpus} GPUs)"
+    )
     for kind, color in _COLORS.items():
         ax.scatter([], [], c=color, label=kind)
     ax.legend(loc="lower right", fontsize=8)

@@ -35,8 +35,9 @@ class Router:
         self.edges_per_node = g.graph["edges_per_node"]
         self._index = {name: i for i, name in enumerate(self.local_devices)}
         #: local GPU number of each local device slot (-1 for non-GPUs)
-        self.local_gpu_index = np.array([int(n[3:]) if n.startswith("gpu") else -1
-                                         for n in self.local_devices])
+        self.local_gpu_index = np.array(
+            [int(n[3:]) if n.startswith("gpu") else -1 for n in self.local_devices]
+        )
         self._templates()
         self._fabric()
 
@@ -76,14 +77,17 @@ class Router:
         leaf_s, leaf_d = self._leaf_of_nic[nic_s], self._leaf_of_nic[nic_d]
         pod_s, pod_d = self._pod_of_leaf[leaf_s], self._pod_of_leaf[leaf_d]
         cross_leaf, cross_pod = leaf_s != leaf_d, pod_s != pod_d
-        fabric = np.stack([
-            self._nic_up[nic_s],
-            np.where(cross_leaf, self._leaf_up[leaf_s], -1),
-            np.where(cross_pod, self._pod_up[pod_s], -1),
-            np.where(cross_pod, self._pod_down[pod_d], -1),
-            np.where(cross_leaf, self._leaf_down[leaf_d], -1),
-            self._nic_down[nic_d],
-        ], axis=1)
+        fabric = np.stack(
+            [
+                self._nic_up[nic_s],
+                np.where(cross_leaf, self._leaf_up[leaf_s], -1),
+                np.where(cross_pod, self._pod_up[pod_s], -1),
+                np.where(cross_pod, self._pod_down[pod_d], -1),
+                np.where(cross_leaf, self._leaf_down[leaf_d], -1),
+                self._nic_down[nic_d],
+            ],
+            axis=1,
+        )
         inter = np.concatenate([up, fabric, down], axis=1)
         same = (ns == nd)[:, None]
         width = max(intra.shape[1], inter.shape[1])
@@ -111,8 +115,9 @@ class Router:
         dist = np.full((n, n), np.inf)
         for a, src in enumerate(self.local_devices):
             sa = f"n0/{src}"
-            view = nx.subgraph_view(g0, filter_edge=lambda u, v, sa=sa: u == sa
-                                    or kinds[u] not in _NO_TRANSIT)
+            view = nx.subgraph_view(
+                g0, filter_edge=lambda u, v, sa=sa: u == sa or kinds[u] not in _NO_TRANSIT
+            )
             pred, dists = nx.dijkstra_predecessor_and_distance(view, sa, weight=_weight)
             for b, dst in enumerate(self.local_devices):
                 sb = f"n0/{dst}"
@@ -151,12 +156,18 @@ class Router:
         npn = spec.scale_out.nics_per_node
         eid = lambda u, v: g.edges[u, v]["id"]  # noqa: E731
         nic_names = [f"n{k}/nic{j}" for k in range(spec.nodes) for j in range(npn)]
-        self._leaf_of_nic = np.array([nic_leaf(spec, k, j, shape) for k in range(spec.nodes)
-                                      for j in range(npn)], dtype=np.int64)
-        self._nic_up = np.array([eid(n, f"leaf{lf}") for n, lf in
-                                 zip(nic_names, self._leaf_of_nic, strict=True)], dtype=np.int64)
-        self._nic_down = np.array([eid(f"leaf{lf}", n) for n, lf in
-                                   zip(nic_names, self._leaf_of_nic, strict=True)], dtype=np.int64)
+        self._leaf_of_nic = np.array(
+            [nic_leaf(spec, k, j, shape) for k in range(spec.nodes) for j in range(npn)],
+            dtype=np.int64,
+        )
+        self._nic_up = np.array(
+            [eid(n, f"leaf{lf}") for n, lf in zip(nic_names, self._leaf_of_nic, strict=True)],
+            dtype=np.int64,
+        )
+        self._nic_down = np.array(
+            [eid(f"leaf{lf}", n) for n, lf in zip(nic_names, self._leaf_of_nic, strict=True)],
+            dtype=np.int64,
+        )
         leaves = shape["leaves"]
         self._pod_of_leaf = np.arange(leaves) // max(1, shape["leaves_per_pod"])
         if spec.scale_out.tiers == 1:
@@ -164,10 +175,14 @@ class Router:
             self._pod_up = self._pod_down = np.full(1, -1, dtype=np.int64)
             self._pod_of_leaf = np.zeros(leaves, dtype=np.int64)
             return
-        self._leaf_up = np.array([eid(f"leaf{lf}", f"t2.{self._pod_of_leaf[lf]}")
-                                  for lf in range(leaves)], dtype=np.int64)
-        self._leaf_down = np.array([eid(f"t2.{self._pod_of_leaf[lf]}", f"leaf{lf}")
-                                    for lf in range(leaves)], dtype=np.int64)
+        self._leaf_up = np.array(
+            [eid(f"leaf{lf}", f"t2.{self._pod_of_leaf[lf]}") for lf in range(leaves)],
+            dtype=np.int64,
+        )
+        self._leaf_down = np.array(
+            [eid(f"t2.{self._pod_of_leaf[lf]}", f"leaf{lf}") for lf in range(leaves)],
+            dtype=np.int64,
+        )
         pods = shape["pods"]
         if spec.scale_out.tiers == 3:
             self._pod_up = np.array([eid(f"t2.{p}", "t3") for p in range(pods)], dtype=np.int64)

@@ -40,15 +40,29 @@ class CollectiveResult:
     flows: int
 
     def row(self) -> dict:
-        return {"size_bytes": self.size_bytes, "ranks": self.ranks, "algorithm": self.algorithm,
-                "protocol": self.protocol, "time_s": self.time_s, "algbw_GBps": self.algbw_GBps,
-                "busbw_GBps": self.busbw_GBps}
+        return {
+            "size_bytes": self.size_bytes,
+            "ranks": self.ranks,
+            "algorithm": self.algorithm,
+            "protocol": self.protocol,
+            "time_s": self.time_s,
+            "algbw_GBps": self.algbw_GBps,
+            "busbw_GBps": self.busbw_GBps,
+        }
 
 
-def simulate_collective(cluster, op: str, size_bytes: int, *, algorithm: str | None = None,
-                        protocol: str | None = None, fidelity: str = "flow",
-                        ranks: np.ndarray | None = None, matrix: np.ndarray | None = None,
-                        model: nccl.CollectiveModel | None = None) -> CollectiveResult:
+def simulate_collective(
+    cluster,
+    op: str,
+    size_bytes: int,
+    *,
+    algorithm: str | None = None,
+    protocol: str | None = None,
+    fidelity: str = "flow",
+    ranks: np.ndarray | None = None,
+    matrix: np.ndarray | None = None,
+    model: nccl.CollectiveModel | None = None,
+) -> CollectiveResult:
     """Simulate one collective on ``cluster`` (all GPUs unless ``ranks``) and time it."""
     ranks = cluster.gpus if ranks is None else np.asarray(ranks)
     if op == "send_recv" and ranks is cluster.gpus:
@@ -61,6 +75,15 @@ def simulate_collective(cluster, op: str, size_bytes: int, *, algorithm: str | N
     t = proc.value
     n = len(ranks)
     algbw = size_bytes / t / 1e9
-    return CollectiveResult(op, int(size_bytes), n, choice.schedule.algorithm, choice.protocol,
-                            t, algbw, algbw * busbw_factor(op, n), env.events_scheduled,
-                            net.stats.flows)
+    return CollectiveResult(
+        op,
+        int(size_bytes),
+        n,
+        choice.schedule.algorithm,
+        choice.protocol,
+        t,
+        algbw,
+        algbw * busbw_factor(op, n),
+        env.events_scheduled,
+        net.stats.flows,
+    )

@@ -31,8 +31,13 @@ def topology_summary(cluster) -> dict:
     }
     if spec.nodes > 1:
         shape = fabric_shape(spec)
-        out.update({"switch_tiers": so.tiers, "leaf_switches": shape["leaves"],
-                    "oversubscription": so.oversubscription})
+        out.update(
+            {
+                "switch_tiers": so.tiers,
+                "leaf_switches": shape["leaves"],
+                "oversubscription": so.oversubscription,
+            }
+        )
     out["bisection_GBps"] = bisection_Bps(cluster) / 1e9
     return out
 
@@ -47,8 +52,9 @@ def bisection_Bps(cluster) -> float:
     if half == 0:
         return 0.0
     g = nx.DiGraph()
-    g.add_edges_from((u, v, {"capacity": d["bw_Bps"]})
-                     for u, v, d in cluster.graph.edges(data=True))
+    g.add_edges_from(
+        (u, v, {"capacity": d["bw_Bps"]}) for u, v, d in cluster.graph.edges(data=True)
+    )
     for x in gpus[:half]:
         g.add_edge("_src", x, capacity=float("inf"))
     for x in gpus[half:]:

@@ -1,4 +1,6 @@
-"""Cluster specifications: a topology YAML (one node type + scale-out fabric) → :class:`ClusterSpec`.
+"""Cluster specifications: a topology YAML → :class:`ClusterSpec`.
+
+A topology file holds one node type plus the scale-out fabric that joins the nodes.
 
 The file format is documented in ``docs/topologies.md``; ``topologies/zionex.yaml`` is the
 reference example.  Everything here is validated once, at load, and stored in SI units.
@@ -11,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 from zionsim.config import Fields, apply_overrides, load_yaml, parse_override
-
 
 DTYPES = ("fp32", "tf32", "fp16", "bf16", "int8", "fp8")
 SCALE_UP_KINDS = ("nvswitch", "mesh", "none")
@@ -106,13 +107,28 @@ class ClusterSpec:
         return cluster_from_dict({**self.raw, "nodes": nodes}, self.file)
 
 
-TOP_KEYS = {"name", "description", "references", "nodes", "gpus_per_node", "gpu", "host",
-            "scale_up", "pcie", "scale_out", "links"}
+TOP_KEYS = {
+    "name",
+    "description",
+    "references",
+    "nodes",
+    "gpus_per_node",
+    "gpu",
+    "host",
+    "scale_up",
+    "pcie",
+    "scale_out",
+    "links",
+}
 
 
-def load_topology(name_or_path: str | Path, *, nodes: int | None = None,
-                  gpus_per_node: int | None = None,
-                  overrides: dict[str, Any] | list[str] | None = None) -> ClusterSpec:
+def load_topology(
+    name_or_path: str | Path,
+    *,
+    nodes: int | None = None,
+    gpus_per_node: int | None = None,
+    overrides: dict[str, Any] | list[str] | None = None,
+) -> ClusterSpec:
     """Load a built-in topology by name, or a YAML path, with run options and ``--set`` overrides.
 
     >>> load_topology("zionex", nodes=2).gpus
@@ -159,16 +175,24 @@ def _gpu(f: Fields) -> GpuSpec:
     flops = {k: flops_f.quantity(k, "flops") for k in flops_f.data}
     if not flops:
         raise f.error("flops", "needs at least one dtype", allowed=", ".join(DTYPES))
-    return GpuSpec(model=str(f.raw("model", "gpu")), flops=flops,
-                   hbm_bytes=f.quantity("hbm", "bytes"), hbm_bw_Bps=f.quantity("hbm_bw", "bandwidth"))
+    return GpuSpec(
+        model=str(f.raw("model", "gpu")),
+        flops=flops,
+        hbm_bytes=f.quantity("hbm", "bytes"),
+        hbm_bw_Bps=f.quantity("hbm_bw", "bandwidth"),
+    )
 
 
 def _host(f: Fields) -> HostSpec:
     f.check_keys({"sockets", "dram", "dram_bw", "socket_link_bw"})
     sockets = f.integer("sockets")
     link = f.quantity("socket_link_bw", "bandwidth", 1.0 if sockets == 1 else ...)
-    return HostSpec(sockets=sockets, dram_bytes=f.quantity("dram", "bytes"),
-                    dram_bw_Bps=f.quantity("dram_bw", "bandwidth"), socket_link_bw_Bps=link)
+    return HostSpec(
+        sockets=sockets,
+        dram_bytes=f.quantity("dram", "bytes"),
+        dram_bw_Bps=f.quantity("dram_bw", "bandwidth"),
+        socket_link_bw_Bps=link,
+    )
 
 
 def _scale_up(f: Fields, gpus_per_node: int) -> ScaleUpSpec:
@@ -178,34 +202,60 @@ def _scale_up(f: Fields, gpus_per_node: int) -> ScaleUpSpec:
         return ScaleUpSpec(kind)
     if kind == "nvswitch":
         f.check_keys({"kind", "link_bw", "links_per_gpu", "nvswitch_generation"})
-        return ScaleUpSpec(kind, link_bw_Bps=f.quantity("link_bw", "bandwidth"),
-                           links_per_gpu=f.integer("links_per_gpu"),
-                           nvswitch_generation=f.integer("nvswitch_generation"))
+        return ScaleUpSpec(
+            kind,
+            link_bw_Bps=f.quantity("link_bw", "bandwidth"),
+            links_per_gpu=f.integer("links_per_gpu"),
+            nvswitch_generation=f.integer("nvswitch_generation"),
+        )
     f.check_keys({"kind", "link_bw", "mesh"})
     mesh = f.raw("mesh")
     triples = []
     if not isinstance(mesh, list):
         raise f.error("mesh", "expected a list of [gpu_a, gpu_b, n_links]")
     for i, item in enumerate(mesh):
-        ok = isinstance(item, list) and len(item) == 3 and all(
-            isinstance(v, int) and not isinstance(v, bool) for v in item)
-        if not ok or not (0 <= item[0] < gpus_per_node and 0 <= item[1] < gpus_per_node) \
-                or item[0] == item[1] or item[2] < 1:
-            raise f.error(f"mesh[{i}]", f"bad entry {item!r}",
-                          allowed=f"[a, b, n] with a != b in 0..{gpus_per_node - 1}, n >= 1")
+        ok = (
+            isinstance(item, list)
+            and len(item) == 3
+            and all(isinstance(v, int) and not isinstance(v, bool) for v in item)
+        )
+        if (
+            not ok
+            or not (0 <= item[0] < gpus_per_node and 0 <= item[1] < gpus_per_node)
+            or item[0] == item[1]
+            or item[2] < 1
+        ):
+            raise f.error(
+                f"mesh[{i}]",
+                f"bad entry {item!r}",
+                allowed=f"[a, b, n] with a != b in 0..{gpus_per_node - 1}, n >= 1",
+            )
         triples.append((item[0], item[1], item[2]))
     return ScaleUpSpec(kind, link_bw_Bps=f.quantity("link_bw", "bandwidth"), mesh=tuple(triples))
 
 
 def _pcie(f: Fields) -> PcieSpec:
     f.check_keys({"bw", "switches", "uplink_bw"})
-    return PcieSpec(bw_Bps=f.quantity("bw", "bandwidth"), switches=f.integer("switches", minimum=0),
-                    uplink_bw_Bps=f.quantity("uplink_bw", "bandwidth"))
+    return PcieSpec(
+        bw_Bps=f.quantity("bw", "bandwidth"),
+        switches=f.integer("switches", minimum=0),
+        uplink_bw_Bps=f.quantity("uplink_bw", "bandwidth"),
+    )
 
 
 def _scale_out(f: Fields) -> ScaleOutSpec:
-    f.check_keys({"kind", "nic_bw", "nics_per_node", "nic_attach", "switch_radix", "tiers",
-                  "oversubscription", "rail_optimized"})
+    f.check_keys(
+        {
+            "kind",
+            "nic_bw",
+            "nics_per_node",
+            "nic_attach",
+            "switch_radix",
+            "tiers",
+            "oversubscription",
+            "rail_optimized",
+        }
+    )
     tiers = f.integer("tiers")
     if tiers > 3:
         raise f.error("tiers", f"must be 1, 2 or 3, got {tiers}")
@@ -213,10 +263,15 @@ def _scale_out(f: Fields) -> ScaleOutSpec:
     if over < 1.0:
         raise f.error("oversubscription", f"must be >= 1 (down:up ratio), got {over:g}")
     return ScaleOutSpec(
-        kind=f.choice("kind", SCALE_OUT_KINDS), nic_bw_Bps=f.quantity("nic_bw", "bandwidth"),
-        nics_per_node=f.integer("nics_per_node"), nic_attach=f.choice("nic_attach", NIC_ATTACH),
-        switch_radix=f.integer("switch_radix", minimum=2), tiers=tiers, oversubscription=over,
-        rail_optimized=f.flag("rail_optimized", False))
+        kind=f.choice("kind", SCALE_OUT_KINDS),
+        nic_bw_Bps=f.quantity("nic_bw", "bandwidth"),
+        nics_per_node=f.integer("nics_per_node"),
+        nic_attach=f.choice("nic_attach", NIC_ATTACH),
+        switch_radix=f.integer("switch_radix", minimum=2),
+        tiers=tiers,
+        oversubscription=over,
+        rail_optimized=f.flag("rail_optimized", False),
+    )
 
 
 def _links(f: Fields) -> dict[str, LinkSpec]:
@@ -225,8 +280,10 @@ def _links(f: Fields) -> dict[str, LinkSpec]:
     for kind in f.data:
         lf = f.sub(kind)
         lf.check_keys({"efficiency", "latency"})
-        out[kind] = LinkSpec(efficiency=lf.fraction("efficiency"),
-                             latency_s=lf.quantity("latency", "time", strict=False))
+        out[kind] = LinkSpec(
+            efficiency=lf.fraction("efficiency"),
+            latency_s=lf.quantity("latency", "time", strict=False),
+        )
     return out
 
 
@@ -238,12 +295,13 @@ def _check_link_kinds(spec: ClusterSpec, f: Fields) -> None:
         needed.add("upi")
     missing = sorted(needed - set(spec.links))
     if missing:
-        raise f.error(f"links.{missing[0]}", "missing: every link kind in use needs an "
-                      "efficiency and a latency", allowed=", ".join(sorted(needed)))
+        raise f.error(
+            f"links.{missing[0]}",
+            "missing: every link kind in use needs an efficiency and a latency",
+            allowed=", ".join(sorted(needed)),
+        )
 
 
 def scaled(spec: ClusterSpec, **changes: Any) -> ClusterSpec:
     """A copy of ``spec`` with top-level fields replaced (no re-validation: for tests)."""
     return replace(spec, **changes)
-
-

@@ -35,16 +35,28 @@ for _p, _f in _SI.items():
     UNITS[f"{_p}FLOPS"] = ("flops", _f)
     UNITS[f"{_p}FLOP/s"] = ("flops", _f)
     UNITS[f"{_p}FLOP"] = ("flop", _f)
-UNITS.update({"s": ("time", 1.0), "ms": ("time", 1e-3), "us": ("time", 1e-6),
-              "µs": ("time", 1e-6), "ns": ("time", 1e-9)})
+UNITS.update(
+    {
+        "s": ("time", 1.0),
+        "ms": ("time", 1e-3),
+        "us": ("time", 1e-6),
+        "µs": ("time", 1e-6),
+        "ns": ("time", 1e-9),
+    }
+)
 UNITS["B"] = ("bytes", 1.0)
 UNITS["%"] = ("fraction", 0.01)
 
 _NUM = re.compile(r"^\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*([A-Za-zµ/%]*)\s*$")
 
 
-def parse_quantity(value: object, dimension: str | None = None, *, field: str | None = None,
-                   file: str | None = None) -> float:
+def parse_quantity(
+    value: object,
+    dimension: str | None = None,
+    *,
+    field: str | None = None,
+    file: str | None = None,
+) -> float:
     """Return ``value`` in SI units; ``dimension`` (bytes, bandwidth, flops, time) is checked.
 
     Numbers pass through unchanged.  Strings are ``<number> <unit>``; the unit must belong to the
@@ -55,22 +67,35 @@ def parse_quantity(value: object, dimension: str | None = None, *, field: str | 
     if isinstance(value, int | float):
         return float(value)
     if not isinstance(value, str):
-        raise InputError(f"expected a number or a string with a unit, got {value!r}",
-                         file=file, field=field)
+        raise InputError(
+            f"expected a number or a string with a unit, got {value!r}", file=file, field=field
+        )
     m = _NUM.match(value)
     if not m:
-        raise InputError(f"cannot read {value!r} as a quantity", file=file, field=field,
-                         allowed=_allowed(dimension))
+        raise InputError(
+            f"cannot read {value!r} as a quantity",
+            file=file,
+            field=field,
+            allowed=_allowed(dimension),
+        )
     number, unit = float(m.group(1)), m.group(2)
     if unit == "":
         return number
     if unit not in UNITS:
-        raise InputError(f"unknown unit {unit!r} in {value!r}", file=file, field=field,
-                         allowed=_allowed(dimension))
+        raise InputError(
+            f"unknown unit {unit!r} in {value!r}",
+            file=file,
+            field=field,
+            allowed=_allowed(dimension),
+        )
     dim, factor = UNITS[unit]
     if dimension is not None and dim != dimension:
-        raise InputError(f"{value!r} is a {dim}, expected a {dimension}", file=file, field=field,
-                         allowed=_allowed(dimension))
+        raise InputError(
+            f"{value!r} is a {dim}, expected a {dimension}",
+            file=file,
+            field=field,
+            allowed=_allowed(dimension),
+        )
     return number * factor
 
 
@@ -78,12 +103,14 @@ def parse_size_list(text: str) -> list[int]:
     """nccl-tests style size range ``"1K:8G"`` (doubling; K/M/G are powers of two) → byte sizes."""
     parts = text.split(":")
     if len(parts) not in (1, 2):
-        raise InputError(f"cannot read size range {text!r}", field="--sizes",
-                         allowed="MIN:MAX, e.g. 1K:8G or 1073741824:1073741824")
+        raise InputError(
+            f"cannot read size range {text!r}",
+            field="--sizes",
+            allowed="MIN:MAX, e.g. 1K:8G or 1073741824:1073741824",
+        )
     lo, hi = (_nccl_size(p) for p in (parts[0], parts[-1]))
     if lo <= 0 or hi < lo:
-        raise InputError(f"size range {text!r} is empty", field="--sizes",
-                         allowed="0 < MIN <= MAX")
+        raise InputError(f"size range {text!r} is empty", field="--sizes", allowed="0 < MIN <= MAX")
     sizes, s = [], lo
     while s <= hi:
         sizes.append(s)
@@ -94,8 +121,11 @@ def parse_size_list(text: str) -> list[int]:
 def _nccl_size(token: str) -> int:
     m = re.fullmatch(r"\s*(\d+)\s*([KMGT]?)(i?B)?\s*", token)
     if not m:
-        raise InputError(f"cannot read size {token!r}", field="--sizes",
-                         allowed="an integer with optional K, M, G, T (powers of two)")
+        raise InputError(
+            f"cannot read size {token!r}",
+            field="--sizes",
+            allowed="an integer with optional K, M, G, T (powers of two)",
+        )
     return int(m.group(1)) * {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}[m.group(2)]
 
 
@@ -103,6 +133,10 @@ def _allowed(dimension: str | None) -> str:
     if dimension is None:
         return "a plain SI number or a number with a unit"
     units = sorted(u for u, (d, _) in UNITS.items() if d == dimension)
-    examples = {"bytes": "40 GiB, 1.5 TB", "bandwidth": "200 Gbps, 25 GB/s",
-                "flops": "312 TFLOPS", "time": "1.5 us, 3 ms"}.get(dimension, ", ".join(units[:4]))
+    examples = {
+        "bytes": "40 GiB, 1.5 TB",
+        "bandwidth": "200 Gbps, 25 GB/s",
+        "flops": "312 TFLOPS",
+        "time": "1.5 us, 3 ms",
+    }.get(dimension, ", ".join(units[:4]))
     return f"a plain SI number or e.g. {examples}"

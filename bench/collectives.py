@@ -1,0 +1,50 @@
+"""Benchmark: wall time, simulated events and peak RSS of collectives at 8, 128 and 1,024 GPUs.
+
+    python bench/collectives.py            # all cases, each in its own subprocess
+
+Each case: ZionEX with 1, 16 or 128 nodes, all_to_all and all_reduce of 64 MiB per GPU, flow
+fidelity (contention modelled).  Timed inside the process around cluster build + simulation,
+imports excluded.  One line per case:
+``case=<name> gpus=<N> wall_s=<x> events=<n> peak_rss_MB=<m> flows=<f>``, where events
+counts simpy events and flows the point-to-point flows the network model carried (it handles
+them as arrays, a batch per collective phase, so they cost array passes rather than events).
+"""
+
+from __future__ import annotations
+
+import resource
+import subprocess
+import sys
+import time
+
+CASES = [(op, nodes) for nodes in (1, 16, 128) for op in ("all_to_all", "all_reduce")]
+
+
+def run_case(op: str, nodes: int) -> str:
+    from zionsim.cluster import Cluster
+    from zionsim.simulate import simulate_collective
+
+    t0 = time.perf_counter()
+    cluster = Cluster.load("zionex", nodes=nodes)
+    r = simulate_collective(cluster, op, 64 * 2**20)
+    wall = time.perf_counter() - t0
+    rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return (
+        f"case={op}_zionex_{nodes}n gpus={nodes * 8} wall_s={wall:.3f} "
+        f"events={r.events} peak_rss_MB={rss_mb:.0f} flows={r.flows}"
+    )
+
+
+def main() -> None:
+    if len(sys.argv) == 3:
+        print(run_case(sys.argv[1], int(sys.argv[2])), flush=True)
+        return
+    for op, nodes in CASES:
+        out = subprocess.run(
+            [sys.executable, __file__, op, str(nodes)], capture_output=True, text=True
+        )
+        print(out.stdout.strip() or out.stderr.strip().splitlines()[-1], flush=True)
+
+
+if __name__ == "__main__":
+    main()
