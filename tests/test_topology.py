@@ -78,3 +78,18 @@ def test_cli_unknown_topology_is_one_line():
     assert r.returncode == 2
     assert r.stderr.count("\n") == 1 and "unknown topology 'nope'" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_topology_summary_and_plot(tmp_path, tiny_cluster):
+    """The summary counts devices and bandwidths; the plot renders headless to a PNG."""
+    from zionsim.plots import plot_topology, save
+    from zionsim.tables import topology_summary
+
+    s = topology_summary(tiny_cluster)
+    assert (s["gpus"], s["devices_gpu"], s["devices_nic"]) == (4, 4, 4)
+    assert s["scale_up_per_gpu_GBps"] == 100.0  # 4 links × 25 GB/s
+    assert s["scale_out_per_gpu_GBps"] == 12.5  # 2 × 100 Gb/s over 2 GPUs
+    assert s["bisection_GBps"] == 25.0  # node 0's two 100 Gb/s NICs
+    path = tmp_path / "t.png"
+    save(plot_topology(tiny_cluster), path)
+    assert path.read_bytes()[:4] == b"\x89PNG"

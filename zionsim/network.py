@@ -120,6 +120,23 @@ class _Network:
         else:
             b.event.succeed(b.finish_s)
 
+    def transfer(
+        self,
+        routes: np.ndarray,
+        nbytes: np.ndarray,
+        latency_s: np.ndarray,
+        weight: np.ndarray | None = None,
+        tag: object = None,
+    ) -> simpy.Event:
+        """Start a batch of flows now; the event fires (value: finish time) when all arrived."""
+        nbytes = np.asarray(nbytes, dtype=float)
+        weight = np.ones(len(nbytes)) if weight is None else np.asarray(weight, dtype=float)
+        latency_s = np.asarray(latency_s, dtype=float) * np.ones(len(nbytes))
+        bid, event = self._new_batch(len(nbytes), float(nbytes.sum()), tag)
+        self._account(routes, nbytes)
+        self._start(bid, routes, nbytes, latency_s, weight)
+        return event
+
     def _account(self, routes: np.ndarray, nbytes: np.ndarray) -> None:
         valid = routes >= 0
         if valid.any():
@@ -133,26 +150,14 @@ class _Network:
 class AnalyticNetwork(_Network):
     """α-β model: every flow alone on its path; time = latency + bytes / bottleneck capacity."""
 
-    def transfer(
-        self,
-        routes: np.ndarray,
-        nbytes: np.ndarray,
-        latency_s: np.ndarray,
-        weight: np.ndarray | None = None,
-        tag: object = None,
-    ) -> simpy.Event:
-        nbytes = np.asarray(nbytes, dtype=float)
-        weight = np.ones(len(nbytes)) if weight is None else np.asarray(weight, dtype=float)
-        bid, event = self._new_batch(len(nbytes), float(nbytes.sum()), tag)
+    def _start(self, bid, routes, nbytes, latency_s, weight) -> None:
         cap = np.append(self.capacity, np.inf)[np.where(routes >= 0, routes, len(self.capacity))]
         bottleneck = cap.min(axis=1) if routes.shape[1] else np.full(len(nbytes), np.inf)
         with np.errstate(divide="ignore"):
             times = np.where(nbytes > 0, nbytes / (bottleneck * weight), 0.0) + latency_s
-        self._account(routes, nbytes)
         self._batches[bid].finish_s = self.env.now + (float(times.max()) if len(times) else 0.0)
         self._batches[bid].pending = 0
         self._finish_batch(bid)
-        return event
 
 
 class FlowNetwork(_Network):
@@ -169,30 +174,17 @@ class FlowNetwork(_Network):
         self._last = env.now
         self._generation = 0
 
-    def transfer(
-        self,
-        routes: np.ndarray,
-        nbytes: np.ndarray,
-        latency_s: np.ndarray,
-        weight: np.ndarray | None = None,
-        tag: object = None,
-    ) -> simpy.Event:
-        """Start a batch of flows now; the event fires (value: finish time) when all arrived."""
-        nbytes = np.asarray(nbytes, dtype=float)
+    def _start(self, bid, routes, nbytes, latency_s, weight) -> None:
         n = len(nbytes)
-        weight = np.ones(n) if weight is None else np.asarray(weight, dtype=float)
-        bid, event = self._new_batch(n, float(nbytes.sum()), tag)
-        self._account(routes, nbytes)
         self._advance()
         width = max(self._routes.shape[1], routes.shape[1])
         self._routes = np.concatenate([_widen(self._routes, width), _widen(routes, width)])
         self._left = np.concatenate([self._left, nbytes])
         self._weight = np.concatenate([self._weight, weight])
-        self._tail = np.concatenate([self._tail, np.asarray(latency_s, dtype=float) * np.ones(n)])
+        self._tail = np.concatenate([self._tail, latency_s])
         self._batch = np.concatenate([self._batch, np.full(n, bid)])
         self._rate = np.concatenate([self._rate, np.zeros(n)])
         self._settle()
-        return event
 
     def _advance(self) -> None:
         dt = self.env.now - self._last

@@ -44,19 +44,18 @@ def plot_topology(cluster, ax=None, max_nodes: int = 2):
     g = cluster.graph
     keep = [n for n, d in g.nodes(data=True) if d.get("node", -1) < max_nodes]
     sub = g.subgraph(keep).to_undirected()
-    layers = {
-        "switch": 0,
-        "nic": 1,
-        "pcie_switch": 2,
-        "cpu": 3,
-        "dram": 4,
-        "nvswitch": 2.5,
-        "gpu": 2.5,
+    level = {
+        "nic": 0.0,
+        "pcie_switch": -1.0,
+        "gpu": -2.0,
+        "nvswitch": -2.6,
+        "cpu": -3.2,
+        "dram": -3.8,
     }
     pos, counts = {}, {}
     for n, d in sorted(sub.nodes(data=True), key=lambda x: (x[1].get("node", -1), x[0])):
         kind = d["kind"]
-        y = -layers[kind] - (0.5 * d.get("tier", 1) if kind == "switch" else 0)
+        y = 0.8 * d["tier"] if kind == "switch" else level[kind]
         key = (kind, y)
         counts[key] = counts.get(key, 0) + 1
         pos[n] = (counts[key], y)
