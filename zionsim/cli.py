@@ -1,4 +1,4 @@
-"""Command line: ``zionsim topology|collective ...``.
+"""Command line: ``zionsim run|trace|topology|collective ...``.
 
 Parses arguments, calls the pure model, prints and writes.  Bad input exits with status 2 and a
 one-line message naming the file and field; never a traceback.
@@ -14,6 +14,7 @@ from zionsim.errors import InputError
 from zionsim.io import FORMATS, format_mapping, format_rows, to_json, write_result_dir
 
 DEFAULT_TOPOLOGY = "zionex"
+DEFAULT_WORKLOAD = "neo_model_a"
 
 
 def _common(p: argparse.ArgumentParser, nodes_default: int | None = None) -> None:
@@ -51,6 +52,40 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--protocol", default=None, choices=("LL", "LL128", "Simple"))
     p.add_argument("--fidelity", default="flow", choices=("flow", "analytic"))
     p.add_argument("--out", default=None, help="result folder (default results/runs/<name>)")
+    for name, helptext in (
+        ("run", "simulate DLRM training iterations"),
+        ("trace", "write (or import) the trace of one iteration"),
+    ):
+        p = sub.add_parser(name, help=helptext)
+        _common(p)
+        p.add_argument("--workload", default=DEFAULT_WORKLOAD, help="built-in name or YAML path")
+        p.add_argument("--plan", default="auto", help="auto (default plan) or a plan YAML")
+        p.add_argument("--batch-per-gpu", type=int, default=None)
+        p.add_argument("--global-batch", type=int, default=None)
+        p.add_argument("--unfused", action="store_true", help="per-table embedding kernels")
+        p.add_argument(
+            "--set-workload",
+            action="append",
+            default=[],
+            metavar="PATH=VALUE",
+            help=argparse.SUPPRESS,
+        )
+        if name == "run":
+            p.add_argument(
+                "--trace",
+                dest="trace_file",
+                default=None,
+                help="replay a trace file instead of lowering the workload",
+            )
+            p.add_argument("--iterations", type=int, default=3)
+            p.add_argument("--warmup", type=int, default=1)
+            p.add_argument("--fidelity", default="flow", choices=("flow", "analytic"))
+            p.add_argument(
+                "--out", default=None, help="result folder (default results/runs/<name>)"
+            )
+            p.add_argument("--no-plot", action="store_true", help="skip breakdown.png")
+        else:
+            p.add_argument("--out", required=True, help="trace file to write (.json)")
     return parser
 
 
@@ -111,11 +146,136 @@ def cmd_collective(args) -> int:
     return 0
 
 
-COMMANDS = {"topology": cmd_topology, "collective": cmd_collective}
+def _split_overrides(values: list[str]) -> tuple[list[str], list[str]]:
+    """``--set`` paths go to the topology unless prefixed ``workload.`` (or ``topology.``)."""
+    topo, work = [], []
+    for v in values:
+        if v.startswith("workload."):
+            work.append(v[len("workload.") :])
+        else:
+            topo.append(v[len("topology.") :] if v.startswith("topology.") else v)
+    return topo, work
+
+
+def _run_inputs(args):
+    from zionsim.cluster import Cluster
+    from zionsim.errors import InputError
+    from zionsim.workload import WORKLOAD_KEYS, load_workload, with_global_batch
+
+    topo_sets, work_sets = _split_overrides(args.set)
+    # bare workload fields (batch_per_gpu=..., precision.embedding=...) are accepted too
+    work_sets += [v for v in topo_sets if v.split("=", 1)[0].split(".")[0] in WORKLOAD_KEYS]
+    topo_sets = [v for v in topo_sets if v.split("=", 1)[0].split(".")[0] not in WORKLOAD_KEYS]
+    cluster = Cluster.load(
+        args.topology, nodes=args.nodes, gpus_per_node=args.gpus_per_node, overrides=topo_sets
+    )
+    w = load_workload(args.workload, overrides=work_sets, batch_per_gpu=args.batch_per_gpu)
+    if args.global_batch is not None:
+        if args.batch_per_gpu is not None:
+            raise InputError(
+                "give --batch-per-gpu or --global-batch, not both", field="--global-batch"
+            )
+        w = with_global_batch(w, args.global_batch, len(cluster.gpus))
+    if args.plan != "auto":
+        raise InputError(
+            f"plan files arrive with the sharding-plan issue; got {args.plan!r}",
+            field="--plan",
+            allowed="auto",
+        )
+    return cluster, w
+
+
+def cmd_run(args) -> int:
+    from zionsim.io import read_trace, write_run
+    from zionsim.run import simulate_run
+
+    if args.trace_file:
+        from zionsim.cluster import Cluster
+
+        topo_sets, _ = _split_overrides(args.set)
+        cluster = Cluster.load(
+            args.topology, nodes=args.nodes, gpus_per_node=args.gpus_per_node, overrides=topo_sets
+        )
+        result = simulate_run(
+            cluster,
+            trace=read_trace(args.trace_file),
+            iterations=args.iterations,
+            warmup=args.warmup,
+            fidelity=args.fidelity,
+        )
+    else:
+        cluster, w = _run_inputs(args)
+        result = simulate_run(
+            cluster,
+            w,
+            iterations=args.iterations,
+            warmup=args.warmup,
+            fidelity=args.fidelity,
+            fused=not args.unfused,
+        )
+    s = result.summary
+    name = f"{s['workload']}_{s['topology']}_{s['nodes']}n"
+    out = Path(args.out) if args.out else Path("results") / "runs" / name
+    write_run(out, result, plot=not args.no_plot)
+    if args.format == "table":
+        print(format_run_summary(s), end="")
+        print(f"wrote {out}/", file=sys.stderr)
+    elif args.format == "json":
+        print(to_json(s), end="")
+    else:
+        print(format_rows(result.breakdown.to_dict("records"), "csv"), end="")
+    return 0
+
+
+def cmd_trace(args) -> int:
+    from zionsim.io import write_trace
+    from zionsim.run import build_trace
+
+    cluster, w = _run_inputs(args)
+    trace, _ = build_trace(cluster, w, fused=not args.unfused)
+    write_trace(args.out, trace)
+    print(
+        f"wrote {args.out} ({len(trace.ops)} ops, {len(trace.collectives)} collectives, "
+        f"{trace.ranks} ranks)",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def format_run_summary(s: dict) -> str:
+    """The terminal summary of a run: headline figures and the critical-path breakdown."""
+    it = s["iteration_time_s"]
+    head = {
+        "topology": f"{s['topology']} x {s['nodes']} nodes ({s['gpus']} GPUs)",
+        "workload": f"{s['workload']} (global batch {s['global_batch']})",
+        "iteration_time_ms": round(it * 1e3, 3),
+        "samples_per_s": round(s["samples_per_s"], 1),
+        "exposed_comm_ms": round(s["exposed_comm_s"] * 1e3, 3),
+    }
+    rows = [
+        {
+            "category": k,
+            "critical_path_ms": round(v * 1e3, 3),
+            "share_pct": round(100 * v / it, 1) if it else 0.0,
+            "busy_ms": round(s["busy_s"].get(k, 0.0) * 1e3, 3),
+        }
+        for k, v in s["breakdown_s"].items()
+        if v > 0 or s["busy_s"].get(k, 0.0) > 0
+    ]
+    return format_mapping(head) + "\n" + format_rows(rows)
+
+
+COMMANDS = {
+    "run": cmd_run,
+    "trace": cmd_trace,
+    "topology": cmd_topology,
+    "collective": cmd_collective,
+}
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser().parse_args(argv or ["run"])
     try:
         return COMMANDS[args.command](args)
     except InputError as exc:

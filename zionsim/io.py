@@ -104,3 +104,49 @@ def write_result_dir(out_dir: str | Path, files: dict[str, bytes | str]) -> Path
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return out
+
+
+def write_run(out_dir: str | Path, result, plot: bool = True) -> Path:
+    """All files of a DLRM run, written into ``out_dir`` at once (see ``docs/outputs.md``)."""
+    files: dict[str, bytes | str] = {
+        "summary.json": to_json(result.summary),
+        "timing.json": to_json(result.timing),
+        "events.parquet": _parquet(result.events),
+        "breakdown.csv": result.breakdown.to_csv(index=False),
+        "links.csv": result.links.to_csv(index=False),
+        "memory.csv": result.memory.to_csv(index=False),
+        "trace.json": json.dumps(result.perfetto(), separators=(",", ":")),
+    }
+    if plot:
+        from zionsim.plots import plot_breakdown, png_bytes
+
+        files["breakdown.png"] = png_bytes(plot_breakdown(result.summary))
+    return write_result_dir(out_dir, files)
+
+
+def _parquet(df) -> bytes:
+    buf = io.BytesIO()
+    df.to_parquet(buf, index=False)
+    return buf.getvalue()
+
+
+def write_trace(path: str | Path, trace) -> None:
+    """A trace file (schema ``zionsim.trace/1``, ``docs/traces.md``), written atomically."""
+    from zionsim.trace import trace_to_dict
+
+    write_atomic(path, json.dumps(trace_to_dict(trace), separators=(",", ":")))
+
+
+def read_trace(path: str | Path):
+    """Load and validate a trace file; errors name the file and the field."""
+    from zionsim.errors import InputError
+    from zionsim.trace import trace_from_dict
+
+    p = Path(path)
+    if not p.is_file():
+        raise InputError("no such file", file=str(p), field="--trace")
+    try:
+        data = json.loads(p.read_text())
+    except json.JSONDecodeError as exc:
+        raise InputError(f"not valid JSON (line {exc.lineno})", file=str(p)) from None
+    return trace_from_dict(data, str(p))

@@ -66,6 +66,16 @@ class CollectiveModel:
     def with_fit(self, overhead_s: dict[str, float], efficiency: dict[str, float]):
         return CollectiveModel(self.base_s, self.step_s, dict(overhead_s), dict(efficiency))
 
+    def scaled(self, factor: float) -> CollectiveModel:
+        """Every software latency × ``factor`` (the topology's ``collectives.latency_scale``)."""
+        if factor == 1.0:
+            return self
+        return CollectiveModel(
+            {a: {p: v * factor for p, v in d.items()} for a, d in self.base_s.items()},
+            {a: {hw: {p: v * factor for p, v in d.items()} for hw, d in t.items()}
+             for a, t in self.step_s.items()},
+            {p: v * factor for p, v in self.overhead_s.items()}, self.efficiency)
+
 
 @lru_cache(maxsize=4)
 def load_model(path: str | None = None) -> CollectiveModel:
@@ -174,7 +184,7 @@ def choose(
     matrix: np.ndarray | None = None,
 ) -> Choice:
     """The (algorithm, protocol) NCCL would use — or the one asked for — with its estimate."""
-    model = model or load_model()
+    model = (model or load_model()).scaled(cluster.spec.collective_latency_scale)
     if op not in ALGORITHMS:
         raise InputError(f"unknown collective {op!r}", field="--op", allowed=", ".join(ALGORITHMS))
     candidates = [algorithm] if algorithm else [a for a in AUTO[op] if _available(cluster, a)]
@@ -205,6 +215,39 @@ def _available(cluster, algorithm: str) -> bool:
     return True
 
 
+@dataclass(frozen=True)
+class Prepared:
+    """A chosen collective ready to execute: start latency and, per phase, the flows."""
+
+    start_s: float
+    phases: tuple[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None], ...]
+    algorithm: str
+    protocol: str
+
+
+def prepare(cluster, choice: Choice, model: CollectiveModel | None = None) -> Prepared:
+    """Routes, wire bytes and step latencies of a chosen collective (reusable across runs)."""
+    model = (model or load_model()).scaled(cluster.spec.collective_latency_scale)
+    sched, proto = choice.schedule, choice.protocol
+    routes = _phase_routes(cluster, sched)
+    start, steps = _latencies(cluster, sched, proto, model, routes)
+    eff = model.efficiency[proto]
+    phases = tuple(
+        (r, p.nbytes / eff, np.full(len(p.nbytes), lat), p.weight)
+        for p, r, lat in zip(sched.phases, routes, steps, strict=True)
+    )
+    return Prepared(start, phases, sched.algorithm, proto)
+
+
+def execute(env: simpy.Environment, net, prepared: Prepared, tag: object = None):
+    """simpy process: run a prepared collective on ``net``; returns its end time."""
+    if prepared.start_s > 0:
+        yield env.timeout(prepared.start_s)
+    for routes, wire, lat, weight in prepared.phases:
+        yield net.transfer(routes, wire, lat, weight=weight, tag=tag)
+    return env.now
+
+
 def run(
     env: simpy.Environment,
     net,
@@ -214,15 +257,4 @@ def run(
     tag: object = None,
 ):
     """simpy process: execute a chosen collective on ``net``; returns its end time."""
-    model = model or load_model()
-    sched, proto = choice.schedule, choice.protocol
-    routes = _phase_routes(cluster, sched)
-    start, steps = _latencies(cluster, sched, proto, model, routes)
-    if start > 0:
-        yield env.timeout(start)
-    eff = model.efficiency[proto]
-    for phase, r, lat in zip(sched.phases, routes, steps, strict=True):
-        yield net.transfer(
-            r, phase.nbytes / eff, np.full(len(phase.nbytes), lat), weight=phase.weight, tag=tag
-        )
-    return env.now
+    return (yield from execute(env, net, prepare(cluster, choice, model), tag))

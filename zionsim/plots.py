@@ -90,3 +90,35 @@ def save(ax, path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     _pyplot().close(fig)
+
+
+def plot_breakdown(summary: dict, ax=None):
+    """Stacked bar of one run's critical-path breakdown (ms per category)."""
+    plt = _pyplot()
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6, 5))
+    bottom = 0.0
+    cmap = plt.get_cmap("tab20")
+    for i, (cat, sec) in enumerate(summary["breakdown_s"].items()):
+        if sec <= 0:
+            continue
+        ax.bar([0], [sec * 1e3], bottom=[bottom], color=cmap(i % 20), label=cat, width=0.5)
+        bottom += sec * 1e3
+    ax.set_xticks([0])
+    ax.set_xticklabels([f"{summary['workload']}\n{summary['topology']} x {summary['nodes']}"])
+    ax.set_ylabel("critical path per iteration (ms)")
+    ax.set_title(f"{summary['samples_per_s']:.0f} samples/s")
+    ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.0, 0.5))
+    return ax
+
+
+def png_bytes(ax) -> bytes:
+    """The figure of ``ax`` as PNG bytes (deterministic metadata)."""
+    import io
+
+    fig = ax.figure
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100, metadata={"Software": None})
+    _pyplot().close(fig)
+    return buf.getvalue()

@@ -95,6 +95,8 @@ class ClusterSpec:
     pcie: PcieSpec
     scale_out: ScaleOutSpec
     links: dict[str, LinkSpec]
+    #: multiplies every software latency of the collective model (1 = as calibrated)
+    collective_latency_scale: float = 1.0
     file: str = ""
     raw: dict = field(default_factory=dict, compare=False, repr=False)
 
@@ -109,6 +111,7 @@ class ClusterSpec:
 
 TOP_KEYS = {
     "name",
+    "collectives",
     "description",
     "references",
     "nodes",
@@ -135,6 +138,7 @@ def load_topology(
     16
     """
     data, file = load_yaml(name_or_path, "topologies")
+    data.setdefault("collectives", {"latency_scale": 1.0})
     if isinstance(overrides, list):
         overrides = dict(parse_override(o) for o in overrides)
     data = apply_overrides(data, overrides or {}, file)
@@ -161,6 +165,7 @@ def cluster_from_dict(data: dict, file: str = "<topology>") -> ClusterSpec:
         pcie=_pcie(f.sub("pcie")),
         scale_out=_scale_out(f.sub("scale_out")),
         links=_links(f.sub("links")),
+        collective_latency_scale=_collectives(f.sub("collectives", {})),
         file=file,
         raw=data,
     )
@@ -285,6 +290,11 @@ def _links(f: Fields) -> dict[str, LinkSpec]:
             latency_s=lf.quantity("latency", "time", strict=False),
         )
     return out
+
+
+def _collectives(f: Fields) -> float:
+    f.check_keys({"latency_scale"})
+    return f.quantity("latency_scale", "fraction", 1.0, strict=False)
 
 
 def _check_link_kinds(spec: ClusterSpec, f: Fields) -> None:

@@ -1,0 +1,177 @@
+"""The engine: execute a trace on a cluster with simpy; return plain records (no I/O).
+
+Every rank has three in-order streams (``compute``, ``a2a``, ``allreduce``), each a simpy process
+that walks its ops: wait for the op's dependencies, then run it.  A compute op takes the time its
+cost model gives on this cluster's GPU (``compute.py``).  A collective op is a rendezvous: when the
+last member of its group arrives, the collective runs on the shared network model (flows of every
+concurrent collective contend for links), and every member's op ends when it ends.  Several
+iterations run back to back; the streams carry each iteration's ops after the previous one's.
+
+Assumptions: a stream runs one op at a time in trace order (CUDA-stream semantics); compute ops
+of different streams of one GPU do not slow each other (there is one compute stream); collectives
+that have been launched progress independently of compute (NCCL kernels on their own SMs).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import simpy
+
+from zionsim import compute, nccl
+from zionsim.errors import InputError
+from zionsim.network import NetworkStats, make_network
+from zionsim.simulate import CountingEnvironment
+from zionsim.trace import STREAMS, Trace
+
+
+@dataclass
+class CollectiveRecord:
+    """One collective instance: when the last member arrived, when it ended, how it ran."""
+
+    iteration: int
+    coll: int
+    start_s: float = 0.0
+    end_s: float = 0.0
+    last_rank: int = -1
+    algorithm: str = ""
+    protocol: str = ""
+    arrived: int = 0
+    event: simpy.Event | None = None
+
+
+@dataclass
+class RunRecords:
+    """What a run did: one row per executed op, per collective instance, and network totals."""
+
+    trace: Trace
+    iterations: int
+    durations_s: np.ndarray
+    #: (iteration, op id, stream free time, start, end) per executed op
+    ops: list[tuple[int, int, float, float, float]] = field(default_factory=list)
+    collectives: dict[tuple[int, int], CollectiveRecord] = field(default_factory=dict)
+    network: NetworkStats | None = None
+    sim_time_s: float = 0.0
+    events: int = 0
+
+
+def op_durations(cluster, trace: Trace, model: compute.ComputeModel | None = None) -> np.ndarray:
+    """Seconds of every compute op of ``trace`` on ``cluster``'s GPU (0 for collectives)."""
+    gpu = cluster.spec.gpu
+    cache: dict[tuple, float] = {}
+    out = np.zeros(len(trace.ops))
+    for op in trace.ops:
+        if op.kind == "collective":
+            continue
+        key = (op.kind, tuple(sorted(op.args.items())))
+        if key not in cache:
+            cache[key] = _duration(gpu, op.kind, op.args, model)
+        out[op.id] = cache[key]
+    return out
+
+
+def _duration(gpu, kind: str, a: dict, model) -> float:
+    if kind == "gemm":
+        return compute.gemm_time_s(gpu, a["m"], a["n"], a["k"], a["dtype"], model)
+    if kind == "memory":
+        return compute.memory_time_s(gpu, a["nbytes"], model)
+    if a["lookups"] == 0:
+        return 0.0
+    if kind == "embedding_fwd":
+        return compute.embedding_forward_time_s(
+            gpu, a["lookups"], a["row_bytes"], a["tables"], a["fused"], a["out_bytes"], model
+        )
+    return compute.embedding_backward_time_s(
+        gpu, a["lookups"], a["row_bytes"], a["tables"], a["fused"], a["optimizer"], 4.0, model
+    )
+
+
+def simulate_trace(
+    cluster,
+    trace: Trace,
+    *,
+    iterations: int = 3,
+    fidelity: str = "flow",
+    compute_model: compute.ComputeModel | None = None,
+    collective_model: nccl.CollectiveModel | None = None,
+) -> RunRecords:
+    """Run ``iterations`` iterations of ``trace`` on ``cluster``; return the records."""
+    if trace.ranks != len(cluster.gpus):
+        raise InputError(
+            f"the trace has {trace.ranks} ranks but the cluster has {len(cluster.gpus)} GPUs",
+            field="--nodes/--gpus-per-node",
+            allowed=f"a cluster of {trace.ranks} GPUs",
+        )
+    env = CountingEnvironment()
+    net = make_network(fidelity, env, cluster.router.capacity_Bps)
+    rec = RunRecords(trace, iterations, op_durations(cluster, trace, compute_model))
+    run = _Run(env, net, cluster, trace, rec, collective_model)
+    for rank, ops in enumerate(trace.by_rank()):
+        for stream in STREAMS:
+            mine = [op for op in ops if op.stream == stream]
+            if mine:
+                env.process(run.stream(rank, mine, iterations))
+    env.run()
+    rec.network, rec.sim_time_s, rec.events = net.stats, env.now, env.events_scheduled
+    return rec
+
+
+class _Run:
+    def __init__(self, env, net, cluster, trace, rec, model):
+        self.env, self.net, self.cluster, self.trace, self.rec = env, net, cluster, trace, rec
+        self.model = model or nccl.load_model()
+        self.done: dict[tuple[int, int], simpy.Event] = {}
+        self.prepared: dict[tuple, nccl.Prepared] = {}
+
+    def _done(self, it: int, op_id: int) -> simpy.Event:
+        ev = self.done.get((it, op_id))
+        if ev is None:
+            ev = self.done[it, op_id] = self.env.event()
+        return ev
+
+    def stream(self, rank: int, ops, iterations: int):
+        env, dur, rows = self.env, self.rec.durations_s, self.rec.ops
+        for it in range(iterations):
+            for op in ops:
+                free = env.now
+                for d in op.deps:
+                    ev = self._done(it, d)
+                    if not ev.triggered:
+                        yield ev
+                start = env.now
+                if op.kind == "collective":
+                    yield self._arrive(it, op.args["coll"], rank)
+                elif dur[op.id] > 0:
+                    yield env.timeout(dur[op.id])
+                rows.append((it, op.id, free, start, env.now))
+                self._done(it, op.id).succeed()
+
+    def _arrive(self, it: int, cid: int, rank: int) -> simpy.Event:
+        key = (it, cid)
+        cr = self.rec.collectives.get(key)
+        if cr is None:
+            cr = self.rec.collectives[key] = CollectiveRecord(it, cid, event=self.env.event())
+        cr.arrived += 1
+        cr.last_rank, cr.start_s = rank, self.env.now
+        if cr.arrived == len(self.trace.collectives[cid].ranks):
+            self.env.process(self._run_collective(cr))
+        return cr.event
+
+    def _run_collective(self, cr: CollectiveRecord):
+        prep = self._prepare(cr.coll)
+        cr.algorithm, cr.protocol = prep.algorithm, prep.protocol
+        yield from nccl.execute(self.env, self.net, prep, tag=(cr.iteration, cr.coll))
+        cr.end_s = self.env.now
+        cr.event.succeed()
+
+    def _prepare(self, cid: int) -> nccl.Prepared:
+        c = self.trace.collectives[cid]
+        key = (c.op, c.size_bytes, c.ranks.tobytes()) if c.matrix is None else ("coll", cid)
+        if key not in self.prepared:
+            devices = self.cluster.gpus[c.ranks]
+            choice = nccl.choose(
+                self.cluster, c.op, devices, c.size_bytes, self.model, matrix=c.matrix
+            )
+            self.prepared[key] = nccl.prepare(self.cluster, choice, self.model)
+        return self.prepared[key]

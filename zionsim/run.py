@@ -1,0 +1,162 @@
+"""One DLRM training run, end to end and pure: cluster + workload (+ plan or trace) → results.
+
+:func:`simulate_run` lowers the workload under the plan (default: table-wise round-robin), checks
+HBM capacity, executes the iterations, and returns a :class:`RunResult` of plain data: the summary
+mapping behind ``summary.json`` and the tables behind the other files.  Writing is ``io.py``'s job.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import pandas as pd
+
+from zionsim.engine import simulate_trace
+from zionsim.plan import MEMORY_KINDS, Plan, check_fits, default_plan, memory_by_rank
+from zionsim.results import Analysis, links_table, perfetto
+from zionsim.trace import Trace, lower
+from zionsim.workload import WorkloadSpec
+
+
+@dataclass
+class RunResult:
+    summary: dict
+    timing: dict
+    events: pd.DataFrame
+    breakdown: pd.DataFrame
+    links: pd.DataFrame
+    memory: pd.DataFrame
+    trace: Trace
+
+    def perfetto(self) -> dict:
+        return perfetto(self.events)
+
+
+def build_trace(
+    cluster, workload: WorkloadSpec, plan: Plan | None = None, fused: bool = True
+) -> tuple[Trace, pd.DataFrame]:
+    """The iteration trace and the per-GPU memory table, after the capacity check."""
+    gpus = len(cluster.gpus)
+    plan = plan or default_plan(workload, gpus)
+    mem = memory_by_rank(workload, plan, gpus)
+    names = [cluster.router.device_name(int(d)) for d in cluster.gpus]
+    check_fits(mem, cluster.spec.gpu.hbm_bytes, names)
+    table = pd.DataFrame(
+        {
+            "rank": range(gpus),
+            "gpu": names,
+            "tier": "hbm",
+            **{f"{k}_bytes": mem[k] for k in MEMORY_KINDS},
+        }
+    )
+    table["total_bytes"] = sum(mem.values())
+    table["capacity_bytes"] = cluster.spec.gpu.hbm_bytes
+    return lower(workload, plan, gpus, fused), table
+
+
+def simulate_run(
+    cluster,
+    workload: WorkloadSpec | None = None,
+    plan: Plan | None = None,
+    *,
+    trace: Trace | None = None,
+    iterations: int = 3,
+    warmup: int = 1,
+    fidelity: str = "flow",
+    fused: bool = True,
+) -> RunResult:
+    """Simulate ``iterations`` training iterations; figures average those after ``warmup``."""
+    t0 = time.perf_counter()
+    memory = pd.DataFrame()
+    if trace is None:
+        trace, memory = build_trace(cluster, workload, plan, fused)
+    rec = simulate_trace(cluster, trace, iterations=iterations, fidelity=fidelity)
+    a = Analysis(rec, warmup)
+    iter_s = float(a.iteration_times().mean())
+    breakdown, busy, exposed = a.breakdown(), a.busy(), a.exposed()
+    events = a.events()
+    links = links_table(cluster, rec.network, rec.sim_time_s)
+    wall = time.perf_counter() - t0
+    gb = int(trace.meta.get("global_batch", 0))
+    summary = {
+        "topology": cluster.spec.name,
+        "nodes": cluster.spec.nodes,
+        "gpus": len(cluster.gpus),
+        "workload": trace.meta.get("workload"),
+        "plan": trace.meta.get("plan"),
+        "global_batch": gb,
+        "iterations": iterations,
+        "warmup": warmup,
+        "fidelity": fidelity,
+        "iteration_time_s": iter_s,
+        "samples_per_s": gb / iter_s if iter_s else 0.0,
+        "breakdown_s": breakdown,
+        "busy_s": busy,
+        "exposed_comm_s": sum(exposed.values()),
+        "exposed_comm_by_collective_s": exposed,
+        "critical_path": _path_summary(a.critical_path(iterations - 1)),
+        "collectives": _collectives(rec, trace),
+        "memory": _memory_summary(memory),
+        "link_utilisation_by_kind": links.groupby("kind")["utilisation"].mean().to_dict(),
+        "events": int(len(events)),
+    }
+    timing = {
+        "sim_wall_s": wall,
+        "simpy_events": rec.events,
+        "events_per_s": rec.events / wall if wall else 0.0,
+    }
+    bd = pd.DataFrame(
+        {
+            "category": list(breakdown),
+            "critical_path_s": list(breakdown.values()),
+            "busy_s": [busy.get(k, 0.0) for k in breakdown],
+            "exposed_s": [exposed.get(k, 0.0) for k in breakdown],
+        }
+    )
+    return RunResult(summary, timing, events, bd, links, memory, trace)
+
+
+def _path_summary(segs) -> list[dict]:
+    """Critical path of one iteration, earliest first, consecutive same-name segments merged."""
+    out: list[dict] = []
+    for name, cat, rank, s, e in reversed(segs):
+        if out and out[-1]["name"] == name and out[-1]["rank"] == rank:
+            out[-1]["duration_s"] += e - s
+        else:
+            out.append(
+                {"name": name, "category": cat, "rank": rank, "start_s": s, "duration_s": e - s}
+            )
+    return out
+
+
+def _collectives(rec, trace: Trace) -> list[dict]:
+    it = rec.iterations - 1
+    out = []
+    for c in trace.collectives:
+        cr = rec.collectives.get((it, c.id))
+        if cr is None:
+            continue
+        name = next(o.name for o in trace.ops if o.kind == "collective" and o.args["coll"] == c.id)
+        out.append(
+            {
+                "name": name,
+                "op": c.op,
+                "size_bytes": c.size_bytes,
+                "algorithm": cr.algorithm,
+                "protocol": cr.protocol,
+                "time_s": cr.end_s - cr.start_s,
+            }
+        )
+    return out
+
+
+def _memory_summary(memory: pd.DataFrame) -> dict:
+    if memory.empty:
+        return {}
+    return {
+        "hbm_bytes_max": float(memory["total_bytes"].max()),
+        "hbm_bytes_mean": float(memory["total_bytes"].mean()),
+        "hbm_capacity_bytes": float(memory["capacity_bytes"].iloc[0]),
+        **{f"{k}_bytes_max": float(memory[f"{k}_bytes"].max()) for k in MEMORY_KINDS},
+    }

@@ -1,0 +1,421 @@
+"""Traces: one DLRM training iteration as a per-rank DAG of typed ops, and its file schema.
+
+:func:`lower` turns workload + plan + rank count into a :class:`Trace`.  Ops carry work (FLOPs,
+bytes, GEMM shapes), not durations, so a trace can be replayed on another cluster.  Collectives are
+listed once, with their group and per-peer byte matrix, and referenced by one op on each rank.
+:func:`trace_to_dict` / :func:`trace_from_dict` are the file schema (``docs/traces.md``).
+
+The iteration, per rank (streams: ``compute``, ``a2a`` and ``allreduce``, each in order):
+
+1. ``input_a2a`` — sparse indices and lengths to the table owners (all-to-allv);
+2. ``emb_fwd`` — pooled lookups of the local tables for the global batch (TW) or local batch (DP);
+3. ``pooled_a2a`` — pooled embeddings back to the samples' ranks; bottom MLP runs meanwhile;
+4. interaction (dot / concat / DCN), top MLP, loss;
+5. backward: top-MLP dgrad + wgrad per layer, interaction backward, ``grad_a2a`` of embedding
+   gradients, bottom-MLP backward, ``emb_bwd`` fused with the row-wise optimizer update;
+6. dense gradients all-reduced in buckets of ``BUCKET_BYTES`` as backward produces them (PyTorch
+   DDP: 25 MiB, a tensor larger than that is a bucket of its own); DP tables' gradients join the
+   last bucket; ``dense_opt`` waits for every bucket.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from zionsim.errors import InputError
+from zionsim.plan import Plan
+from zionsim.workload import DTYPE_BYTES, WorkloadSpec, row_bytes
+
+SCHEMA = "zionsim.trace/1"
+STREAMS = ("compute", "a2a", "allreduce")
+COMPUTE_KINDS = ("gemm", "embedding_fwd", "embedding_bwd", "memory")
+KINDS = COMPUTE_KINDS + ("collective",)
+CATEGORIES = (
+    "embedding",
+    "gemm",
+    "interaction",
+    "optimizer",
+    "all_to_all",
+    "all_reduce",
+    "reduce_scatter",
+    "all_gather",
+    "host_transfer",
+    "sync",
+)
+#: PyTorch DDP's default bucket_cap_mb (torch.nn.parallel.DistributedDataParallel docs)
+BUCKET_BYTES = 25 * 2**20
+
+
+@dataclass(frozen=True, slots=True)
+class Op:
+    id: int
+    rank: int
+    name: str
+    kind: str
+    category: str
+    stream: str
+    deps: tuple[int, ...]
+    args: dict
+
+
+@dataclass(frozen=True)
+class Collective:
+    """One collective instance: op, ranks (trace rank indices), size, optional byte matrix."""
+
+    id: int
+    op: str
+    ranks: np.ndarray
+    size_bytes: float
+    matrix: np.ndarray | None = None
+
+
+@dataclass
+class Trace:
+    ranks: int
+    ops: list[Op]
+    collectives: list[Collective]
+    meta: dict = field(default_factory=dict)
+
+    def by_rank(self) -> list[list[Op]]:
+        out: list[list[Op]] = [[] for _ in range(self.ranks)]
+        for op in self.ops:
+            out[op.rank].append(op)
+        return out
+
+
+class _Builder:
+    def __init__(self, ranks: int):
+        self.ranks, self.ops, self.colls = ranks, [], []
+
+    def op(self, rank, name, kind, category, stream, deps=(), **args) -> int:
+        i = len(self.ops)
+        self.ops.append(
+            Op(i, rank, name, kind, category, stream, tuple(d for d in deps if d is not None), args)
+        )
+        return i
+
+    def collective(self, op, size, matrix=None, ranks=None) -> int:
+        ranks = np.arange(self.ranks) if ranks is None else ranks
+        self.colls.append(Collective(len(self.colls), op, ranks, float(size), matrix))
+        return len(self.colls) - 1
+
+
+def lower(w: WorkloadSpec, plan: Plan, ranks: int, fused: bool = True) -> Trace:
+    """One training iteration of ``w`` under ``plan`` on ``ranks`` GPUs."""
+    b = _Builder(ranks)
+    B, G = w.batch_per_gpu, w.batch_per_gpu * ranks
+    comm_b = DTYPE_BYTES[w.precision["communication"]]
+    dt = w.precision["dense"]
+    owner = plan.owner()
+    tw = [t for t in w.tables if owner[t.index] >= 0]
+    dp = [t for t in w.tables if owner[t.index] < 0]
+    per_rank = [[t for t in tw if owner[t.index] == r] for r in range(ranks)]
+    idx = np.array([sum(B * (t.pooling + 1) * w.index_bytes for t in ts) for ts in per_rank])
+    pooled = np.array([sum(B * t.dim * comm_b for t in ts) for ts in per_rank])
+    c_in = b.collective("all_to_all", idx.sum(), np.tile(idx, (ranks, 1)))
+    c_pool = b.collective("all_to_all", pooled.sum(), np.tile(pooled[:, None], (1, ranks)))
+    c_grad = b.collective("all_to_all", pooled.sum(), np.tile(pooled, (ranks, 1)))
+    buckets = _buckets(w, dp)
+    c_ar = [b.collective("all_reduce", n * comm_b) for n, _ in buckets]
+    for r in range(ranks):
+        _lower_rank(b, w, r, per_rank[r], dp, B, G, dt, fused, c_in, c_pool, c_grad, c_ar, buckets)
+    meta = {"workload": w.name, "plan": plan.name, "global_batch": G, "fused": fused}
+    return Trace(ranks, b.ops, b.colls, meta)
+
+
+def _emb_args(w, tables, batch):
+    lookups = sum(batch * t.pooling for t in tables)
+    rb = [row_bytes(t.dim, w.precision["embedding"]) for t in tables]
+    mean_rb = (
+        sum(batch * t.pooling * x for t, x in zip(tables, rb, strict=True)) / lookups
+        if lookups
+        else 0.0
+    )
+    return {"lookups": float(lookups), "row_bytes": float(mean_rb), "tables": len(tables)}
+
+
+def _lower_rank(b, w, r, mine, dp, B, G, dt, fused, c_in, c_pool, c_grad, c_ar, buckets):
+    coll = lambda name, c, cat, stream, deps=(): b.op(  # noqa: E731
+        r, name, "collective", cat, stream, deps, coll=c
+    )
+    gemm = lambda name, m, n, k, deps=(), cat="gemm": b.op(  # noqa: E731
+        r, name, "gemm", cat, "compute", deps, m=m, n=n, k=k, dtype=dt
+    )
+    comm_b = DTYPE_BYTES[w.precision["communication"]]
+    a_in = coll("input_a2a", c_in, "all_to_all", "a2a")
+    emb = _emb_args(w, mine, G)
+    emb_dp = _emb_args(w, dp, B)
+    e_args = {
+        "lookups": emb["lookups"] + emb_dp["lookups"],
+        "row_bytes": max(emb["row_bytes"], emb_dp["row_bytes"]),
+        "tables": emb["tables"] + emb_dp["tables"],
+        "fused": fused,
+        "out_bytes": float(
+            sum(G * t.dim for t in mine) * comm_b + sum(B * t.dim for t in dp) * comm_b
+        ),
+    }
+    e_fwd = b.op(r, "emb_fwd", "embedding_fwd", "embedding", "compute", (a_in,), **e_args)
+    a_pool = coll("pooled_a2a", c_pool, "all_to_all", "a2a", (e_fwd,))
+    last = None
+    for i, (k, n) in enumerate(w.bottom_layers()):
+        last = gemm(f"bottom_fwd{i}", B, n, k)
+    x = _interaction(b, w, r, B, dt, (last, a_pool), "fwd")
+    for i, (k, n) in enumerate(w.top_layers()):
+        x = gemm(f"top_fwd{i}", B, n, k, (x,))
+    x = b.op(r, "loss", "memory", "interaction", "compute", (x,), nbytes=float(16 * B))
+    grads_done: dict[str, int] = {}
+    for i, (k, n) in reversed(list(enumerate(w.top_layers()))):
+        wg = gemm(f"top_wgrad{i}", k, n, B, (x,))
+        grads_done[f"top{i}"] = wg
+        x = gemm(f"top_dgrad{i}", B, k, n, (x,))
+    x = _interaction(b, w, r, B, dt, (x,), "bwd")
+    a_grad = coll("grad_a2a", c_grad, "all_to_all", "a2a", (x,))
+    for i, (k, n) in reversed(list(enumerate(w.bottom_layers()))):
+        wg = gemm(f"bottom_wgrad{i}", k, n, B, (x,))
+        grads_done[f"bottom{i}"] = wg
+        if i > 0:
+            x = gemm(f"bottom_dgrad{i}", B, k, n, (x,))
+    e_bwd = b.op(
+        r,
+        "emb_bwd",
+        "embedding_bwd",
+        "embedding",
+        "compute",
+        (a_grad,),
+        optimizer=w.optimizer["embedding"],
+        **{k: v for k, v in e_args.items() if k != "out_bytes"},
+    )
+    ars = []
+    for j, ((_, members), c) in enumerate(zip(buckets, c_ar, strict=True)):
+        ready = [grads_done.get(m, e_bwd) for m in members]
+        ars.append(coll(f"allreduce{j}", c, "all_reduce", "allreduce", tuple(ready)))
+    from zionsim.workload import DENSE_OPTIMIZERS
+
+    state = DENSE_OPTIMIZERS[w.optimizer["dense"]]
+    b.op(
+        r,
+        "dense_opt",
+        "memory",
+        "optimizer",
+        "compute",
+        tuple(ars) + (e_bwd,),
+        nbytes=float(w.dense_params * 4 * (3 + 2 * state)),
+    )
+
+
+def _interaction(b, w, r, B, dt, deps, phase):
+    """Interaction ops (forward, or backward at twice the forward work); returns the last op."""
+    d, n_feat = w.bottom_mlp[-1], len(w.tables) + 1
+    name = f"interaction_{phase}"
+    reps = 1 if phase == "fwd" else 2
+    if w.interaction == "dot":
+        x = None
+        for i in range(reps):  # batched F×d · d×F products: B·F rows against F columns
+            x = b.op(
+                r,
+                f"{name}{i}",
+                "gemm",
+                "interaction",
+                "compute",
+                deps if i == 0 else (x,),
+                m=B * n_feat,
+                n=n_feat,
+                k=d,
+                dtype=dt,
+            )
+        return x
+    width = d + w.embedding_width
+    if w.interaction == "concat":
+        return b.op(
+            r,
+            name,
+            "memory",
+            "interaction",
+            "compute",
+            deps,
+            nbytes=float(2 * 4 * B * width * reps),
+        )
+    x = None
+    for layer in range(w.dcn_layers):
+        for i in range(reps):
+            x = b.op(
+                r,
+                f"{name}_l{layer}_v{i}",
+                "gemm",
+                "interaction",
+                "compute",
+                deps if x is None else (x,),
+                m=B,
+                n=w.dcn_low_rank,
+                k=width,
+                dtype=dt,
+            )
+            x = b.op(
+                r,
+                f"{name}_l{layer}_w{i}",
+                "gemm",
+                "interaction",
+                "compute",
+                (x,),
+                m=B,
+                n=width,
+                k=w.dcn_low_rank,
+                dtype=dt,
+            )
+        x = b.op(
+            r,
+            f"{name}_l{layer}_mul",
+            "memory",
+            "interaction",
+            "compute",
+            (x,),
+            nbytes=float(3 * 4 * B * width * reps),
+        )
+    return x
+
+
+def _buckets(w: WorkloadSpec, dp) -> list[tuple[int, list[str]]]:
+    """DDP buckets in backward order: (parameters, [layer keys whose gradients fill it])."""
+    layers = [(f"top{i}", k * n + n) for i, (k, n) in reversed(list(enumerate(w.top_layers())))]
+    if w.interaction == "dcn":
+        n = w.bottom_mlp[-1] + w.embedding_width
+        layers.append(("dcn", w.dcn_layers * (2 * n * w.dcn_low_rank + n)))
+    layers += [
+        (f"bottom{i}", k * n + n) for i, (k, n) in reversed(list(enumerate(w.bottom_layers())))
+    ]
+    layers += [(f"dp_{t.name}", t.rows * t.dim) for t in dp]
+    cap = BUCKET_BYTES // 4
+    out, cur, members = [], 0, []
+    for key, params in layers:
+        cur += params
+        members.append(key)
+        if cur >= cap:
+            out.append((cur, members))
+            cur, members = 0, []
+    if members:
+        out.append((cur, members))
+    return out
+
+
+# ------------------------------------------------------------------------------ file schema
+def trace_to_dict(trace: Trace) -> dict:
+    """The trace as plain JSON-able data (schema ``zionsim.trace/1``)."""
+    return {
+        "schema": SCHEMA,
+        "ranks": trace.ranks,
+        "meta": trace.meta,
+        "collectives": [
+            {
+                "id": c.id,
+                "op": c.op,
+                "ranks": c.ranks.tolist(),
+                "size_bytes": c.size_bytes,
+                "matrix": None if c.matrix is None else c.matrix.tolist(),
+            }
+            for c in trace.collectives
+        ],
+        "ops": [
+            {
+                "id": o.id,
+                "rank": o.rank,
+                "name": o.name,
+                "kind": o.kind,
+                "category": o.category,
+                "stream": o.stream,
+                "deps": list(o.deps),
+                "args": o.args,
+            }
+            for o in trace.ops
+        ],
+    }
+
+
+def trace_from_dict(data: dict, file: str = "<trace>") -> Trace:
+    """Validate and load a trace mapping; errors name the file, the op and the field."""
+
+    def err(field_, problem, allowed=None):
+        return InputError(problem, file=file, field=field_, allowed=allowed)
+
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+        raise err(
+            "schema",
+            f"expected {SCHEMA!r}, got {data.get('schema') if isinstance(data, dict) else data!r}",
+        )
+    ranks = data.get("ranks")
+    if not isinstance(ranks, int) or ranks < 1:
+        raise err("ranks", f"expected a positive integer, got {ranks!r}")
+    colls = []
+    for i, c in enumerate(data.get("collectives") or []):
+        if c.get("id") != i:
+            raise err(f"collectives[{i}].id", f"expected {i}, got {c.get('id')!r}")
+        from zionsim.collectives import OPS
+
+        if c.get("op") not in OPS:
+            raise err(f"collectives[{i}].op", f"unknown collective {c.get('op')!r}", ", ".join(OPS))
+        group = np.asarray(c.get("ranks", []), dtype=np.int64)
+        if len(group) == 0 or group.min() < 0 or group.max() >= ranks:
+            raise err(f"collectives[{i}].ranks", f"ranks must be in 0..{ranks - 1}")
+        matrix = c.get("matrix")
+        colls.append(
+            Collective(
+                i,
+                c["op"],
+                group,
+                float(c.get("size_bytes", 0)),
+                None if matrix is None else np.asarray(matrix, dtype=float),
+            )
+        )
+    ops = []
+    for i, o in enumerate(data.get("ops") or []):
+        where = f"ops[{i}]"
+        if o.get("id") != i:
+            raise err(f"{where}.id", f"expected {i}, got {o.get('id')!r}")
+        if o.get("kind") not in KINDS:
+            raise err(f"{where}.kind", f"unknown op kind {o.get('kind')!r}", ", ".join(KINDS))
+        if o.get("stream") not in STREAMS:
+            raise err(f"{where}.stream", f"unknown stream {o.get('stream')!r}", ", ".join(STREAMS))
+        if o.get("category") not in CATEGORIES:
+            raise err(
+                f"{where}.category",
+                f"unknown category {o.get('category')!r}",
+                ", ".join(CATEGORIES),
+            )
+        rank = o.get("rank")
+        if not isinstance(rank, int) or not 0 <= rank < ranks:
+            raise err(f"{where}.rank", f"rank must be in 0..{ranks - 1}, got {rank!r}")
+        deps = tuple(o.get("deps") or ())
+        for d in deps:
+            if not isinstance(d, int) or not 0 <= d < i:
+                raise err(
+                    f"{where}.deps",
+                    f"dependency {d!r} does not name an earlier op",
+                    f"ids 0..{i - 1}",
+                )
+            if data["ops"][d]["rank"] != rank:
+                raise err(
+                    f"{where}.deps",
+                    f"dependency {d} is on rank {data['ops'][d]['rank']}, "
+                    f"not {rank} (cross-rank order goes through collectives)",
+                )
+        args = dict(o.get("args") or {})
+        if o["kind"] == "collective":
+            c = args.get("coll")
+            if not isinstance(c, int) or not 0 <= c < len(colls):
+                raise err(
+                    f"{where}.args.coll", f"unknown collective {c!r}", f"ids 0..{len(colls) - 1}"
+                )
+        ops.append(
+            Op(
+                i,
+                rank,
+                str(o.get("name", f"op{i}")),
+                o["kind"],
+                o["category"],
+                o["stream"],
+                deps,
+                args,
+            )
+        )
+    return Trace(ranks, ops, colls, dict(data.get("meta") or {}))
