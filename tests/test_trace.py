@@ -62,12 +62,15 @@ def test_round_trip_equals_in_memory():
     assert trace_to_dict(back) == trace_to_dict(tr)
 
 
-@pytest.mark.parametrize("edit, field", [
-    (lambda d: d["ops"][3].update(kind="teleport"), "ops[3].kind"),
-    (lambda d: d["ops"][5].update(deps=[77]), "ops[5].deps"),
-    (lambda d: d["ops"][0]["args"].update(coll=99), "ops[0].args.coll"),
-    (lambda d: d.update(schema="other/9"), "schema"),
-])
+@pytest.mark.parametrize(
+    "edit, field",
+    [
+        (lambda d: d["ops"][3].update(kind="teleport"), "ops[3].kind"),
+        (lambda d: d["ops"][5].update(deps=[77]), "ops[5].deps"),
+        (lambda d: d["ops"][0]["args"].update(coll=99), "ops[0].args.coll"),
+        (lambda d: d.update(schema="other/9"), "schema"),
+    ],
+)
 def test_broken_traces_are_clear_errors(edit, field):
     """Unknown op kinds, broken dependencies and dangling collectives name the field."""
     _, tr = _tiny_trace()

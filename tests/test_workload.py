@@ -10,8 +10,7 @@ from zionsim.workload import load_workload
 
 def test_required_workloads_ship():
     """The six workloads of the brief are built in."""
-    need = {"tiny", "mlperf_dlrm", "mlperf_dlrm_dcnv2", "neo_model_a", "neo_model_i",
-            "neo_model_f"}
+    need = {"tiny", "mlperf_dlrm", "mlperf_dlrm_dcnv2", "neo_model_a", "neo_model_i", "neo_model_f"}
     assert need <= set(builtin_names("workloads"))
 
 
@@ -35,14 +34,17 @@ def test_overrides():
     assert (w.precision["embedding"], w.batch_per_gpu) == ("fp16", 64)
 
 
-@pytest.mark.parametrize("edit, field", [
-    (lambda d: d.pop("top_mlp"), "top_mlp"),
-    (lambda d: d["precision"].update(embedding="fp64"), "precision.embedding"),
-    (lambda d: d["tables"][1].update(rows=-5), "tables[1].rows"),
-    (lambda d: d.update(batch_per_gpu=0), "batch_per_gpu"),
-    (lambda d: d["interaction"].update(kind="attention"), "interaction.kind"),
-    (lambda d: d["tables"][0].update(dim=8), "tables"),
-])
+@pytest.mark.parametrize(
+    "edit, field",
+    [
+        (lambda d: d.pop("top_mlp"), "top_mlp"),
+        (lambda d: d["precision"].update(embedding="fp64"), "precision.embedding"),
+        (lambda d: d["tables"][1].update(rows=-5), "tables[1].rows"),
+        (lambda d: d.update(batch_per_gpu=0), "batch_per_gpu"),
+        (lambda d: d["interaction"].update(kind="attention"), "interaction.kind"),
+        (lambda d: d["tables"][0].update(dim=8), "tables"),
+    ],
+)
 def test_malformed_workloads(tmp_path, edit, field):
     """Malformed workloads give an error naming the file and the field."""
     from zionsim.config import builtin_dir

@@ -113,6 +113,15 @@ def simulate_trace(
             if mine:
                 env.process(run.stream(rank, mine, iterations))
     env.run()
+    if len(rec.ops) != iterations * len(trace.ops):
+        stuck = {o.id for o in trace.ops} - {op for it, op, *_ in rec.ops if it == 0}
+        first = trace.ops[min(stuck)] if stuck else trace.ops[-1]
+        raise InputError(
+            f"the trace stalls: op {first.id} ({first.name}, rank {first.rank}) "
+            "never runs; a collective is missing a member's op or a dependency "
+            "can never finish",
+            field=f"ops[{first.id}]",
+        )
     rec.network, rec.sim_time_s, rec.events = net.stats, env.now, env.events_scheduled
     return rec
 
@@ -121,13 +130,15 @@ class _Run:
     def __init__(self, env, net, cluster, trace, rec, model):
         self.env, self.net, self.cluster, self.trace, self.rec = env, net, cluster, trace, rec
         self.model = model or nccl.load_model()
-        self.done: dict[tuple[int, int], simpy.Event] = {}
+        self.n_ops = len(trace.ops)
+        self.done: list[simpy.Event | None] = [None] * (rec.iterations * self.n_ops)
         self.prepared: dict[tuple, nccl.Prepared] = {}
 
     def _done(self, it: int, op_id: int) -> simpy.Event:
-        ev = self.done.get((it, op_id))
+        i = it * self.n_ops + op_id
+        ev = self.done[i]
         if ev is None:
-            ev = self.done[it, op_id] = self.env.event()
+            ev = self.done[i] = self.env.event()
         return ev
 
     def stream(self, rank: int, ops, iterations: int):

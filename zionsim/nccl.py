@@ -72,9 +72,13 @@ class CollectiveModel:
             return self
         return CollectiveModel(
             {a: {p: v * factor for p, v in d.items()} for a, d in self.base_s.items()},
-            {a: {hw: {p: v * factor for p, v in d.items()} for hw, d in t.items()}
-             for a, t in self.step_s.items()},
-            {p: v * factor for p, v in self.overhead_s.items()}, self.efficiency)
+            {
+                a: {hw: {p: v * factor for p, v in d.items()} for hw, d in t.items()}
+                for a, t in self.step_s.items()
+            },
+            {p: v * factor for p, v in self.overhead_s.items()},
+            self.efficiency,
+        )
 
 
 @lru_cache(maxsize=4)

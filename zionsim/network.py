@@ -133,6 +133,9 @@ class _Network:
         weight = np.ones(len(nbytes)) if weight is None else np.asarray(weight, dtype=float)
         latency_s = np.asarray(latency_s, dtype=float) * np.ones(len(nbytes))
         bid, event = self._new_batch(len(nbytes), float(nbytes.sum()), tag)
+        if len(nbytes) == 0:  # nothing to move: the batch is complete now
+            self._finish_batch(bid)
+            return event
         self._account(routes, nbytes)
         self._start(bid, routes, nbytes, latency_s, weight)
         return event

@@ -26,7 +26,13 @@ import numpy as np
 
 from zionsim.errors import InputError
 from zionsim.plan import Plan
-from zionsim.workload import DTYPE_BYTES, WorkloadSpec, row_bytes
+from zionsim.workload import (
+    DENSE_OPTIMIZERS,
+    DTYPE_BYTES,
+    EMBEDDING_OPTIMIZERS,
+    WorkloadSpec,
+    row_bytes,
+)
 
 SCHEMA = "zionsim.trace/1"
 STREAMS = ("compute", "a2a", "allreduce")
@@ -114,9 +120,11 @@ def lower(w: WorkloadSpec, plan: Plan, ranks: int, fused: bool = True) -> Trace:
     per_rank = [[t for t in tw if owner[t.index] == r] for r in range(ranks)]
     idx = np.array([sum(B * (t.pooling + 1) * w.index_bytes for t in ts) for ts in per_rank])
     pooled = np.array([sum(B * t.dim * comm_b for t in ts) for ts in per_rank])
-    c_in = b.collective("all_to_all", idx.sum(), np.tile(idx, (ranks, 1)))
-    c_pool = b.collective("all_to_all", pooled.sum(), np.tile(pooled[:, None], (1, ranks)))
-    c_grad = b.collective("all_to_all", pooled.sum(), np.tile(pooled, (ranks, 1)))
+    c_in = c_pool = c_grad = None
+    if tw:  # without remote tables there is nothing to exchange
+        c_in = b.collective("all_to_all", idx.sum(), np.tile(idx, (ranks, 1)))
+        c_pool = b.collective("all_to_all", pooled.sum(), np.tile(pooled[:, None], (1, ranks)))
+        c_grad = b.collective("all_to_all", pooled.sum(), np.tile(pooled, (ranks, 1)))
     buckets = _buckets(w, dp)
     c_ar = [b.collective("all_reduce", n * comm_b) for n, _ in buckets]
     for r in range(ranks):
@@ -137,9 +145,11 @@ def _emb_args(w, tables, batch):
 
 
 def _lower_rank(b, w, r, mine, dp, B, G, dt, fused, c_in, c_pool, c_grad, c_ar, buckets):
-    coll = lambda name, c, cat, stream, deps=(): b.op(  # noqa: E731
-        r, name, "collective", cat, stream, deps, coll=c
-    )
+    def coll(name, c, cat, stream, deps=()):
+        if c is None:
+            return None
+        return b.op(r, name, "collective", cat, stream, deps, coll=c)
+
     gemm = lambda name, m, n, k, deps=(), cat="gemm": b.op(  # noqa: E731
         r, name, "gemm", cat, "compute", deps, m=m, n=n, k=k, dtype=dt
     )
@@ -177,6 +187,17 @@ def _lower_rank(b, w, r, mine, dp, B, G, dt, fused, c_in, c_pool, c_grad, c_ar, 
         grads_done[f"bottom{i}"] = wg
         if i > 0:
             x = gemm(f"bottom_dgrad{i}", B, k, n, (x,))
+    per_el, per_row = EMBEDDING_OPTIMIZERS[w.optimizer["embedding"]]
+    tabs = mine + dp
+    state = (
+        (
+            sum(t.pooling * 4 * (per_el * t.dim + per_row) for t in tabs)
+            / sum(t.pooling for t in tabs)
+        )
+        if tabs
+        else 0.0
+    )
+    bwd_args = {k: v for k, v in e_args.items() if k != "out_bytes"}
     e_bwd = b.op(
         r,
         "emb_bwd",
@@ -185,14 +206,13 @@ def _lower_rank(b, w, r, mine, dp, B, G, dt, fused, c_in, c_pool, c_grad, c_ar, 
         "compute",
         (a_grad,),
         optimizer=w.optimizer["embedding"],
-        **{k: v for k, v in e_args.items() if k != "out_bytes"},
+        state_bytes_per_row=float(state),
+        **bwd_args,
     )
     ars = []
     for j, ((_, members), c) in enumerate(zip(buckets, c_ar, strict=True)):
         ready = [grads_done.get(m, e_bwd) for m in members]
         ars.append(coll(f"allreduce{j}", c, "all_reduce", "allreduce", tuple(ready)))
-    from zionsim.workload import DENSE_OPTIMIZERS
-
     state = DENSE_OPTIMIZERS[w.optimizer["dense"]]
     b.op(
         r,
@@ -418,4 +438,16 @@ def trace_from_dict(data: dict, file: str = "<trace>") -> Trace:
                 args,
             )
         )
+    members: dict[int, list[int]] = {}
+    for op in ops:
+        if op.kind == "collective":
+            members.setdefault(op.args["coll"], []).append(op.rank)
+    for c in colls:
+        got = sorted(members.get(c.id, []))
+        if got != sorted(c.ranks.tolist()):
+            raise err(
+                f"collectives[{c.id}].ranks",
+                f"members {sorted(c.ranks.tolist())[:8]} "
+                f"but ops on ranks {got[:8]}: each member needs exactly one op",
+            )
     return Trace(ranks, ops, colls, dict(data.get("meta") or {}))

@@ -7,6 +7,7 @@ where: the cluster is the topology and the placement of tables is the plan.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -79,12 +80,12 @@ class WorkloadSpec:
     file: str = ""
     raw: dict = field(default_factory=dict, compare=False, repr=False)
 
-    @property
+    @cached_property
     def embedding_width(self) -> int:
         """Sum of all table widths (elements)."""
         return sum(t.dim for t in self.tables)
 
-    @property
+    @cached_property
     def top_input_width(self) -> int:
         d, n_feat = self.bottom_mlp[-1], len(self.tables) + 1
         if self.interaction == "dot":
@@ -99,7 +100,7 @@ class WorkloadSpec:
     def bottom_layers(self) -> list[tuple[int, int]]:
         return list(zip(self.bottom_mlp[:-1], self.bottom_mlp[1:], strict=True))
 
-    @property
+    @cached_property
     def dense_params(self) -> int:
         """Weights and biases of both MLPs and the DCN layers."""
         mlp = sum(i * o + o for i, o in self.bottom_layers() + self.top_layers())
@@ -107,7 +108,7 @@ class WorkloadSpec:
         dcn = self.dcn_layers * (2 * n * self.dcn_low_rank + n) if self.interaction == "dcn" else 0
         return mlp + dcn
 
-    @property
+    @cached_property
     def embedding_params(self) -> int:
         return sum(t.rows * t.dim for t in self.tables)
 

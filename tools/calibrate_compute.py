@@ -1,0 +1,162 @@
+"""Refit the GEMM efficiency curves and the embedding access overhead in compute_model.yaml.
+
+    python tools/calibrate_compute.py      # prints the fits, rewrites the `fitted:` block
+
+GEMM, per architecture: ``eff = eff_max * x / (1 + x)``, ``x = (2mnk / (peak * half_time))^a``,
+inside the full ``gemm_time_s`` (launch and memory floor included); ``half_time`` and ``a``
+minimise the squared log error of the time over square FP16/BF16 GEMMs.  ``a`` is bounded by 1:
+with few output tiles, efficiency grows with the tiles in flight (~mn), not faster than the work.
+An unbounded fit of the H100 points (whose 1024^3 time, ~12 us, is close to an eager PyTorch
+dispatch) takes ``a`` ~ 3 and makes small GEMMs slower on H100 than on A100.
+
+* ampere: the four "A100 cuBLASLt FP16 m=n=k" rows of zionsim/data/reference/hardware.csv
+  (Azure AI-benchmarking-guide, ND_A100_v4) on `dgx_a100`'s GPU; ``eff_max`` = the row
+  "A100 BF16 matmul maximum achievable" / 312 TFLOP/s (stas00/ml-engineering).
+* hopper: ``eff_max`` = the row "H100 BF16 matmul maximum achievable" / 989 TFLOP/s; sizes from
+  zzc0721/torch-performance-test-data issue 79 (H100 80GB HBM3, torch.matmul BF16) on
+  `dgx_h100`'s GPU.
+* volta: no maximum-achievable figure, so ``eff_max`` is fitted too; sizes from
+  zzc0721/torch-performance-test-data issue 140 (Tesla V100-SXM2-16GB, torch.matmul FP16) on
+  `bigbasin`'s GPU (same 125 TFLOP/s and 900 GB/s as the 16 GB part).
+
+Embedding access overhead: the per-access bytes ``c`` such that the time per useful byte of
+``ceil32(b) + c`` over ``b`` reproduces TorchRec's planner penalties for FP32 rows (relative to
+128-dim = 512-byte rows): 1.15 at 64 dims (256 B), 1.75 at 32 dims (128 B).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from scipy.optimize import least_squares
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from zionsim import compute  # noqa: E402
+from zionsim.topology import load_topology  # noqa: E402
+
+MODEL_PATH = ROOT / "zionsim/data/compute_model.yaml"
+HARDWARE_CSV = ROOT / "zionsim/data/reference/hardware.csv"
+TOPOLOGY = {"volta": "bigbasin", "ampere": "dgx_a100", "hopper": "dgx_h100"}
+#: (m=n=k, TFLOP/s) measured outside hardware.csv, with their sources (see the docstring)
+EXTRA_POINTS = {
+    "hopper": ("bf16", [(1024, 176.62), (2048, 676.59), (4096, 788.72), (8192, 797.51)]),
+    "volta": ("fp16", [(1024, 57.30), (2048, 78.23), (4096, 95.73), (8192, 97.36)]),
+}
+#: provenance written above the fitted values
+FIT_NOTES = {
+    "ampere": "hardware.csv 'A100 cuBLASLt FP16 m=n=k' rows; eff_max = A100 max achievable/312",
+    "hopper": "zzc0721/torch-performance-test-data#79 BF16; eff_max = H100 max achievable/989",
+    "volta": "zzc0721/torch-performance-test-data#140 FP16 (V100-SXM2); eff_max fitted",
+}
+#: not fitted, printed as a check: FP32 / TF32 runs of the same two sources
+CROSS_CHECK = {
+    "volta": ("fp32", [(1024, 10.56), (2048, 12.71), (4096, 13.85), (8192, 14.38)]),
+    "hopper": ("tf32", [(1024, 119.60), (2048, 334.99), (4096, 402.15), (8192, 372.05)]),
+}
+#: TorchRec planner penalties: row bytes (FP32 rows) -> time per byte relative to 512-byte rows
+TORCHREC_PENALTY = {512: 1.0, 256: 1.15, 128: 1.75}
+
+
+def reference_points() -> dict[str, tuple[str, list[tuple[int, float]], float | None]]:
+    """Per architecture: (dtype, [(size, TFLOP/s)], eff_max or None when it is fitted)."""
+    ref = pd.read_csv(HARDWARE_CSV)
+    a100 = ref[ref["item"].str.startswith("A100 cuBLASLt FP16 m=n=k=")]
+    sizes = [int(re.search(r"m=n=k=(\d+)", s).group(1)) for s in a100["item"]]
+
+    def value(prefix: str) -> float:
+        return float(ref.loc[ref["item"].str.startswith(prefix), "value"].iloc[0])
+
+    return {
+        "ampere": ("fp16", list(zip(sizes, a100["value"], strict=True)), value("A100 BF16") / 312),
+        "hopper": (*EXTRA_POINTS["hopper"], value("H100 BF16 matmul") / 989),
+        "volta": (*EXTRA_POINTS["volta"], None),
+    }
+
+
+def measured_tflops(model, gpu, dtype: str, size: int) -> float:
+    """TFLOP/s the model gives a square GEMM of ``size``."""
+    return (
+        compute.gemm_flops(size, size, size)
+        / compute.gemm_time_s(gpu, size, size, size, dtype, model)
+        / 1e12
+    )
+
+
+def fit_gemm(model, arch: str, dtype: str, points, eff_max: float | None):
+    """The GemmFit minimising squared log error of time over ``points``."""
+    gpu = load_topology(TOPOLOGY[arch]).gpu
+    sizes, tflops = np.array([p[0] for p in points]), np.array([p[1] for p in points])
+
+    def fit_of(x):
+        e = eff_max if eff_max is not None else x[2]
+        return compute.GemmFit(e, 10 ** x[0], x[1])
+
+    def residuals(x):
+        m = model.with_gemm(arch, fit_of(x))
+        return [
+            math.log(measured_tflops(m, gpu, dtype, s) / t)
+            for s, t in zip(sizes, tflops, strict=True)
+        ]
+
+    x0, lo, hi = [-5.5, 0.5], [-8.0, 0.1], [-3.0, 1.0]
+    if eff_max is None:
+        x0, lo, hi = x0 + [float(tflops.max() / (gpu.flops[dtype] / 1e12))], lo + [0.3], hi + [1.0]
+    fit = fit_of(least_squares(residuals, x0, bounds=(lo, hi)).x)
+    return fit, gpu
+
+
+def fit_access_overhead(sector: float) -> float:
+    """Per-access bytes ``c`` reproducing TorchRec's block penalties (least squares in log)."""
+
+    def ratio(b, c):
+        return ((math.ceil(b / sector) * sector + c) / b) / ((512 + c) / 512)
+
+    res = least_squares(
+        lambda x: [math.log(ratio(b, x[0]) / p) for b, p in TORCHREC_PENALTY.items()],
+        [100.0],
+        bounds=([0.0], [2048.0]),
+    )
+    return float(res.x[0])
+
+
+def main() -> None:
+    model = compute.load_compute_model(str(MODEL_PATH))
+    lines = ["fitted:", "  gemm:", *[f"    # {arch}: {note}" for arch, note in FIT_NOTES.items()]]
+    for arch, (dtype, points, eff_max) in reference_points().items():
+        fit, gpu = fit_gemm(model, arch, dtype, points, eff_max)
+        model = model.with_gemm(arch, fit)
+        print(f"{arch}: {fit}")
+        check = [CROSS_CHECK[arch]] if arch in CROSS_CHECK else []
+        for dt, pts in [(dtype, points)] + check:
+            for size, t in pts:
+                got = measured_tflops(model, gpu, dt, size)
+                print(
+                    f"  {dt} {size:>5d}^3  measured {t:7.1f}  model {got:7.1f}  {got / t - 1:+6.1%}"
+                )
+        lines.append(
+            f"    {arch}: {{eff_max: {fit.eff_max:.4f}, half_time_us: {fit.half_time_s * 1e6:.3f}, "
+            f"exponent: {fit.exponent:.4f}}}"
+        )
+    c = fit_access_overhead(model.sector_bytes)
+    for b, p in TORCHREC_PENALTY.items():
+        got = ((math.ceil(b / 32) * 32 + c) / b) / ((512 + c) / 512)
+        print(f"  row {b:>4d} B  torchrec penalty {p:.2f}  model {got:.3f}")
+    lines.append(
+        "  # per-access overhead fitted to TorchRec's HALF/QUARTER_BLOCK_PENALTY (1.15, 1.75)"
+    )
+    lines.append(f"  access_overhead_bytes: {c:.1f}")
+    block = "\n".join(lines) + "\n"
+    text = re.sub(r"fitted:\n(  .*\n)+", block, MODEL_PATH.read_text())
+    MODEL_PATH.write_text(text)
+    print(block)
+
+
+if __name__ == "__main__":
+    main()
