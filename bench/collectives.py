@@ -12,10 +12,10 @@ them as arrays, a batch per collective phase, so they cost array passes rather t
 
 from __future__ import annotations
 
-import resource
-import subprocess
 import sys
 import time
+
+from _harness import peak_rss_mb, run_cases
 
 CASES = [(op, nodes) for nodes in (1, 16, 128) for op in ("all_to_all", "all_reduce")]
 
@@ -28,7 +28,7 @@ def run_case(op: str, nodes: int) -> str:
     cluster = Cluster.load("zionex", nodes=nodes)
     r = simulate_collective(cluster, op, 64 * 2**20)
     wall = time.perf_counter() - t0
-    rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    rss_mb = peak_rss_mb()
     return (
         f"case={op}_zionex_{nodes}n gpus={nodes * 8} wall_s={wall:.3f} "
         f"events={r.events} peak_rss_MB={rss_mb:.0f} flows={r.flows}"
@@ -38,12 +38,8 @@ def run_case(op: str, nodes: int) -> str:
 def main() -> None:
     if len(sys.argv) == 3:
         print(run_case(sys.argv[1], int(sys.argv[2])), flush=True)
-        return
-    for op, nodes in CASES:
-        out = subprocess.run(
-            [sys.executable, __file__, op, str(nodes)], capture_output=True, text=True
-        )
-        print(out.stdout.strip() or out.stderr.strip().splitlines()[-1], flush=True)
+    else:
+        run_cases(__file__, CASES)
 
 
 if __name__ == "__main__":

@@ -10,10 +10,10 @@ One line per case: ``case=<name> gpus=<N> wall_s=<x> events=<n> peak_rss_MB=<m>`
 
 from __future__ import annotations
 
-import resource
-import subprocess
 import sys
 import time
+
+from _harness import peak_rss_mb, run_cases
 
 ITERATIONS = 3
 CASES = (1, 16, 128)
@@ -36,7 +36,7 @@ def run_case(nodes: int) -> str:
     except CapacityError as exc:  # 1.6 TB of tables cannot sit in 8 GPUs' HBM without UVM
         return f'case=neo_model_a_zionex_{nodes}n gpus={nodes * 8} skipped="{exc.problem}"'
     wall = (time.perf_counter() - t0) / ITERATIONS
-    rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    rss_mb = peak_rss_mb()
     return (
         f"case=neo_model_a_zionex_{nodes}n gpus={nodes * 8} wall_s={wall:.3f} "
         f"events={r.timing['simpy_events']} peak_rss_MB={rss_mb:.0f}"
@@ -46,10 +46,8 @@ def run_case(nodes: int) -> str:
 def main() -> None:
     if len(sys.argv) == 2:
         print(run_case(int(sys.argv[1])), flush=True)
-        return
-    for nodes in CASES:
-        out = subprocess.run([sys.executable, __file__, str(nodes)], capture_output=True, text=True)
-        print(out.stdout.strip() or out.stderr.strip().splitlines()[-1], flush=True)
+    else:
+        run_cases(__file__, [(n,) for n in CASES])
 
 
 if __name__ == "__main__":

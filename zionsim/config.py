@@ -56,6 +56,21 @@ def load_yaml(name_or_path: str | Path, kind: str) -> tuple[dict, str]:
     return data, str(path)
 
 
+def load_with_overrides(
+    name_or_path: str | Path,
+    kind: str,
+    overrides: dict[str, Any] | list[str] | None,
+    defaults: dict[str, Any] | None = None,
+) -> tuple[dict, str]:
+    """:func:`load_yaml`, then optional top-level ``defaults``, then ``--set`` overrides."""
+    data, file = load_yaml(name_or_path, kind)
+    for key, value in (defaults or {}).items():
+        data.setdefault(key, value)
+    if isinstance(overrides, list):
+        overrides = dict(parse_override(o) for o in overrides)
+    return apply_overrides(data, overrides or {}, file), file
+
+
 def parse_override(text: str) -> tuple[str, Any]:
     """``"a.b=VALUE"`` → ``("a.b", value)``; the value is read as YAML (numbers stay numbers)."""
     if "=" not in text:

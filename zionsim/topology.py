@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from zionsim.config import Fields, apply_overrides, load_yaml, parse_override
+from zionsim.config import Fields, load_with_overrides
 
 DTYPES = ("fp32", "tf32", "fp16", "bf16", "int8", "fp8")
 SCALE_UP_KINDS = ("nvswitch", "mesh", "none")
@@ -137,11 +137,9 @@ def load_topology(
     >>> load_topology("zionex", nodes=2).gpus
     16
     """
-    data, file = load_yaml(name_or_path, "topologies")
-    data.setdefault("collectives", {"latency_scale": 1.0})
-    if isinstance(overrides, list):
-        overrides = dict(parse_override(o) for o in overrides)
-    data = apply_overrides(data, overrides or {}, file)
+    data, file = load_with_overrides(
+        name_or_path, "topologies", overrides, defaults={"collectives": {"latency_scale": 1.0}}
+    )
     if nodes is not None:
         data["nodes"] = nodes
     if gpus_per_node is not None:

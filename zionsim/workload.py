@@ -11,7 +11,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from zionsim.config import Fields, apply_overrides, load_yaml, parse_override
+from zionsim.config import Fields, load_with_overrides
 from zionsim.errors import InputError
 
 #: bytes per element of each precision (int8 rows carry a row-wise scale and bias, see
@@ -35,20 +35,7 @@ WORKLOAD_KEYS = {
     "interaction",
     "index_bytes",
 }
-TOP_KEYS = {
-    "name",
-    "description",
-    "references",
-    "batch_per_gpu",
-    "dense_features",
-    "precision",
-    "optimizer",
-    "tables",
-    "bottom_mlp",
-    "top_mlp",
-    "interaction",
-    "index_bytes",
-}
+TOP_KEYS = WORKLOAD_KEYS | {"name", "description", "references"}
 
 
 @dataclass(frozen=True)
@@ -130,10 +117,7 @@ def load_workload(
     >>> load_workload("tiny").top_input_width
     26
     """
-    data, file = load_yaml(name_or_path, "workloads")
-    if isinstance(overrides, list):
-        overrides = dict(parse_override(o) for o in overrides)
-    data = apply_overrides(data, overrides or {}, file)
+    data, file = load_with_overrides(name_or_path, "workloads", overrides)
     if batch_per_gpu is not None:
         data["batch_per_gpu"] = batch_per_gpu
     return workload_from_dict(data, file)
