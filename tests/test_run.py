@@ -145,12 +145,24 @@ def test_cli_run_writes_everything_deterministically(tmp_path):
     assert s["samples_per_s"] == pytest.approx(s["global_batch"] / s["iteration_time_s"])
 
 
-def test_neo_model_f_fails_with_capacity_error():
-    """Neo model F does not fit in HBM on 16 ZionEX nodes: one clear line, exit 2."""
-    r = _cli("run", "--workload", "neo_model_f", "--nodes", "16")
+def test_neo_model_f_too_big_for_two_nodes():
+    """Neo model F (24 TB) cannot fit 2 nodes' HBM and DRAM: one clear line, exit 2."""
+    r = _cli("run", "--workload", "neo_model_f", "--nodes", "2")
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert r.stderr.count("\n") == 1
-    assert "needs" in r.stderr and "GB of HBM" in r.stderr and "n0/gpu" in r.stderr
+    assert "needs" in r.stderr and "GB of host DRAM" in r.stderr and "node n0" in r.stderr
+
+
+def test_hbm_capacity_error_names_gpu(tmp_path):
+    """A plan file pinning a too-large table in HBM names the GPU, bytes needed and available."""
+    plan = tmp_path / "p.yaml"
+    plan.write_text(
+        "name: pinned\ntables:\n"
+        + "".join(f"- {{table: t{i:02d}, sharding: TW, ranks: [0]}}\n" for i in range(26))
+    )
+    r = _cli("run", "--workload", "mlperf_dlrm_dcnv2", "--nodes", "2", "--plan", str(plan))
+    assert r.returncode == 2 and r.stderr.count("\n") == 1
+    assert "n0/gpu0 needs" in r.stderr and "GB of HBM" in r.stderr and "has 40.0 GB" in r.stderr
 
 
 def test_global_batch_option(tmp_path):

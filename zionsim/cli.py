@@ -55,21 +55,17 @@ def build_parser() -> argparse.ArgumentParser:
     for name, helptext in (
         ("run", "simulate DLRM training iterations"),
         ("trace", "write (or import) the trace of one iteration"),
+        ("plan", "shard the tables of a workload and show the plan"),
     ):
         p = sub.add_parser(name, help=helptext)
         _common(p)
         p.add_argument("--workload", default=DEFAULT_WORKLOAD, help="built-in name or YAML path")
-        p.add_argument("--plan", default="auto", help="auto (default plan) or a plan YAML")
+        p.add_argument(
+            "--plan", default="auto", help="auto (greedy planner), round_robin, or a plan YAML"
+        )
         p.add_argument("--batch-per-gpu", type=int, default=None)
         p.add_argument("--global-batch", type=int, default=None)
         p.add_argument("--unfused", action="store_true", help="per-table embedding kernels")
-        p.add_argument(
-            "--set-workload",
-            action="append",
-            default=[],
-            metavar="PATH=VALUE",
-            help=argparse.SUPPRESS,
-        )
         if name == "run":
             p.add_argument(
                 "--trace",
@@ -84,8 +80,11 @@ def build_parser() -> argparse.ArgumentParser:
                 "--out", default=None, help="result folder (default results/runs/<name>)"
             )
             p.add_argument("--no-plot", action="store_true", help="skip breakdown.png")
-        else:
+        elif name == "trace":
             p.add_argument("--out", required=True, help="trace file to write (.json)")
+        else:
+            p.add_argument("--planner", default=None, help="greedy (default) or round_robin")
+            p.add_argument("--out", default=None, help="write the plan as YAML")
     return parser
 
 
@@ -176,13 +175,19 @@ def _run_inputs(args):
                 "give --batch-per-gpu or --global-batch, not both", field="--global-batch"
             )
         w = with_global_batch(w, args.global_batch, len(cluster.gpus))
-    if args.plan != "auto":
-        raise InputError(
-            f"plan files arrive with the sharding-plan issue; got {args.plan!r}",
-            field="--plan",
-            allowed="auto",
-        )
     return cluster, w
+
+
+def _plan(args, cluster, w):
+    """The plan named by ``--plan``: a planner (auto = greedy) or a plan YAML file."""
+    from zionsim.planner import PLANNERS
+
+    name = {"auto": "greedy"}.get(args.plan, args.plan)
+    if name in PLANNERS:
+        return PLANNERS[name](cluster, w)
+    from zionsim.io import read_plan
+
+    return read_plan(args.plan, w, len(cluster.gpus), cluster.spec.gpus_per_node)
 
 
 def cmd_run(args) -> int:
@@ -208,6 +213,7 @@ def cmd_run(args) -> int:
         result = simulate_run(
             cluster,
             w,
+            _plan(args, cluster, w),
             iterations=args.iterations,
             warmup=args.warmup,
             fidelity=args.fidelity,
@@ -232,13 +238,40 @@ def cmd_trace(args) -> int:
     from zionsim.run import build_trace
 
     cluster, w = _run_inputs(args)
-    trace, _ = build_trace(cluster, w, fused=not args.unfused)
+    trace, _ = build_trace(cluster, w, _plan(args, cluster, w), fused=not args.unfused)
     write_trace(args.out, trace)
     print(
         f"wrote {args.out} ({len(trace.ops)} ops, {len(trace.collectives)} collectives, "
         f"{trace.ranks} ranks)",
         file=sys.stderr,
     )
+    return 0
+
+
+def cmd_plan(args) -> int:
+    from zionsim.planner import plan_costs
+
+    cluster, w = _run_inputs(args)
+    if args.planner:
+        args.plan = args.planner
+    plan = _plan(args, cluster, w)
+    rows, totals = plan_costs(cluster, w, plan)
+    if args.format == "json":
+        print(to_json({"plan": plan.name, "tables": rows, "per_gpu": totals}), end="")
+    elif args.format == "csv":
+        print(format_rows(rows, "csv"), end="")
+    else:
+        shown = sorted(rows, key=lambda r: -r["estimated_s"])[:20]
+        print(format_rows(shown), end="")
+        if len(rows) > len(shown):
+            print(f"... {len(rows) - len(shown)} more tables (--format csv lists all)")
+        print()
+        print(format_mapping({"plan": plan.name, **totals}), end="")
+    if args.out:
+        from zionsim.io import write_plan
+
+        write_plan(args.out, plan, w)
+        print(f"wrote {args.out}", file=sys.stderr)
     return 0
 
 
@@ -268,6 +301,7 @@ def format_run_summary(s: dict) -> str:
 COMMANDS = {
     "run": cmd_run,
     "trace": cmd_trace,
+    "plan": cmd_plan,
     "topology": cmd_topology,
     "collective": cmd_collective,
 }

@@ -62,7 +62,7 @@ def op_durations(cluster, trace: Trace, model: compute.ComputeModel | None = Non
     cache: dict[tuple, float] = {}
     out = np.zeros(len(trace.ops))
     for op in trace.ops:
-        if op.kind == "collective":
+        if op.kind in ("collective", "transfer"):
             continue
         key = (op.kind, tuple(sorted(op.args.items())))
         if key not in cache:
@@ -153,10 +153,28 @@ class _Run:
                 start = env.now
                 if op.kind == "collective":
                     yield self._arrive(it, op.args["coll"], rank)
+                elif op.kind == "transfer":
+                    yield self._host_transfer(it, rank, op.args)
                 elif dur[op.id] > 0:
                     yield env.timeout(dur[op.id])
                 rows.append((it, op.id, free, start, env.now))
                 self._done(it, op.id).succeed()
+
+    def _host_transfer(self, it: int, rank: int, args: dict) -> simpy.Event:
+        """UVM traffic: a flow between the GPU and the host DRAM nearest to it."""
+        r = self.cluster.router
+        gpu = int(self.cluster.gpus[rank])
+        host = self._nearest_dram(gpu)
+        src, dst = (host, gpu) if args["direction"] == "h2d" else (gpu, host)
+        routes = r.routes(np.array([src]), np.array([dst]))
+        return self.net.transfer(
+            routes, np.array([args["nbytes"]]), r.latency(routes), tag=("host", it, rank)
+        )
+
+    def _nearest_dram(self, gpu: int) -> int:
+        r, node = self.cluster.router, gpu // self.cluster.router.per_node
+        drams = [r.local("dram", node, s) for s in range(self.cluster.spec.host.sockets)]
+        return min(drams, key=lambda d: (len(r.path_names(gpu, d)), d))
 
     def _arrive(self, it: int, cid: int, rank: int) -> simpy.Event:
         key = (it, cid)

@@ -150,3 +150,23 @@ def read_trace(path: str | Path):
     except json.JSONDecodeError as exc:
         raise InputError(f"not valid JSON (line {exc.lineno})", file=str(p)) from None
     return trace_from_dict(data, str(p))
+
+
+def write_plan(path: str | Path, plan, workload) -> None:
+    """A plan YAML (``docs/plans.md``), written atomically."""
+    import yaml
+
+    from zionsim.plan import plan_to_dict
+
+    write_atomic(
+        path, yaml.safe_dump(plan_to_dict(plan, workload), sort_keys=False, default_flow_style=None)
+    )
+
+
+def read_plan(path: str | Path, workload, gpus: int, gpus_per_node: int):
+    """Load and validate a plan YAML against the workload and the cluster."""
+    from zionsim.config import load_yaml
+    from zionsim.plan import plan_from_dict
+
+    data, file = load_yaml(path, "plans")
+    return plan_from_dict(data, workload, gpus, gpus_per_node, file)

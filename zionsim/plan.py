@@ -22,9 +22,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from zionsim.errors import CapacityError
-from zionsim.workload import DENSE_OPTIMIZERS, EMBEDDING_OPTIMIZERS, WorkloadSpec, row_bytes
+from zionsim.workload import DENSE_OPTIMIZERS, WorkloadSpec, row_bytes
 
 SHARDINGS = ("TW", "RW", "CW", "TWRW", "DP")
+TIERS = ("hbm", "uvm")
 #: tables at most this large are replicated (DP) by the default plan: below ~1 MiB the
 #: all-to-all traffic of a remote table costs more than all-reducing its gradient (assumption)
 DP_MAX_BYTES = 2**20
@@ -39,6 +40,7 @@ class Shard:
     kind: str
     ranks: tuple[int, ...]
     tier: str = "hbm"
+    cache_fraction: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -69,31 +71,42 @@ def default_plan(w: WorkloadSpec, gpus: int) -> Plan:
     return Plan("round_robin", tuple(shards[t.index] for t in w.tables))
 
 
-def memory_by_rank(w: WorkloadSpec, plan: Plan, gpus: int) -> dict[str, np.ndarray]:
-    """Bytes per rank of each kind in :data:`MEMORY_KINDS` (assumptions 1–3)."""
-    per_el, per_row = EMBEDDING_OPTIMIZERS[w.optimizer["embedding"]]
-    emb, emb_opt = np.zeros(gpus), np.zeros(gpus)
-    for s in plan.shards:
-        t = w.tables[s.table]
-        share = 1.0 if s.kind == "DP" else 1.0 / len(s.ranks)
-        rows = t.rows * share
-        for r in s.ranks:
-            emb[r] += rows * row_bytes(t.dim, w.precision["embedding"])
-            emb_opt[r] += 4 * rows * (per_el * t.dim + per_row)
+def memory_by_rank(
+    w: WorkloadSpec, plan: Plan, gpus: int, gpus_per_node: int = 8, zipf_alpha: float = 1.0
+) -> dict[str, np.ndarray]:
+    """HBM bytes per rank of each kind in :data:`MEMORY_KINDS` (assumptions 1–3), plus
+    ``host_dram`` (rows of UVM shards kept in host memory, per rank)."""
+    from zionsim.sharding import layout
+
+    lay = layout(w, plan, gpus, gpus_per_node, zipf_alpha)
     dense = np.full(gpus, 4.0 * w.dense_params * (2 + DENSE_OPTIMIZERS[w.optimizer["dense"]]))
     widths = sum(o for _, o in w.bottom_layers() + w.top_layers()) + w.top_input_width
     act = 4.0 * w.batch_per_gpu * (widths + 2 * w.embedding_width)
     return {
-        "embedding": emb,
-        "embedding_optimizer": emb_opt,
+        "embedding": lay.hbm_bytes,
+        "embedding_optimizer": lay.hbm_state_bytes,
         "dense": dense,
         "activations": np.full(gpus, act),
+        "host_dram": lay.dram_bytes,
     }
+
+
+def check_host_fits(host_dram: np.ndarray, dram_bytes_per_node: float, gpus_per_node: int) -> None:
+    """Raise :class:`CapacityError` if a node's host DRAM cannot hold its UVM shards."""
+    per_node = host_dram.reshape(-1, gpus_per_node).sum(axis=1)
+    worst = int(np.argmax(per_node))
+    if per_node[worst] > dram_bytes_per_node:
+        raise CapacityError(
+            f"node n{worst} needs {per_node[worst] / 1e9:.1f} GB of host DRAM for UVM tables but "
+            f"has {dram_bytes_per_node / 1e9:.1f} GB",
+            field="plan",
+            allowed="more nodes, fewer UVM tables, or a smaller embedding precision",
+        )
 
 
 def check_fits(memory: dict[str, np.ndarray], hbm_bytes: float, gpu_names: list[str]) -> None:
     """Raise :class:`CapacityError` for the first GPU whose HBM the plan overflows."""
-    total = sum(memory.values())
+    total = sum(memory[k] for k in MEMORY_KINDS)
     worst = int(np.argmax(total))
     if total[worst] > hbm_bytes:
         parts = ", ".join(f"{k} {memory[k][worst] / 1e9:.1f} GB" for k in MEMORY_KINDS)
@@ -104,3 +117,82 @@ def check_fits(memory: dict[str, np.ndarray], hbm_bytes: float, gpu_names: list[
             allowed="a plan that fits: more GPUs, a smaller embedding precision, or "
             "host-memory (UVM) placement once supported",
         )
+
+
+# ------------------------------------------------------------------------------ plan files
+def plan_to_dict(plan: Plan, w: WorkloadSpec) -> dict:
+    """A plan as plain data (the plan YAML schema, ``docs/plans.md``)."""
+    rows = []
+    for sh in plan.shards:
+        row = {"table": w.tables[sh.table].name, "sharding": sh.kind}
+        if sh.kind in ("TW", "CW", "TWRW"):
+            row["ranks"] = list(sh.ranks)
+        if sh.tier != "hbm":
+            row["tier"] = sh.tier
+            row["cache_fraction"] = sh.cache_fraction
+        rows.append(row)
+    return {"name": plan.name, "workload": w.name, "tables": rows}
+
+
+def plan_from_dict(
+    data: dict, w: WorkloadSpec, gpus: int, gpus_per_node: int, file: str = "<plan>"
+) -> Plan:
+    """Validate a plan mapping against the workload and cluster; errors name file and field."""
+    from zionsim.config import Fields
+
+    f = Fields(data, file)
+    f.check_keys({"name", "workload", "tables", "description"})
+    items = f.raw("tables")
+    if not isinstance(items, list):
+        raise f.error("tables", "expected a list with one entry per table")
+    index = {t.name: t.index for t in w.tables}
+    shards: dict[int, Shard] = {}
+    for i, item in enumerate(items):
+        e = Fields(item, file, f"tables[{i}]")
+        e.check_keys({"table", "sharding", "ranks", "node", "tier", "cache_fraction"})
+        name = e.raw("table")
+        if name not in index:
+            raise e.error(
+                "table",
+                f"no table {name!r} in workload {w.name!r}",
+                allowed=", ".join(list(index)[:5]) + (", ..." if len(index) > 5 else ""),
+            )
+        if index[name] in shards:
+            raise e.error("table", f"table {name!r} is placed twice")
+        kind = e.choice("sharding", SHARDINGS)
+        ranks = _plan_ranks(e, kind, gpus, gpus_per_node)
+        tier = e.choice("tier", TIERS, "hbm")
+        frac = e.quantity("cache_fraction", "fraction", 0.0, strict=False)
+        if frac > 1.0:
+            raise e.error("cache_fraction", f"must be in [0, 1], got {frac:g}")
+        if kind == "CW" and len(ranks) > w.tables[index[name]].dim:
+            raise e.error("ranks", "more column slices than the table has columns")
+        shards[index[name]] = Shard(index[name], kind, ranks, tier, frac)
+    missing = [t.name for t in w.tables if t.index not in shards]
+    if missing:
+        raise f.error("tables", f"{len(missing)} table(s) not placed, first {missing[0]!r}")
+    return Plan(str(f.raw("name", "plan")), tuple(shards[t.index] for t in w.tables))
+
+
+def _plan_ranks(e, kind: str, gpus: int, g: int) -> tuple[int, ...]:
+    if kind in ("RW", "DP"):
+        return tuple(range(gpus))
+    if kind == "TWRW" and "node" in e.data:
+        node = e.integer("node", minimum=0)
+        if node >= gpus // g:
+            raise e.error("node", f"node {node} does not exist", allowed=f"0..{gpus // g - 1}")
+        return tuple(range(node * g, (node + 1) * g))
+    ranks = e.raw("ranks")
+    if (
+        not isinstance(ranks, list)
+        or not ranks
+        or not all(isinstance(r, int) and not isinstance(r, bool) and 0 <= r < gpus for r in ranks)
+    ):
+        raise e.error("ranks", f"expected a list of ranks in 0..{gpus - 1}, got {ranks!r}")
+    if len(set(ranks)) != len(ranks):
+        raise e.error("ranks", "a rank appears twice")
+    if kind == "TW" and len(ranks) != 1:
+        raise e.error("ranks", "table-wise sharding takes exactly one rank")
+    if kind == "TWRW" and len({r // g for r in ranks}) != 1:
+        raise e.error("ranks", "table-row-wise ranks must all be on one node")
+    return tuple(ranks)

@@ -161,20 +161,28 @@ class Analysis:
         )
         spans = self.rec.network.spans if self.rec.network else []
         if spans:
+            colls = self.trace.collectives
+
+            def label(tag):
+                if tag[0] == "host":
+                    return tag[1], f"uvm_rank{tag[2]}", "host_transfer"
+                return tag[0], f"coll{tag[1]}", colls[tag[1]].op
+
+            labels = [label(t) for t, *_ in spans]
             net = pd.DataFrame(
                 {
-                    "iteration": [t[0] for t, *_ in spans],
+                    "iteration": [x[0] for x in labels],
                     "rank": -1,
                     "stream": "network",
-                    "name": [f"coll{t[1]}" for t, *_ in spans],
+                    "name": [x[1] for x in labels],
                     "kind": "flows",
-                    "category": [self.trace.collectives[t[1]].op for t, *_ in spans],
+                    "category": [x[2] for x in labels],
                     "start_s": [s[1] for s in spans],
                     "end_s": [s[2] for s in spans],
                     "wait_s": 0.0,
+                    "bytes": [s[3] for s in spans],
                 }
             )
-            net["bytes"] = [s[3] for s in spans]
             df = pd.concat([df, net], ignore_index=True)
         if "bytes" not in df:
             df["bytes"] = 0.0

@@ -13,7 +13,14 @@ from dataclasses import dataclass
 import pandas as pd
 
 from zionsim.engine import simulate_trace
-from zionsim.plan import MEMORY_KINDS, Plan, check_fits, default_plan, memory_by_rank
+from zionsim.plan import (
+    MEMORY_KINDS,
+    Plan,
+    check_fits,
+    check_host_fits,
+    default_plan,
+    memory_by_rank,
+)
 from zionsim.results import Analysis, links_table, perfetto
 from zionsim.trace import Trace, lower
 from zionsim.workload import WorkloadSpec
@@ -36,23 +43,20 @@ class RunResult:
 def build_trace(
     cluster, workload: WorkloadSpec, plan: Plan | None = None, fused: bool = True
 ) -> tuple[Trace, pd.DataFrame]:
-    """The iteration trace and the per-GPU memory table, after the capacity check."""
-    gpus = len(cluster.gpus)
+    """The iteration trace and the per-GPU memory table, after the capacity checks."""
+    gpus, g = len(cluster.gpus), cluster.spec.gpus_per_node
     plan = plan or default_plan(workload, gpus)
-    mem = memory_by_rank(workload, plan, gpus)
+    mem = memory_by_rank(workload, plan, gpus, g, workload.zipf_alpha)
     names = [cluster.router.device_name(int(d)) for d in cluster.gpus]
     check_fits(mem, cluster.spec.gpu.hbm_bytes, names)
+    check_host_fits(mem["host_dram"], cluster.spec.host.dram_bytes, g)
     table = pd.DataFrame(
-        {
-            "rank": range(gpus),
-            "gpu": names,
-            "tier": "hbm",
-            **{f"{k}_bytes": mem[k] for k in MEMORY_KINDS},
-        }
+        {"rank": range(gpus), "gpu": names, **{f"{k}_bytes": mem[k] for k in MEMORY_KINDS}}
     )
-    table["total_bytes"] = sum(mem.values())
-    table["capacity_bytes"] = cluster.spec.gpu.hbm_bytes
-    return lower(workload, plan, gpus, fused), table
+    table["hbm_bytes"] = sum(mem[k] for k in MEMORY_KINDS)
+    table["hbm_capacity_bytes"] = cluster.spec.gpu.hbm_bytes
+    table["host_dram_bytes"] = mem["host_dram"]
+    return lower(workload, plan, gpus, fused, g, workload.zipf_alpha), table
 
 
 def simulate_run(
@@ -155,8 +159,9 @@ def _memory_summary(memory: pd.DataFrame) -> dict:
     if memory.empty:
         return {}
     return {
-        "hbm_bytes_max": float(memory["total_bytes"].max()),
-        "hbm_bytes_mean": float(memory["total_bytes"].mean()),
-        "hbm_capacity_bytes": float(memory["capacity_bytes"].iloc[0]),
+        "hbm_bytes_max": float(memory["hbm_bytes"].max()),
+        "hbm_bytes_mean": float(memory["hbm_bytes"].mean()),
+        "hbm_capacity_bytes": float(memory["hbm_capacity_bytes"].iloc[0]),
+        "host_dram_bytes_max": float(memory["host_dram_bytes"].max()),
         **{f"{k}_bytes_max": float(memory[f"{k}_bytes"].max()) for k in MEMORY_KINDS},
     }

@@ -26,18 +26,17 @@ import numpy as np
 
 from zionsim.errors import InputError
 from zionsim.plan import Plan
+from zionsim.sharding import layout
 from zionsim.workload import (
     DENSE_OPTIMIZERS,
     DTYPE_BYTES,
-    EMBEDDING_OPTIMIZERS,
     WorkloadSpec,
-    row_bytes,
 )
 
 SCHEMA = "zionsim.trace/1"
 STREAMS = ("compute", "a2a", "allreduce")
 COMPUTE_KINDS = ("gemm", "embedding_fwd", "embedding_bwd", "memory")
-KINDS = COMPUTE_KINDS + ("collective",)
+KINDS = COMPUTE_KINDS + ("collective", "transfer")
 CATEGORIES = (
     "embedding",
     "gemm",
@@ -108,111 +107,146 @@ class _Builder:
         return len(self.colls) - 1
 
 
-def lower(w: WorkloadSpec, plan: Plan, ranks: int, fused: bool = True) -> Trace:
+def lower(
+    w: WorkloadSpec,
+    plan: Plan,
+    ranks: int,
+    fused: bool = True,
+    gpus_per_node: int | None = None,
+    zipf_alpha: float = 1.0,
+) -> Trace:
     """One training iteration of ``w`` under ``plan`` on ``ranks`` GPUs."""
+    g = gpus_per_node or ranks
+    lay = layout(w, plan, ranks, g, zipf_alpha)
     b = _Builder(ranks)
-    B, G = w.batch_per_gpu, w.batch_per_gpu * ranks
-    comm_b = DTYPE_BYTES[w.precision["communication"]]
-    dt = w.precision["dense"]
-    owner = plan.owner()
-    tw = [t for t in w.tables if owner[t.index] >= 0]
-    dp = [t for t in w.tables if owner[t.index] < 0]
-    per_rank = [[t for t in tw if owner[t.index] == r] for r in range(ranks)]
-    idx = np.array([sum(B * (t.pooling + 1) * w.index_bytes for t in ts) for ts in per_rank])
-    pooled = np.array([sum(B * t.dim * comm_b for t in ts) for ts in per_rank])
-    c_in = c_pool = c_grad = None
-    if tw:  # without remote tables there is nothing to exchange
-        c_in = b.collective("all_to_all", idx.sum(), np.tile(idx, (ranks, 1)))
-        c_pool = b.collective("all_to_all", pooled.sum(), np.tile(pooled[:, None], (1, ranks)))
-        c_grad = b.collective("all_to_all", pooled.sum(), np.tile(pooled, (ranks, 1)))
-    buckets = _buckets(w, dp)
-    c_ar = [b.collective("all_reduce", n * comm_b) for n, _ in buckets]
+    c: dict = {}
+    if lay.input_matrix.any():
+        c["in"] = b.collective("all_to_all", lay.input_matrix.sum(1).max(), lay.input_matrix)
+    if lay.pooled_matrix.any():
+        pm = lay.pooled_matrix
+        c["pool"] = b.collective("all_to_all", pm.sum(1).max(), pm)
+        c["grad"] = b.collective("all_to_all", pm.T.sum(1).max(), pm.T.copy())
+    if lay.rw_bytes:
+        c["rs"] = b.collective("reduce_scatter", lay.rw_bytes)
+        c["ag"] = b.collective("all_gather", lay.rw_bytes)
+    for node, size in sorted(lay.twrw_rs.items()):
+        members = np.arange(node * g, (node + 1) * g)
+        c["twrw_rs", node] = b.collective("reduce_scatter", size, ranks=members)
+        c["twrw_ag", node] = b.collective("all_gather", size, ranks=members)
+    if lay.twrw_matrix.any():
+        tm = lay.twrw_matrix
+        for j in range(g):
+            rail = np.arange(ranks // g) * g + j
+            c["twrw_a2a", j] = b.collective("all_to_all", tm.sum(1).max(), tm, ranks=rail)
+            c["twrw_a2a_bwd", j] = b.collective(
+                "all_to_all", tm.T.sum(1).max(), tm.T.copy(), ranks=rail
+            )
+    buckets = _buckets(w, lay.dp_params)
+    c_ar = [
+        b.collective("all_reduce", n * DTYPE_BYTES[w.precision["communication"]])
+        for n, _ in buckets
+    ]
     for r in range(ranks):
-        _lower_rank(b, w, r, per_rank[r], dp, B, G, dt, fused, c_in, c_pool, c_grad, c_ar, buckets)
-    meta = {"workload": w.name, "plan": plan.name, "global_batch": G, "fused": fused}
+        _lower_rank(b, w, r, r // g, r % g, lay, fused, c, c_ar, buckets)
+    meta = {
+        "workload": w.name,
+        "plan": plan.name,
+        "global_batch": w.batch_per_gpu * ranks,
+        "fused": fused,
+    }
     return Trace(ranks, b.ops, b.colls, meta)
 
 
-def _emb_args(w, tables, batch):
-    lookups = sum(batch * t.pooling for t in tables)
-    rb = [row_bytes(t.dim, w.precision["embedding"]) for t in tables]
-    mean_rb = (
-        sum(batch * t.pooling * x for t, x in zip(tables, rb, strict=True)) / lookups
-        if lookups
-        else 0.0
-    )
-    return {"lookups": float(lookups), "row_bytes": float(mean_rb), "tables": len(tables)}
+def _lower_rank(b, w, r, node, local, lay, fused, c, c_ar, buckets):
+    B, dt = w.batch_per_gpu, w.precision["dense"]
 
-
-def _lower_rank(b, w, r, mine, dp, B, G, dt, fused, c_in, c_pool, c_grad, c_ar, buckets):
-    def coll(name, c, cat, stream, deps=()):
-        if c is None:
+    def coll(name, key, cat, stream, deps=()):
+        if key not in c:
             return None
-        return b.op(r, name, "collective", cat, stream, deps, coll=c)
+        return b.op(r, name, "collective", cat, stream, deps, coll=c[key])
 
-    gemm = lambda name, m, n, k, deps=(), cat="gemm": b.op(  # noqa: E731
-        r, name, "gemm", cat, "compute", deps, m=m, n=n, k=k, dtype=dt
-    )
-    comm_b = DTYPE_BYTES[w.precision["communication"]]
-    a_in = coll("input_a2a", c_in, "all_to_all", "a2a")
-    emb = _emb_args(w, mine, G)
-    emb_dp = _emb_args(w, dp, B)
+    def gemm(name, m, n, k, deps=()):
+        return b.op(r, name, "gemm", "gemm", "compute", deps, m=m, n=n, k=k, dtype=dt)
+
+    def host(name, direction, deps):
+        if lay.host_bytes[r] <= 0:
+            return None
+        return b.op(
+            r,
+            name,
+            "transfer",
+            "host_transfer",
+            "compute",
+            deps,
+            direction=direction,
+            nbytes=float(lay.host_bytes[r]),
+        )
+
+    a_in = coll("input_a2a", "in", "all_to_all", "a2a")
+    h2d = host("uvm_read", "h2d", (a_in,))
+    n_look = float(lay.lookups[r])
     e_args = {
-        "lookups": emb["lookups"] + emb_dp["lookups"],
-        "row_bytes": max(emb["row_bytes"], emb_dp["row_bytes"]),
-        "tables": emb["tables"] + emb_dp["tables"],
+        "lookups": n_look,
+        "tables": int(lay.tables[r]),
         "fused": fused,
-        "out_bytes": float(
-            sum(G * t.dim for t in mine) * comm_b + sum(B * t.dim for t in dp) * comm_b
-        ),
+        "row_bytes": float(lay.lookup_bytes[r] / n_look) if n_look else 0.0,
     }
-    e_fwd = b.op(r, "emb_fwd", "embedding_fwd", "embedding", "compute", (a_in,), **e_args)
-    a_pool = coll("pooled_a2a", c_pool, "all_to_all", "a2a", (e_fwd,))
+    e_fwd = b.op(
+        r,
+        "emb_fwd",
+        "embedding_fwd",
+        "embedding",
+        "compute",
+        (a_in, h2d),
+        out_bytes=float(lay.out_bytes[r]),
+        **e_args,
+    )
+    outs = [
+        coll("pooled_a2a", "pool", "all_to_all", "a2a", (e_fwd,)),
+        coll("rw_reduce_scatter", "rs", "reduce_scatter", "a2a", (e_fwd,)),
+    ]
+    rs = coll("twrw_reduce_scatter", ("twrw_rs", node), "reduce_scatter", "a2a", (e_fwd,))
+    outs.append(coll("twrw_a2a", ("twrw_a2a", local), "all_to_all", "a2a", (rs or e_fwd,)))
     last = None
     for i, (k, n) in enumerate(w.bottom_layers()):
         last = gemm(f"bottom_fwd{i}", B, n, k)
-    x = _interaction(b, w, r, B, dt, (last, a_pool), "fwd")
+    x = _interaction(b, w, r, B, dt, (last, *outs), "fwd")
     for i, (k, n) in enumerate(w.top_layers()):
         x = gemm(f"top_fwd{i}", B, n, k, (x,))
     x = b.op(r, "loss", "memory", "interaction", "compute", (x,), nbytes=float(16 * B))
     grads_done: dict[str, int] = {}
     for i, (k, n) in reversed(list(enumerate(w.top_layers()))):
-        wg = gemm(f"top_wgrad{i}", k, n, B, (x,))
-        grads_done[f"top{i}"] = wg
+        grads_done[f"top{i}"] = gemm(f"top_wgrad{i}", k, n, B, (x,))
         x = gemm(f"top_dgrad{i}", B, k, n, (x,))
     x = _interaction(b, w, r, B, dt, (x,), "bwd")
-    a_grad = coll("grad_a2a", c_grad, "all_to_all", "a2a", (x,))
+    backs = [
+        coll("grad_a2a", "grad", "all_to_all", "a2a", (x,)),
+        coll("rw_all_gather", "ag", "all_gather", "a2a", (x,)),
+    ]
+    tb = coll("twrw_a2a_bwd", ("twrw_a2a_bwd", local), "all_to_all", "a2a", (x,))
+    backs += [tb, coll("twrw_all_gather", ("twrw_ag", node), "all_gather", "a2a", (tb,))]
     for i, (k, n) in reversed(list(enumerate(w.bottom_layers()))):
-        wg = gemm(f"bottom_wgrad{i}", k, n, B, (x,))
-        grads_done[f"bottom{i}"] = wg
+        grads_done[f"bottom{i}"] = gemm(f"bottom_wgrad{i}", k, n, B, (x,))
         if i > 0:
             x = gemm(f"bottom_dgrad{i}", B, k, n, (x,))
-    per_el, per_row = EMBEDDING_OPTIMIZERS[w.optimizer["embedding"]]
-    tabs = mine + dp
-    state = (
-        (
-            sum(t.pooling * 4 * (per_el * t.dim + per_row) for t in tabs)
-            / sum(t.pooling for t in tabs)
-        )
-        if tabs
-        else 0.0
-    )
-    bwd_args = {k: v for k, v in e_args.items() if k != "out_bytes"}
     e_bwd = b.op(
         r,
         "emb_bwd",
         "embedding_bwd",
         "embedding",
         "compute",
-        (a_grad,),
+        tuple(backs),
         optimizer=w.optimizer["embedding"],
-        state_bytes_per_row=float(state),
-        **bwd_args,
+        state_bytes_per_row=float(lay.state_bytes[r] / n_look) if n_look else 0.0,
+        **e_args,
     )
+    d2h = host("uvm_write", "d2h", (e_bwd,))
     ars = []
-    for j, ((_, members), c) in enumerate(zip(buckets, c_ar, strict=True)):
-        ready = [grads_done.get(m, e_bwd) for m in members]
-        ars.append(coll(f"allreduce{j}", c, "all_reduce", "allreduce", tuple(ready)))
+    for j, ((_, members), cid) in enumerate(zip(buckets, c_ar, strict=True)):
+        ready = tuple(grads_done.get(m, e_bwd) for m in members)
+        ars.append(
+            b.op(r, f"allreduce{j}", "collective", "all_reduce", "allreduce", ready, coll=cid)
+        )
     state = DENSE_OPTIMIZERS[w.optimizer["dense"]]
     b.op(
         r,
@@ -220,7 +254,7 @@ def _lower_rank(b, w, r, mine, dp, B, G, dt, fused, c_in, c_pool, c_grad, c_ar, 
         "memory",
         "optimizer",
         "compute",
-        tuple(ars) + (e_bwd,),
+        (*ars, e_bwd, d2h),
         nbytes=float(w.dense_params * 4 * (3 + 2 * state)),
     )
 
@@ -296,7 +330,7 @@ def _interaction(b, w, r, B, dt, deps, phase):
     return x
 
 
-def _buckets(w: WorkloadSpec, dp) -> list[tuple[int, list[str]]]:
+def _buckets(w: WorkloadSpec, dp_params: int) -> list[tuple[int, list[str]]]:
     """DDP buckets in backward order: (parameters, [layer keys whose gradients fill it])."""
     layers = [(f"top{i}", k * n + n) for i, (k, n) in reversed(list(enumerate(w.top_layers())))]
     if w.interaction == "dcn":
@@ -305,7 +339,8 @@ def _buckets(w: WorkloadSpec, dp) -> list[tuple[int, list[str]]]:
     layers += [
         (f"bottom{i}", k * n + n) for i, (k, n) in reversed(list(enumerate(w.bottom_layers())))
     ]
-    layers += [(f"dp_{t.name}", t.rows * t.dim) for t in dp]
+    if dp_params:
+        layers.append(("dp_tables", dp_params))
     cap = BUCKET_BYTES // 4
     out, cur, members = [], 0, []
     for key, params in layers:
@@ -420,6 +455,11 @@ def trace_from_dict(data: dict, file: str = "<trace>") -> Trace:
                     f"not {rank} (cross-rank order goes through collectives)",
                 )
         args = dict(o.get("args") or {})
+        if o["kind"] == "transfer" and (
+            args.get("direction") not in ("h2d", "d2h")
+            or not isinstance(args.get("nbytes"), int | float)
+        ):
+            raise err(f"{where}.args", "a transfer needs direction (h2d or d2h) and nbytes")
         if o["kind"] == "collective":
             c = args.get("coll")
             if not isinstance(c, int) or not 0 <= c < len(colls):

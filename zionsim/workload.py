@@ -25,6 +25,7 @@ EMBEDDING_OPTIMIZERS = {"sgd": (0, 0), "adagrad": (1, 0), "rowwise_adagrad": (0,
 DENSE_OPTIMIZERS = {"sgd": 0, "adagrad": 1, "adam": 2, "lamb": 2}
 INTERACTIONS = ("dot", "concat", "dcn")
 WORKLOAD_KEYS = {
+    "zipf_alpha",
     "batch_per_gpu",
     "dense_features",
     "precision",
@@ -64,6 +65,8 @@ class WorkloadSpec:
     dcn_layers: int = 0
     dcn_low_rank: int = 0
     index_bytes: int = 8
+    #: skew of row accesses (Zipf exponent), for the HBM cache of UVM tables (``cache.py``)
+    zipf_alpha: float = 1.0
     file: str = ""
     raw: dict = field(default_factory=dict, compare=False, repr=False)
 
@@ -155,6 +158,7 @@ def workload_from_dict(data: dict, file: str = "<workload>") -> WorkloadSpec:
         dcn_layers=inter.integer("layers") if kind == "dcn" else 0,
         dcn_low_rank=inter.integer("low_rank") if kind == "dcn" else 0,
         index_bytes=f.integer("index_bytes", 8),
+        zipf_alpha=f.quantity("zipf_alpha", "fraction", 1.0, strict=False),
         file=file,
         raw=data,
     )
