@@ -181,3 +181,17 @@ def test_events_have_positive_durations():
     """Every recorded span ends at or after it starts."""
     ev = _run().events
     assert (np.asarray(ev.duration_s) >= 0).all()
+
+
+def test_neo_model_f_runs_through_uvm_on_16_nodes():
+    """Neo model F on 16 ZionEX nodes runs, with host transfers on its critical path."""
+    c = Cluster.load("zionex", nodes=16)
+    w = load_workload("neo_model_f")
+    from zionsim.planner import PLANNERS
+
+    plan = PLANNERS["greedy"](c, w)
+    assert any(s.tier == "uvm" for s in plan.shards)
+    s = simulate_run(c, w, plan, iterations=2, warmup=1).summary
+    assert s["breakdown_s"]["host_transfer"] > 0
+    assert s["memory"]["host_dram_bytes_max"] > 0
+    assert s["memory"]["hbm_bytes_max"] <= c.spec.gpu.hbm_bytes
