@@ -165,3 +165,75 @@ def _memory_summary(memory: pd.DataFrame) -> dict:
         "host_dram_bytes_max": float(memory["host_dram_bytes"].max()),
         **{f"{k}_bytes_max": float(memory[f"{k}_bytes"].max()) for k in MEMORY_KINDS},
     }
+
+
+#: run options shared by ``zionsim run``, sweeps (``base:``/``grid:``) and ``run_point``
+RUN_OPTIONS = (
+    "topology",
+    "workload",
+    "nodes",
+    "gpus_per_node",
+    "plan",
+    "sync",
+    "sync_every",
+    "iterations",
+    "warmup",
+    "batch_per_gpu",
+    "global_batch",
+    "seed",
+    "fidelity",
+    "fused",
+)
+
+
+def run_point(options: dict) -> RunResult:
+    """One run from a flat mapping of run options plus ``topology.*`` / ``workload.*`` paths.
+
+    >>> run_point({"topology": "zionex", "nodes": 1, "workload": "tiny"}).summary["gpus"]
+    8
+    """
+    from zionsim.cluster import Cluster
+    from zionsim.errors import InputError
+    from zionsim.planner import PLANNERS
+    from zionsim.workload import load_workload, with_global_batch
+
+    topo_sets = [f"{k[9:]}={v}" for k, v in options.items() if k.startswith("topology.")]
+    work_sets = [f"{k[9:]}={v}" for k, v in options.items() if k.startswith("workload.")]
+    unknown = sorted(k for k in options if "." not in k and k not in RUN_OPTIONS)
+    if unknown:
+        raise InputError(
+            f"unknown run option {unknown[0]!r}",
+            field=unknown[0],
+            allowed=", ".join(RUN_OPTIONS) + ", topology.PATH, workload.PATH",
+        )
+    cluster = Cluster.load(
+        options.get("topology", "zionex"),
+        nodes=options.get("nodes"),
+        gpus_per_node=options.get("gpus_per_node"),
+        overrides=topo_sets,
+    )
+    w = load_workload(
+        options.get("workload", "neo_model_a"),
+        overrides=work_sets,
+        batch_per_gpu=options.get("batch_per_gpu"),
+    )
+    if options.get("global_batch") is not None:
+        w = with_global_batch(w, int(options["global_batch"]), len(cluster.gpus))
+    plan_name = {"auto": "greedy"}.get(options.get("plan", "auto"), options.get("plan", "auto"))
+    if plan_name in PLANNERS:
+        plan = PLANNERS[plan_name](cluster, w)
+    else:
+        from zionsim.io import read_plan
+
+        plan = read_plan(plan_name, w, len(cluster.gpus), cluster.spec.gpus_per_node)
+    extra = {k: options[k] for k in ("sync", "sync_every") if options.get(k) is not None}
+    return simulate_run(
+        cluster,
+        w,
+        plan,
+        iterations=int(options.get("iterations", 3)),
+        warmup=int(options.get("warmup", 1)),
+        fidelity=options.get("fidelity", "flow"),
+        fused=bool(options.get("fused", True)),
+        **extra,
+    )
