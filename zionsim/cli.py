@@ -74,6 +74,20 @@ def build_parser() -> argparse.ArgumentParser:
                 help="replay a trace file instead of lowering the workload",
             )
             p.add_argument("--iterations", type=int, default=3)
+            p.add_argument(
+                "--sync",
+                default=None,
+                help="allreduce (default), foreground-ma|bmuf|easgd, shadow-ma|bmuf|easgd",
+            )
+            p.add_argument("--sync-every", type=int, default=None, help="foreground: every K")
+            p.add_argument("--sync-servers", type=int, default=None, help="EASGD servers")
+            p.add_argument(
+                "--sync-period",
+                type=float,
+                default=None,
+                help="shadow: minimum seconds between a trainer's rounds",
+            )
+            p.add_argument("--sync-trainer", default=None, choices=("rank", "node"))
             p.add_argument("--warmup", type=int, default=1)
             p.add_argument("--fidelity", default="flow", choices=("flow", "analytic"))
             p.add_argument(
@@ -218,6 +232,11 @@ def cmd_run(args) -> int:
             warmup=args.warmup,
             fidelity=args.fidelity,
             fused=not args.unfused,
+            sync=args.sync,
+            sync_every=args.sync_every,
+            sync_servers=args.sync_servers,
+            sync_period_s=args.sync_period,
+            sync_trainer=args.sync_trainer,
         )
     s = result.summary
     name = f"{s['workload']}_{s['topology']}_{s['nodes']}n"
@@ -295,6 +314,22 @@ def format_run_summary(s: dict) -> str:
         for k, v in s["breakdown_s"].items()
         if v > 0 or s["busy_s"].get(k, 0.0) > 0
     ]
+    sync = s.get("sync") or {}
+    if sync.get("mode", "allreduce") != "allreduce":
+        gap = sync["sync_gap_iterations"]
+        head.update(
+            {
+                "sync": f"{sync['mode']} (every {sync['every']})"
+                if sync["mode"].startswith("foreground")
+                else sync["mode"],
+                "sync_rounds_per_trainer": round(sync["rounds_per_trainer"], 2),
+                "sync_gap_iterations": "n/a"
+                if gap["mean"] is None
+                else f"mean {gap['mean']:.2f} p50 {gap['p50']:.1f} p95 {gap['p95']:.1f}",
+                "sync_bytes_GB": round(sync["sync_bytes"] / 1e9, 3),
+                "foreground_slowdown_pct": round(100 * sync["foreground_slowdown"], 2),
+            }
+        )
     return format_mapping(head) + "\n" + format_rows(rows)
 
 

@@ -23,6 +23,7 @@ from zionsim import compute, nccl
 from zionsim.errors import InputError
 from zionsim.network import NetworkStats, make_network
 from zionsim.simulate import CountingEnvironment
+from zionsim.sync import server_devices
 from zionsim.trace import STREAMS, Trace
 
 
@@ -54,6 +55,8 @@ class RunRecords:
     network: NetworkStats | None = None
     sim_time_s: float = 0.0
     events: int = 0
+    #: background (ShadowSync) rounds: (trainer rank, start, end, iteration at start, at end)
+    sync_rounds: list[tuple[int, float, float, int, int]] = field(default_factory=list)
 
 
 def op_durations(cluster, trace: Trace, model: compute.ComputeModel | None = None) -> np.ndarray:
@@ -95,6 +98,7 @@ def simulate_trace(
     fidelity: str = "flow",
     compute_model: compute.ComputeModel | None = None,
     collective_model: nccl.CollectiveModel | None = None,
+    sync_traffic: bool = True,
 ) -> RunRecords:
     """Run ``iterations`` iterations of ``trace`` on ``cluster``; return the records."""
     if trace.ranks != len(cluster.gpus):
@@ -106,12 +110,16 @@ def simulate_trace(
     env = CountingEnvironment()
     net = make_network(fidelity, env, cluster.router.capacity_Bps)
     rec = RunRecords(trace, iterations, op_durations(cluster, trace, compute_model))
-    run = _Run(env, net, cluster, trace, rec, collective_model)
+    run = _Run(env, net, cluster, trace, rec, collective_model, sync_traffic)
     for rank, ops in enumerate(trace.by_rank()):
         for stream in STREAMS:
             mine = [op for op in ops if op.stream == stream]
             if mine:
                 env.process(run.stream(rank, mine, iterations))
+    sync = trace.meta.get("sync") or {}
+    if sync.get("mode", "allreduce").startswith("shadow") and sync_traffic:
+        for rank in range(trace.ranks):
+            env.process(run.background(rank, sync))
     env.run()
     if len(rec.ops) != iterations * len(trace.ops):
         stuck = {o.id for o in trace.ops} - {op for it, op, *_ in rec.ops if it == 0}
@@ -127,9 +135,14 @@ def simulate_trace(
 
 
 class _Run:
-    def __init__(self, env, net, cluster, trace, rec, model):
+    def __init__(self, env, net, cluster, trace, rec, model, sync_traffic=True):
         self.env, self.net, self.cluster, self.trace, self.rec = env, net, cluster, trace, rec
         self.model = model or nccl.load_model()
+        self.sync_traffic = sync_traffic
+        self.iteration = [0] * trace.ranks  # iterations each rank's compute stream finished
+        self.progress = [env.event() for _ in range(trace.ranks)]  # fires at each such end
+        self.computing = sum(1 for r in trace.by_rank() if any(o.stream == "compute" for o in r))
+        self.rounds: dict[tuple[int, int], CollectiveRecord] = {}
         self.n_ops = len(trace.ops)
         self.done: list[simpy.Event | None] = [None] * (rec.iterations * self.n_ops)
         self.prepared: dict[tuple, nccl.Prepared] = {}
@@ -151,7 +164,9 @@ class _Run:
                     if not ev.triggered:
                         yield ev
                 start = env.now
-                if op.kind == "collective":
+                if self._skipped(op, it):
+                    pass
+                elif op.kind == "collective":
                     yield self._arrive(it, op.args["coll"], rank)
                 elif op.kind == "transfer":
                     yield self._host_transfer(it, rank, op.args)
@@ -159,17 +174,75 @@ class _Run:
                     yield env.timeout(dur[op.id])
                 rows.append((it, op.id, free, start, env.now))
                 self._done(it, op.id).succeed()
+            if ops[0].stream == "compute":
+                self.iteration[rank] = it + 1
+                if it + 1 == iterations:
+                    self.computing -= 1
+                ev, self.progress[rank] = self.progress[rank], env.event()
+                ev.succeed()
 
-    def _host_transfer(self, it: int, rank: int, args: dict) -> simpy.Event:
-        """UVM traffic: a flow between the GPU and the host DRAM nearest to it."""
+    def _skipped(self, op, it: int) -> bool:
+        """Foreground sync ops run only every K-th iteration, and not at all without traffic."""
+        if op.category != "sync":
+            return False
+        return not self.sync_traffic or (it + 1) % op.args.get("every", 1) != 0
+
+    def background(self, rank: int, sync: dict):
+        """ShadowSync: sync rounds back to back (or every ``period_s``) until training ends.
+
+        A round starts only once the trainer has finished an iteration since the last round
+        began: averaging parameters that have not changed is a no-op, and a round that costs no
+        time (an ideal network) must not loop forever at one instant."""
+        env, n_round, last = self.env, 0, 0  # trainers start from the same parameters
+        background = {int(k): v for k, v in (sync.get("background") or {}).items()}
+        share = sync["bytes"] / (
+            self.cluster.spec.gpus_per_node if sync.get("trainer") == "node" else 1
+        )
+        while self.computing > 0:
+            if self.iteration[rank] == last:
+                yield self.progress[rank]
+                continue
+            start, it0 = env.now, self.iteration[rank]
+            last = it0
+            if sync["mode"].endswith("easgd"):
+                args = {"nbytes": share, "servers": sync.get("servers", 1)}
+                yield self._host_transfer(n_round, rank, {**args, "direction": "to_ps"}, "sync")
+                yield self._host_transfer(n_round, rank, {**args, "direction": "from_ps"}, "sync")
+            else:
+                yield self._arrive_round(background[rank], n_round, rank)
+            self.rec.sync_rounds.append((rank, start, env.now, it0, self.iteration[rank]))
+            n_round += 1
+            wait = sync.get("period_s", 0.0) - (env.now - start)
+            if wait > 0:
+                yield env.timeout(wait)
+
+    def _arrive_round(self, cid: int, n_round: int, rank: int) -> simpy.Event:
+        key = (cid, n_round)
+        cr = self.rounds.get(key)
+        if cr is None:
+            cr = self.rounds[key] = CollectiveRecord(n_round, cid, event=self.env.event())
+        cr.arrived += 1
+        if cr.arrived == len(self.trace.collectives[cid].ranks):
+            self.env.process(self._run_collective(cr, tag=("sync", n_round, cid)))
+        return cr.event
+
+    def _host_transfer(self, it: int, rank: int, args: dict, label: str = "") -> simpy.Event:
+        """Host traffic: UVM rows between the GPU and its nearest DRAM (h2d, d2h), or EASGD
+        parameters between the GPU and the sync servers (to_ps, from_ps), one shard each."""
         r = self.cluster.router
         gpu = int(self.cluster.gpus[rank])
-        host = self._nearest_dram(gpu)
-        src, dst = (host, gpu) if args["direction"] == "h2d" else (gpu, host)
-        routes = r.routes(np.array([src]), np.array([dst]))
-        return self.net.transfer(
-            routes, np.array([args["nbytes"]]), r.latency(routes), tag=("host", it, rank)
-        )
+        direction = args["direction"]
+        if direction in ("to_ps", "from_ps"):
+            hosts = server_devices(self.cluster, int(args.get("servers", 1)))
+            nbytes = np.full(len(hosts), args["nbytes"] / len(hosts))
+            label = label or "ps"
+        else:
+            hosts, nbytes = np.array([self._nearest_dram(gpu)]), np.array([args["nbytes"]])
+            label = label or "host"
+        gpus = np.full(len(hosts), gpu)
+        src, dst = (hosts, gpus) if direction in ("h2d", "from_ps") else (gpus, hosts)
+        routes = r.routes(src, dst)
+        return self.net.transfer(routes, nbytes, r.latency(routes), tag=(label, it, rank))
 
     def _nearest_dram(self, gpu: int) -> int:
         r, node = self.cluster.router, gpu // self.cluster.router.per_node
@@ -187,10 +260,10 @@ class _Run:
             self.env.process(self._run_collective(cr))
         return cr.event
 
-    def _run_collective(self, cr: CollectiveRecord):
+    def _run_collective(self, cr: CollectiveRecord, tag: tuple | None = None):
         prep = self._prepare(cr.coll)
         cr.algorithm, cr.protocol = prep.algorithm, prep.protocol
-        yield from nccl.execute(self.env, self.net, prep, tag=(cr.iteration, cr.coll))
+        yield from nccl.execute(self.env, self.net, prep, tag=tag or (cr.iteration, cr.coll))
         cr.end_s = self.env.now
         cr.event.succeed()
 

@@ -69,8 +69,8 @@ class Analysis:
         while True:
             op = self.trace.ops[self.op[k]]
             seg_start = self.start[k]
-            if op.kind == "collective":
-                cr = self.rec.collectives[it, op.args["coll"]]
+            cr = self.rec.collectives.get((it, op.args.get("coll")))
+            if op.kind == "collective" and cr is not None:
                 seg_start = cr.start_s
                 k = self.row[it, self.coll_op[cr.last_rank, op.args["coll"]]]
                 op = self.trace.ops[self.op[k]]
@@ -89,9 +89,8 @@ class Analysis:
         return segs
 
     def end_of(self, k: int, op, it: int) -> float:
-        if op.kind == "collective":
-            return self.rec.collectives[it, op.args["coll"]].end_s
-        return self.end[k]
+        cr = self.rec.collectives.get((it, op.args.get("coll")))
+        return cr.end_s if op.kind == "collective" and cr is not None else self.end[k]
 
     def _binding(self, it: int, op) -> int | None:
         cands = [self.row[it, d] for d in op.deps]
@@ -117,8 +116,8 @@ class Analysis:
         measured = self.it >= self.warmup
         for k in np.flatnonzero(measured):
             op = self.trace.ops[self.op[k]]
-            if op.kind == "collective":
-                cr = self.rec.collectives[self.it[k], op.args["coll"]]
+            cr = self.rec.collectives.get((self.it[k], op.args.get("coll")))
+            if op.kind == "collective" and cr is not None:
                 out[op.category] += cr.end_s - cr.start_s
             else:
                 out[op.category] += self.end[k] - self.start[k]
@@ -166,6 +165,8 @@ class Analysis:
             def label(tag):
                 if tag[0] == "host":
                     return tag[1], f"uvm_rank{tag[2]}", "host_transfer"
+                if tag[0] in ("ps", "sync"):
+                    return tag[1], f"sync_rank{tag[2]}" if tag[0] == "ps" else "sync_round", "sync"
                 return tag[0], f"coll{tag[1]}", colls[tag[1]].op
 
             labels = [label(t) for t, *_ in spans]
@@ -184,6 +185,22 @@ class Analysis:
                 }
             )
             df = pd.concat([df, net], ignore_index=True)
+        if self.rec.sync_rounds:
+            sr = self.rec.sync_rounds
+            bg = pd.DataFrame(
+                {
+                    "iteration": [x[3] for x in sr],
+                    "rank": [x[0] for x in sr],
+                    "stream": "sync",
+                    "name": "shadow_round",
+                    "kind": "sync",
+                    "category": "sync",
+                    "start_s": [x[1] for x in sr],
+                    "end_s": [x[2] for x in sr],
+                    "wait_s": 0.0,
+                }
+            )
+            df = pd.concat([df, bg], ignore_index=True)
         if "bytes" not in df:
             df["bytes"] = 0.0
         df["bytes"] = df["bytes"].fillna(0.0)
@@ -212,7 +229,7 @@ def links_table(cluster, network, sim_time_s: float) -> pd.DataFrame:
 
 def perfetto(events: pd.DataFrame) -> dict:
     """Chrome/Perfetto trace: one process per rank (network as -1), one thread per stream."""
-    streams = {"compute": 0, "a2a": 1, "allreduce": 2, "network": 3}
+    streams = {"compute": 0, "a2a": 1, "allreduce": 2, "network": 3, "sync": 4}
     out = [
         {
             "name": "process_name",

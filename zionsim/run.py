@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+import numpy as np
 import pandas as pd
 
 from zionsim.engine import simulate_trace
@@ -22,6 +23,7 @@ from zionsim.plan import (
     memory_by_rank,
 )
 from zionsim.results import Analysis, links_table, perfetto
+from zionsim.sync import SyncSpec, gap_stats, sync_spec
 from zionsim.trace import Trace, lower
 from zionsim.workload import WorkloadSpec
 
@@ -41,7 +43,11 @@ class RunResult:
 
 
 def build_trace(
-    cluster, workload: WorkloadSpec, plan: Plan | None = None, fused: bool = True
+    cluster,
+    workload: WorkloadSpec,
+    plan: Plan | None = None,
+    fused: bool = True,
+    sync: SyncSpec | None = None,
 ) -> tuple[Trace, pd.DataFrame]:
     """The iteration trace and the per-GPU memory table, after the capacity checks."""
     gpus, g = len(cluster.gpus), cluster.spec.gpus_per_node
@@ -56,7 +62,8 @@ def build_trace(
     table["hbm_bytes"] = sum(mem[k] for k in MEMORY_KINDS)
     table["hbm_capacity_bytes"] = cluster.spec.gpu.hbm_bytes
     table["host_dram_bytes"] = mem["host_dram"]
-    return lower(workload, plan, gpus, fused, g, workload.zipf_alpha), table
+    sync = sync or sync_spec(base=workload.sync)
+    return lower(workload, plan, gpus, fused, g, workload.zipf_alpha, sync), table
 
 
 def simulate_run(
@@ -69,12 +76,20 @@ def simulate_run(
     warmup: int = 1,
     fidelity: str = "flow",
     fused: bool = True,
+    sync: str | None = None,
+    sync_every: int | None = None,
+    sync_servers: int | None = None,
+    sync_period_s: float | None = None,
+    sync_trainer: str | None = None,
 ) -> RunResult:
     """Simulate ``iterations`` training iterations; figures average those after ``warmup``."""
     t0 = time.perf_counter()
     memory = pd.DataFrame()
     if trace is None:
-        trace, memory = build_trace(cluster, workload, plan, fused)
+        spec = sync_spec(
+            sync, sync_every, sync_servers, sync_period_s, sync_trainer, base=workload.sync
+        )
+        trace, memory = build_trace(cluster, workload, plan, fused, spec)
     rec = simulate_trace(cluster, trace, iterations=iterations, fidelity=fidelity)
     a = Analysis(rec, warmup)
     iter_s = float(a.iteration_times().mean())
@@ -104,6 +119,7 @@ def simulate_run(
         "memory": _memory_summary(memory),
         "link_utilisation_by_kind": links.groupby("kind")["utilisation"].mean().to_dict(),
         "events": int(len(events)),
+        "sync": _sync_summary(cluster, trace, rec, a, iterations, warmup, fidelity),
     }
     timing = {
         "sim_wall_s": wall,
@@ -119,6 +135,51 @@ def simulate_run(
         }
     )
     return RunResult(summary, timing, events, bd, links, memory, trace)
+
+
+def _sync_summary(cluster, trace: Trace, rec, a: Analysis, iterations, warmup, fidelity) -> dict:
+    """Rounds, sync gaps, bytes and the foreground slowdown caused by sync traffic."""
+    sync = dict(trace.meta.get("sync") or {"mode": "allreduce"})
+    sync.pop("background", None)
+    sync.pop("bytes", None)
+    if sync["mode"] == "allreduce":
+        return sync
+    completions: dict[int, list[int]] = {}
+    if sync["mode"].startswith("shadow"):
+        for rank, _, _, _, it_end in rec.sync_rounds:
+            completions.setdefault(rank, []).append(it_end)
+    else:
+        first = {o.rank: o.id for o in reversed(trace.ops) if o.category == "sync"}
+        for it, op, *_ in rec.ops:
+            if (
+                trace.ops[op].category == "sync"
+                and first.get(trace.ops[op].rank) == op
+                and (it + 1) % trace.ops[op].args.get("every", 1) == 0
+            ):
+                completions.setdefault(trace.ops[op].rank, []).append(it + 1)
+    gaps = [b - a_ for c in completions.values() for a_, b in zip([0, *c[:-1]], c, strict=True)]
+    spans = rec.network.spans if rec.network else []
+    sync_colls = {o.args["coll"] for o in trace.ops if o.category == "sync" and "coll" in o.args}
+    sync_bytes = sum(
+        s[3]
+        for s in spans
+        if s[0][0] in ("ps", "sync") or (isinstance(s[0][0], int) and s[0][1] in sync_colls)
+    )
+    quiet = simulate_trace(
+        cluster, trace, iterations=iterations, fidelity=fidelity, sync_traffic=False
+    )
+    base = float(Analysis(quiet, warmup).iteration_times().mean())
+    with_sync = float(a.iteration_times().mean())
+    rounds = [len(c) for c in completions.values()]
+    return {
+        **sync,
+        "rounds_total": int(sum(rounds)),
+        "rounds_per_trainer": float(np.mean(rounds)) if rounds else 0.0,
+        "sync_gap_iterations": gap_stats(gaps),
+        "sync_bytes": float(sync_bytes),
+        "iteration_time_without_sync_traffic_s": base,
+        "foreground_slowdown": with_sync / base - 1.0 if base else 0.0,
+    }
 
 
 def _path_summary(segs) -> list[dict]:
@@ -227,6 +288,13 @@ def run_point(options: dict) -> RunResult:
 
         plan = read_plan(plan_name, w, len(cluster.gpus), cluster.spec.gpus_per_node)
     extra = {k: options[k] for k in ("sync", "sync_every") if options.get(k) is not None}
+    extra.update(
+        {
+            f"sync_{k}": options[f"sync_{k}"]
+            for k in ("servers", "period_s", "trainer")
+            if options.get(f"sync_{k}") is not None
+        }
+    )
     return simulate_run(
         cluster,
         w,

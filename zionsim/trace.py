@@ -27,6 +27,7 @@ import numpy as np
 from zionsim.errors import InputError
 from zionsim.plan import Plan
 from zionsim.sharding import layout
+from zionsim.sync import SyncSpec
 from zionsim.workload import (
     DENSE_OPTIMIZERS,
     DTYPE_BYTES,
@@ -114,9 +115,11 @@ def lower(
     fused: bool = True,
     gpus_per_node: int | None = None,
     zipf_alpha: float = 1.0,
+    sync: SyncSpec | None = None,
 ) -> Trace:
     """One training iteration of ``w`` under ``plan`` on ``ranks`` GPUs."""
     g = gpus_per_node or ranks
+    sync = sync or SyncSpec()
     lay = layout(w, plan, ranks, g, zipf_alpha)
     b = _Builder(ranks)
     c: dict = {}
@@ -142,17 +145,27 @@ def lower(
                 "all_to_all", tm.T.sum(1).max(), tm.T.copy(), ranks=rail
             )
     buckets = _buckets(w, lay.dp_params)
-    c_ar = [
-        b.collective("all_reduce", n * DTYPE_BYTES[w.precision["communication"]])
-        for n, _ in buckets
-    ]
+    cb = DTYPE_BYTES[w.precision["communication"]]
+    dense_groups = _dense_groups(sync, ranks, g)
+    c_ar = {
+        key: [b.collective("all_reduce", n * cb, ranks=grp) for n, _ in buckets]
+        for key, grp in dense_groups.items()
+    }
+    sync_colls = _sync_collectives(b, sync, (w.dense_params + lay.dp_params) * cb, ranks, g)
     for r in range(ranks):
-        _lower_rank(b, w, r, r // g, r % g, lay, fused, c, c_ar, buckets)
+        group = next((k for k, grp in dense_groups.items() if r in grp), None)
+        _lower_rank(b, w, r, r // g, r % g, lay, fused, c, c_ar.get(group, []), buckets)
+        _lower_sync(b, sync, r, g, sync_colls, (w.dense_params + lay.dp_params) * cb)
     meta = {
         "workload": w.name,
         "plan": plan.name,
         "global_batch": w.batch_per_gpu * ranks,
         "fused": fused,
+        "sync": {
+            **sync.to_dict(),
+            "background": sync_colls if sync.kind == "shadow" else {},
+            "bytes": float((w.dense_params + lay.dp_params) * cb),
+        },
     }
     return Trace(ranks, b.ops, b.colls, meta)
 
@@ -242,7 +255,7 @@ def _lower_rank(b, w, r, node, local, lay, fused, c, c_ar, buckets):
     )
     d2h = host("uvm_write", "d2h", (e_bwd,))
     ars = []
-    for j, ((_, members), cid) in enumerate(zip(buckets, c_ar, strict=True)):
+    for j, ((_, members), cid) in enumerate(zip(buckets[: len(c_ar)], c_ar, strict=True)):
         ready = tuple(grads_done.get(m, e_bwd) for m in members)
         ars.append(
             b.op(r, f"allreduce{j}", "collective", "all_reduce", "allreduce", ready, coll=cid)
@@ -257,6 +270,75 @@ def _lower_rank(b, w, r, node, local, lay, fused, c, c_ar, buckets):
         (*ars, e_bwd, d2h),
         nbytes=float(w.dense_params * 4 * (3 + 2 * state)),
     )
+
+
+def _dense_groups(sync: SyncSpec, ranks: int, g: int) -> dict:
+    """Groups that all-reduce dense gradients every iteration: all ranks (``allreduce``), each
+    node (node trainers), or none (rank trainers of a sync mode)."""
+    if sync.kind == "allreduce":
+        return {"all": np.arange(ranks)}
+    if sync.trainer == "node":
+        return {f"node{k}": np.arange(k * g, (k + 1) * g) for k in range(ranks // g)}
+    return {}
+
+
+def _sync_collectives(b, sync: SyncSpec, nbytes: float, ranks: int, g: int) -> dict:
+    """Collective ids of MA/BMUF sync rounds, by rank (a round all-reduces the parameters among
+    trainers; node trainers sync 1/g shards among same-index GPUs)."""
+    if sync.kind == "allreduce" or sync.method == "easgd":
+        return {}
+    if sync.trainer == "node":
+        ids = {
+            j: b.collective("all_reduce", nbytes / g, ranks=np.arange(ranks // g) * g + j)
+            for j in range(g)
+        }
+        return {r: ids[r % g] for r in range(ranks)}
+    cid = b.collective("all_reduce", nbytes)
+    return dict.fromkeys(range(ranks), cid)
+
+
+def _lower_sync(b, sync: SyncSpec, r: int, g: int, colls: dict, nbytes: float) -> None:
+    """Foreground sync round ops at the end of rank ``r``'s iteration (run every K-th)."""
+    if sync.kind != "foreground":
+        return
+    last = len(b.ops) - 1  # dense_opt of this rank
+    if sync.method == "easgd":
+        share = nbytes / g if sync.trainer == "node" else nbytes
+        push = b.op(
+            r,
+            "sync_push",
+            "transfer",
+            "sync",
+            "compute",
+            (last,),
+            direction="to_ps",
+            nbytes=float(share),
+            servers=sync.servers,
+            every=sync.every,
+        )
+        b.op(
+            r,
+            "sync_pull",
+            "transfer",
+            "sync",
+            "compute",
+            (push,),
+            direction="from_ps",
+            nbytes=float(share),
+            servers=sync.servers,
+            every=sync.every,
+        )
+    else:
+        b.op(
+            r,
+            "sync_round",
+            "collective",
+            "sync",
+            "compute",
+            (last,),
+            coll=colls[r],
+            every=sync.every,
+        )
 
 
 def _interaction(b, w, r, B, dt, deps, phase):
@@ -456,10 +538,12 @@ def trace_from_dict(data: dict, file: str = "<trace>") -> Trace:
                 )
         args = dict(o.get("args") or {})
         if o["kind"] == "transfer" and (
-            args.get("direction") not in ("h2d", "d2h")
+            args.get("direction") not in ("h2d", "d2h", "to_ps", "from_ps")
             or not isinstance(args.get("nbytes"), int | float)
         ):
-            raise err(f"{where}.args", "a transfer needs direction (h2d or d2h) and nbytes")
+            raise err(
+                f"{where}.args", "a transfer needs direction (h2d, d2h, to_ps, from_ps) and nbytes"
+            )
         if o["kind"] == "collective":
             c = args.get("coll")
             if not isinstance(c, int) or not 0 <= c < len(colls):
@@ -482,7 +566,10 @@ def trace_from_dict(data: dict, file: str = "<trace>") -> Trace:
     for op in ops:
         if op.kind == "collective":
             members.setdefault(op.args["coll"], []).append(op.rank)
+    background = set(((data.get("meta") or {}).get("sync") or {}).get("background", {}).values())
     for c in colls:
+        if c.id in background:
+            continue
         got = sorted(members.get(c.id, []))
         if got != sorted(c.ranks.tolist()):
             raise err(

@@ -13,6 +13,7 @@ from typing import Any
 
 from zionsim.config import Fields, load_with_overrides
 from zionsim.errors import InputError
+from zionsim.sync import sync_spec
 
 #: bytes per element of each precision (int8 rows carry a row-wise scale and bias, see
 #: :func:`row_bytes`)
@@ -25,6 +26,7 @@ EMBEDDING_OPTIMIZERS = {"sgd": (0, 0), "adagrad": (1, 0), "rowwise_adagrad": (0,
 DENSE_OPTIMIZERS = {"sgd": 0, "adagrad": 1, "adam": 2, "lamb": 2}
 INTERACTIONS = ("dot", "concat", "dcn")
 WORKLOAD_KEYS = {
+    "sync",
     "zipf_alpha",
     "batch_per_gpu",
     "dense_features",
@@ -67,6 +69,8 @@ class WorkloadSpec:
     index_bytes: int = 8
     #: skew of row accesses (Zipf exponent), for the HBM cache of UVM tables (``cache.py``)
     zipf_alpha: float = 1.0
+    #: dense-parameter sync (``sync.py``): mode, every, servers, period_s, trainer
+    sync: dict = field(default_factory=dict, compare=False)
     file: str = ""
     raw: dict = field(default_factory=dict, compare=False, repr=False)
 
@@ -159,6 +163,7 @@ def workload_from_dict(data: dict, file: str = "<workload>") -> WorkloadSpec:
         dcn_low_rank=inter.integer("low_rank") if kind == "dcn" else 0,
         index_bytes=f.integer("index_bytes", 8),
         zipf_alpha=f.quantity("zipf_alpha", "fraction", 1.0, strict=False),
+        sync=sync_spec(base=f.raw("sync", {}), file=file).to_dict(),
         file=file,
         raw=data,
     )
