@@ -232,6 +232,8 @@ class _Run:
         r = self.cluster.router
         gpu = int(self.cluster.gpus[rank])
         direction = args["direction"]
+        if direction in ("ps_lookup", "ps_update"):
+            return self._ps_transfer(it, rank, gpu, args)
         if direction in ("to_ps", "from_ps"):
             hosts = server_devices(self.cluster, int(args.get("servers", 1)))
             nbytes = np.full(len(hosts), args["nbytes"] / len(hosts))
@@ -243,6 +245,33 @@ class _Run:
         src, dst = (hosts, gpus) if direction in ("h2d", "from_ps") else (gpus, hosts)
         routes = r.routes(src, dst)
         return self.net.transfer(routes, nbytes, r.latency(routes), tag=(label, it, rank))
+
+    def _ps_transfer(self, it: int, rank: int, gpu: int, args: dict) -> simpy.Event:
+        """Embedding parameter servers (``ps`` tier), as flows on the graph: a lookup sends the
+        indices to each server, the server's CPU gathers rows from its DRAM and the pooled values
+        come back; an update pushes gradients and the CPU reads and writes rows and state.  The
+        server's lookup is bound by its DRAM bandwidth (shared by every trainer it serves); CPU
+        cycles are not modelled."""
+        r, sockets = self.cluster.router, self.cluster.spec.host.sockets
+        k = np.asarray(args["servers"], dtype=np.int64)
+        if k.size and k.max() >= self.cluster.spec.nodes * sockets:
+            raise InputError(
+                f"parameter server {int(k.max())} does not exist",
+                field="plan",
+                allowed=f"servers 0..{self.cluster.spec.nodes * sockets - 1} (host sockets)",
+            )
+        dram = np.array([r.local("dram", s // sockets, s % sockets) for s in k], dtype=np.int64)
+        cpu = np.array([r.local("cpu", s // sockets, s % sockets) for s in k], dtype=np.int64)
+        g = np.full(len(k), gpu)
+        if args["direction"] == "ps_lookup":
+            pairs = [(g, dram, "index"), (dram, cpu, "gather"), (dram, g, "pooled")]
+        else:
+            pairs = [(g, dram, "push"), (dram, cpu, "update"), (cpu, dram, "update")]
+        src = np.concatenate([p[0] for p in pairs])
+        dst = np.concatenate([p[1] for p in pairs])
+        nbytes = np.concatenate([np.asarray(args[p[2]], dtype=float) for p in pairs])
+        routes = r.routes(src, dst)
+        return self.net.transfer(routes, nbytes, r.latency(routes), tag=("emb_ps", it, rank))
 
     def _nearest_dram(self, gpu: int) -> int:
         r, node = self.cluster.router, gpu // self.cluster.router.per_node

@@ -163,10 +163,13 @@ def write_plan(path: str | Path, plan, workload) -> None:
     )
 
 
-def read_plan(path: str | Path, workload, gpus: int, gpus_per_node: int):
-    """Load and validate a plan YAML against the workload and the cluster."""
+def read_plan(
+    path: str | Path, workload, gpus: int, gpus_per_node: int, servers: int | None = None
+):
+    """Load and validate a plan YAML against the workload and the cluster (``servers``: host
+    sockets that can be parameter servers)."""
     from zionsim.config import load_yaml
     from zionsim.plan import plan_from_dict
 
     data, file = load_yaml(path, "plans")
-    return plan_from_dict(data, workload, gpus, gpus_per_node, file)
+    return plan_from_dict(data, workload, gpus, gpus_per_node, file, servers)

@@ -25,7 +25,9 @@ from zionsim.errors import CapacityError
 from zionsim.workload import DENSE_OPTIMIZERS, WorkloadSpec, row_bytes
 
 SHARDINGS = ("TW", "RW", "CW", "TWRW", "DP")
-TIERS = ("hbm", "uvm")
+#: memory tiers: HBM, host DRAM read by the GPU through a software cache (UVM), or host DRAM of a
+#: CPU parameter server that does the lookups itself (``ps``: Zion's and ShadowSync's placement)
+TIERS = ("hbm", "uvm", "ps")
 #: tables at most this large are replicated (DP) by the default plan: below ~1 MiB the
 #: all-to-all traffic of a remote table costs more than all-reducing its gradient (assumption)
 DP_MAX_BYTES = 2**20
@@ -41,6 +43,8 @@ class Shard:
     ranks: tuple[int, ...]
     tier: str = "hbm"
     cache_fraction: float = 0.0
+    #: parameter server (host socket, numbered node-major) holding a ``ps``-tier table
+    server: int = -1
 
 
 @dataclass(frozen=True)
@@ -50,7 +54,7 @@ class Plan:
 
     def owner(self) -> np.ndarray:
         """Owning rank of each table-wise table, -1 for replicated tables."""
-        return np.array([s.ranks[0] if s.kind == "TW" else -1 for s in self.shards])
+        return np.array([s.ranks[0] if s.kind == "TW" and s.ranks else -1 for s in self.shards])
 
 
 def table_bytes(w: WorkloadSpec, t) -> int:
@@ -88,19 +92,39 @@ def memory_by_rank(
         "dense": dense,
         "activations": np.full(gpus, act),
         "host_dram": lay.dram_bytes,
+        "ps_dram": lay.ps_dram_bytes,
     }
 
 
-def check_host_fits(host_dram: np.ndarray, dram_bytes_per_node: float, gpus_per_node: int) -> None:
-    """Raise :class:`CapacityError` if a node's host DRAM cannot hold its UVM shards."""
+def check_host_fits(
+    host_dram: np.ndarray,
+    dram_bytes_per_node: float,
+    gpus_per_node: int,
+    ps_dram: np.ndarray | None = None,
+    sockets: int = 1,
+) -> None:
+    """Raise :class:`CapacityError` if a node's host DRAM cannot hold its UVM shards and the
+    tables of its parameter servers (``ps_dram``: bytes per server, ``sockets`` per node)."""
     per_node = host_dram.reshape(-1, gpus_per_node).sum(axis=1)
+    if ps_dram is not None and ps_dram.size:
+        nodes = len(per_node)
+        if ps_dram.size > nodes * sockets:
+            raise CapacityError(
+                f"the plan uses parameter server {ps_dram.size - 1} but the cluster has "
+                f"{nodes * sockets} host sockets",
+                field="plan",
+                allowed=f"servers 0..{nodes * sockets - 1}",
+            )
+        per_node = per_node + np.resize(
+            np.pad(ps_dram, (0, nodes * sockets - ps_dram.size)), (nodes, sockets)
+        ).sum(axis=1)
     worst = int(np.argmax(per_node))
     if per_node[worst] > dram_bytes_per_node:
         raise CapacityError(
-            f"node n{worst} needs {per_node[worst] / 1e9:.1f} GB of host DRAM for UVM tables but "
-            f"has {dram_bytes_per_node / 1e9:.1f} GB",
+            f"node n{worst} needs {per_node[worst] / 1e9:.1f} GB of host DRAM for UVM and "
+            f"parameter-server tables but has {dram_bytes_per_node / 1e9:.1f} GB",
             field="plan",
-            allowed="more nodes, fewer UVM tables, or a smaller embedding precision",
+            allowed="more nodes, fewer host-memory tables, or a smaller embedding precision",
         )
 
 
@@ -127,15 +151,23 @@ def plan_to_dict(plan: Plan, w: WorkloadSpec) -> dict:
         row = {"table": w.tables[sh.table].name, "sharding": sh.kind}
         if sh.kind in ("TW", "CW", "TWRW"):
             row["ranks"] = list(sh.ranks)
-        if sh.tier != "hbm":
+        if sh.tier == "uvm":
             row["tier"] = sh.tier
             row["cache_fraction"] = sh.cache_fraction
+        elif sh.tier == "ps":
+            row["tier"] = sh.tier
+            row["server"] = sh.server
         rows.append(row)
     return {"name": plan.name, "workload": w.name, "tables": rows}
 
 
 def plan_from_dict(
-    data: dict, w: WorkloadSpec, gpus: int, gpus_per_node: int, file: str = "<plan>"
+    data: dict,
+    w: WorkloadSpec,
+    gpus: int,
+    gpus_per_node: int,
+    file: str = "<plan>",
+    servers: int | None = None,
 ) -> Plan:
     """Validate a plan mapping against the workload and cluster; errors name file and field."""
     from zionsim.config import Fields
@@ -149,7 +181,7 @@ def plan_from_dict(
     shards: dict[int, Shard] = {}
     for i, item in enumerate(items):
         e = Fields(item, file, f"tables[{i}]")
-        e.check_keys({"table", "sharding", "ranks", "node", "tier", "cache_fraction"})
+        e.check_keys({"table", "sharding", "ranks", "node", "tier", "cache_fraction", "server"})
         name = e.raw("table")
         if name not in index:
             raise e.error(
@@ -159,9 +191,12 @@ def plan_from_dict(
             )
         if index[name] in shards:
             raise e.error("table", f"table {name!r} is placed twice")
+        tier = e.choice("tier", TIERS, "hbm")
+        if tier == "ps":
+            shards[index[name]] = _ps_shard(e, index[name], servers)
+            continue
         kind = e.choice("sharding", SHARDINGS)
         ranks = _plan_ranks(e, kind, gpus, gpus_per_node)
-        tier = e.choice("tier", TIERS, "hbm")
         frac = e.quantity("cache_fraction", "fraction", 0.0, strict=False)
         if frac > 1.0:
             raise e.error("cache_fraction", f"must be in [0, 1], got {frac:g}")
@@ -172,6 +207,16 @@ def plan_from_dict(
     if missing:
         raise f.error("tables", f"{len(missing)} table(s) not placed, first {missing[0]!r}")
     return Plan(str(f.raw("name", "plan")), tuple(shards[t.index] for t in w.tables))
+
+
+def _ps_shard(e, table: int, servers: int | None) -> Shard:
+    """A ``tier: ps`` entry: the whole table on one parameter server (``server: K``)."""
+    kind = e.choice("sharding", ("TW",), "TW")
+    top = servers - 1 if servers else None
+    k = e.integer("server", minimum=0)
+    if top is not None and k > top:
+        raise e.error("server", f"server {k} does not exist", allowed=f"0..{top}")
+    return Shard(table, kind, (), "ps", 0.0, k)
 
 
 def _plan_ranks(e, kind: str, gpus: int, g: int) -> tuple[int, ...]:

@@ -283,7 +283,34 @@ def round_robin(cluster, w: WorkloadSpec) -> Plan:
     return Plan("round_robin", tuple(shards))
 
 
-PLANNERS: dict[str, Callable] = {"greedy": Planner().plan, "round_robin": round_robin}
+def parameter_servers(cluster, w: WorkloadSpec) -> Plan:
+    """Every table whole on a CPU parameter server (``ps`` tier): the host sockets of all nodes,
+    heaviest lookup traffic first on the least-loaded server with DRAM room.  On one node this is
+    Zion's placement (tables in its own host DRAM, read over PCIe); on several, most trainers
+    reach most tables over the network, as ShadowSync's trainers reach their servers."""
+    spec = cluster.spec
+    servers = spec.nodes * spec.host.sockets
+    per_el, per_row = EMBEDDING_OPTIMIZERS[w.optimizer["embedding"]]
+    room = np.full(servers, spec.host.dram_bytes / spec.host.sockets)
+    load = np.zeros(servers)
+    shards: dict[int, Shard] = {}
+    for t in sorted(w.tables, key=lambda t: (-t.pooling * t.dim, -t.rows, t.index)):
+        need = t.rows * (
+            row_bytes(t.dim, w.precision["embedding"]) + 4 * (per_el * t.dim + per_row)
+        )
+        fits = np.flatnonzero(room >= need)
+        k = int(fits[np.argmin(load[fits])]) if fits.size else int(np.argmax(room))
+        room[k] -= need
+        load[k] += t.pooling * t.dim
+        shards[t.index] = Shard(t.index, "TW", (), "ps", 0.0, k)
+    return Plan("parameter_servers", tuple(shards[t.index] for t in w.tables))
+
+
+PLANNERS: dict[str, Callable] = {
+    "greedy": Planner().plan,
+    "round_robin": round_robin,
+    "ps": parameter_servers,
+}
 
 
 def plan_costs(cluster, w: WorkloadSpec, plan: Plan) -> tuple[list[dict], dict]:
@@ -294,6 +321,9 @@ def plan_costs(cluster, w: WorkloadSpec, plan: Plan) -> tuple[list[dict], dict]:
     rows = []
     for s in plan.shards:
         t = w.tables[s.table]
+        if s.tier == "ps":
+            rows.append(_ps_row(w, t, s))
+            continue
         cost = estimate(ctx, t, Option(t.index, s.kind, len(s.ranks)))
         extra = (
             _miss_s(
@@ -329,6 +359,18 @@ def plan_costs(cluster, w: WorkloadSpec, plan: Plan) -> tuple[list[dict], dict]:
         "imbalance": float(load.max() / load.mean()) if load.mean() > 0 else 1.0,
     }
     return rows, totals
+
+
+def _ps_row(w: WorkloadSpec, t, s: Shard) -> dict:
+    """A parameter-server table in the plan table: no GPU holds it, no GPU time is estimated."""
+    return {
+        "table": t.name,
+        "sharding": s.kind,
+        "ranks": f"ps{s.server}",
+        "tier": s.tier,
+        "bytes": float(t.rows * row_bytes(t.dim, w.precision["embedding"])),
+        "estimated_s": 0.0,
+    }
 
 
 def _ranks_text(ranks: tuple[int, ...]) -> str:

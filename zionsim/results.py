@@ -165,6 +165,8 @@ class Analysis:
             def label(tag):
                 if tag[0] == "host":
                     return tag[1], f"uvm_rank{tag[2]}", "host_transfer"
+                if tag[0] == "emb_ps":
+                    return tag[1], f"ps_rank{tag[2]}", "parameter_server"
                 if tag[0] in ("ps", "sync"):
                     return tag[1], f"sync_rank{tag[2]}" if tag[0] == "ps" else "sync_round", "sync"
                 return tag[0], f"coll{tag[1]}", colls[tag[1]].op
@@ -229,7 +231,7 @@ def links_table(cluster, network, sim_time_s: float) -> pd.DataFrame:
 
 def perfetto(events: pd.DataFrame) -> dict:
     """Chrome/Perfetto trace: one process per rank (network as -1), one thread per stream."""
-    streams = {"compute": 0, "a2a": 1, "allreduce": 2, "network": 3, "sync": 4}
+    streams = {"compute": 0, "a2a": 1, "allreduce": 2, "ps": 3, "network": 4, "sync": 5}
     out = [
         {
             "name": "process_name",

@@ -55,7 +55,9 @@ def build_trace(
     mem = memory_by_rank(workload, plan, gpus, g, workload.zipf_alpha)
     names = [cluster.router.device_name(int(d)) for d in cluster.gpus]
     check_fits(mem, cluster.spec.gpu.hbm_bytes, names)
-    check_host_fits(mem["host_dram"], cluster.spec.host.dram_bytes, g)
+    check_host_fits(
+        mem["host_dram"], cluster.spec.host.dram_bytes, g, mem["ps_dram"], cluster.spec.host.sockets
+    )
     table = pd.DataFrame(
         {"rank": range(gpus), "gpu": names, **{f"{k}_bytes": mem[k] for k in MEMORY_KINDS}}
     )
@@ -286,7 +288,13 @@ def run_point(options: dict) -> RunResult:
     else:
         from zionsim.io import read_plan
 
-        plan = read_plan(plan_name, w, len(cluster.gpus), cluster.spec.gpus_per_node)
+        plan = read_plan(
+            plan_name,
+            w,
+            len(cluster.gpus),
+            cluster.spec.gpus_per_node,
+            cluster.spec.nodes * cluster.spec.host.sockets,
+        )
     extra = {k: options[k] for k in ("sync", "sync_every") if options.get(k) is not None}
     extra.update(
         {

@@ -19,6 +19,14 @@ all-to-allv to every rank that serves lookups of the table.  A shard in the ``uv
 its hottest ``cache_fraction`` of rows in HBM and the rest in host DRAM (an exclusive hot/cold
 split: the steady state of a software cache under stationary skew, ``cache.py``); misses are read
 over PCIe before the lookup and written back after the update.
+
+A shard in the ``ps`` tier lives whole in the host DRAM of one CPU parameter server (a host socket,
+``plan.Shard.server``) that does the lookups itself, as on Zion and ShadowSync's CPU clusters.
+Every rank trains on its own ``B`` samples (no all-to-all): per iteration and table it sends
+``B·(L+1)`` indices to the server, which gathers ``B·L`` rows from its DRAM and returns ``B·d``
+pooled values; backward pushes ``B·d`` gradients and the server reads and writes the ``B·L``
+rows and their optimizer state (a Hogwild update: no lock, no sync of embeddings).  The GPU holds
+nothing of these tables.
 """
 
 from __future__ import annotations
@@ -50,6 +58,13 @@ class Layout:
     twrw_rs: dict[int, float]  # node → reduce-scatter size among its GPUs
     twrw_matrix: np.ndarray  # nodes×nodes bytes per same-index GPU pair (after the RS)
     dp_params: int  # parameters of replicated tables (their gradients join the all-reduce)
+    #: parameter-server traffic, rank × server bytes: indices sent, rows gathered from DRAM,
+    #: pooled values returned (= gradients pushed), rows + state read and written by the update
+    ps_index: np.ndarray = None
+    ps_gather: np.ndarray = None
+    ps_pooled: np.ndarray = None
+    ps_update: np.ndarray = None
+    ps_dram_bytes: np.ndarray = None  # rows + optimizer state held by each server
 
 
 def column_splits(dim: int, k: int) -> list[int]:
@@ -82,9 +97,23 @@ def layout(w: WorkloadSpec, plan, n: int, gpus_per_node: int, zipf_alpha: float 
         np.zeros((nodes, nodes)),
         0,
     )
+    n_ps = 1 + max((s.server for s in plan.shards if s.tier == "ps"), default=-1)
+    out.ps_index, out.ps_gather, out.ps_pooled, out.ps_update = (
+        np.zeros((n, n_ps)) for _ in range(4)
+    )
+    out.ps_dram_bytes = np.zeros(n_ps)
     for s in plan.shards:
         t = w.tables[s.table]
         idx = w.index_bytes
+        if s.tier == "ps":
+            rb = row_bytes(t.dim, w.precision["embedding"])
+            state = 4 * (per_el * t.dim + per_row)
+            out.ps_index[:, s.server] += B * (t.pooling + 1) * idx
+            out.ps_gather[:, s.server] += B * t.pooling * rb
+            out.ps_pooled[:, s.server] += B * t.dim * cb
+            out.ps_update[:, s.server] += B * t.pooling * (rb + state)
+            out.ps_dram_bytes[s.server] += t.rows * (rb + state)
+            continue
 
         def serve(r, lookups, rows, dim, t=t, s=s):
             rb = row_bytes(dim, w.precision["embedding"])

@@ -13,6 +13,10 @@ The iteration, per rank (streams: ``compute``, ``a2a`` and ``allreduce``, each i
 4. interaction (dot / concat / DCN), top MLP, loss;
 5. backward: top-MLP dgrad + wgrad per layer, interaction backward, ``grad_a2a`` of embedding
    gradients, bottom-MLP backward, ``emb_bwd`` fused with the row-wise optimizer update;
+With ``ps``-tier tables (``sharding.py``), ``ps_lookup`` (indices out, pooled rows back) runs on
+the ``ps`` stream from the iteration's start and feeds the interaction; ``ps_update`` pushes
+their gradients after the interaction backward.
+
 6. dense gradients all-reduced in buckets of ``BUCKET_BYTES`` as backward produces them (PyTorch
    DDP: 25 MiB, a tensor larger than that is a bucket of its own); DP tables' gradients join the
    last bucket; ``dense_opt`` waits for every bucket.
@@ -35,7 +39,9 @@ from zionsim.workload import (
 )
 
 SCHEMA = "zionsim.trace/1"
-STREAMS = ("compute", "a2a", "allreduce")
+#: in-order streams of a rank: the GPU's compute stream, two NCCL streams, and the host threads
+#: that talk to embedding parameter servers (``ps`` tier)
+STREAMS = ("compute", "a2a", "allreduce", "ps")
 COMPUTE_KINDS = ("gemm", "embedding_fwd", "embedding_bwd", "memory")
 KINDS = COMPUTE_KINDS + ("collective", "transfer")
 CATEGORIES = (
@@ -48,8 +54,13 @@ CATEGORIES = (
     "reduce_scatter",
     "all_gather",
     "host_transfer",
+    "parameter_server",
     "sync",
 )
+#: host transfers: UVM rows (h2d, d2h), EASGD sync (to_ps, from_ps), embedding parameter servers
+TRANSFER_DIRECTIONS = ("h2d", "d2h", "to_ps", "from_ps", "ps_lookup", "ps_update")
+#: byte lists of a parameter-server transfer, one entry per server (``sharding.py``)
+PS_PARTS = {"ps_lookup": ("index", "gather", "pooled"), "ps_update": ("push", "update")}
 #: PyTorch DDP's default bucket_cap_mb (torch.nn.parallel.DistributedDataParallel docs)
 BUCKET_BYTES = 25 * 2**20
 
@@ -195,6 +206,19 @@ def _lower_rank(b, w, r, node, local, lay, fused, c, c_ar, buckets):
             nbytes=float(lay.host_bytes[r]),
         )
 
+    servers = [int(k) for k in np.flatnonzero(lay.ps_pooled[r])]
+
+    def ps(name, deps, **parts):
+        if not servers:
+            return None
+        parts = {k: [float(v[r, j]) for j in servers] for k, v in parts.items()}
+        nbytes = float(sum(parts.get("pooled", parts.get("push", []))))
+        return b.op(
+            r, name, "transfer", "parameter_server", "ps", deps,
+            direction=name, servers=servers, nbytes=nbytes, **parts,
+        )  # fmt: skip
+
+    ps_in = ps("ps_lookup", (), index=lay.ps_index, gather=lay.ps_gather, pooled=lay.ps_pooled)
     a_in = coll("input_a2a", "in", "all_to_all", "a2a")
     h2d = host("uvm_read", "h2d", (a_in,))
     n_look = float(lay.lookups[r])
@@ -220,6 +244,7 @@ def _lower_rank(b, w, r, node, local, lay, fused, c, c_ar, buckets):
     ]
     rs = coll("twrw_reduce_scatter", ("twrw_rs", node), "reduce_scatter", "a2a", (e_fwd,))
     outs.append(coll("twrw_a2a", ("twrw_a2a", local), "all_to_all", "a2a", (rs or e_fwd,)))
+    outs.append(ps_in)
     last = None
     for i, (k, n) in enumerate(w.bottom_layers()):
         last = gemm(f"bottom_fwd{i}", B, n, k)
@@ -232,6 +257,7 @@ def _lower_rank(b, w, r, node, local, lay, fused, c, c_ar, buckets):
         grads_done[f"top{i}"] = gemm(f"top_wgrad{i}", k, n, B, (x,))
         x = gemm(f"top_dgrad{i}", B, k, n, (x,))
     x = _interaction(b, w, r, B, dt, (x,), "bwd")
+    ps("ps_update", (x,), push=lay.ps_pooled, update=lay.ps_update)
     backs = [
         coll("grad_a2a", "grad", "all_to_all", "a2a", (x,)),
         coll("rw_all_gather", "ag", "all_gather", "a2a", (x,)),
@@ -270,6 +296,23 @@ def _lower_rank(b, w, r, node, local, lay, fused, c, c_ar, buckets):
         (*ars, e_bwd, d2h),
         nbytes=float(w.dense_params * 4 * (3 + 2 * state)),
     )
+
+
+def _check_ps_args(args: dict, err, where: str) -> None:
+    """A parameter-server transfer names its servers and one byte count per server and part."""
+    servers = args.get("servers")
+    if not isinstance(servers, list) or not all(
+        isinstance(k, int) and not isinstance(k, bool) and k >= 0 for k in servers
+    ):
+        raise err(f"{where}.args.servers", "expected a list of server indices >= 0")
+    for part in PS_PARTS[args["direction"]]:
+        v = args.get(part)
+        if (
+            not isinstance(v, list)
+            or len(v) != len(servers)
+            or not all(isinstance(x, int | float) and x >= 0 for x in v)
+        ):
+            raise err(f"{where}.args.{part}", "expected one byte count >= 0 per server")
 
 
 def _dense_groups(sync: SyncSpec, ranks: int, g: int) -> dict:
@@ -538,12 +581,15 @@ def trace_from_dict(data: dict, file: str = "<trace>") -> Trace:
                 )
         args = dict(o.get("args") or {})
         if o["kind"] == "transfer" and (
-            args.get("direction") not in ("h2d", "d2h", "to_ps", "from_ps")
+            args.get("direction") not in TRANSFER_DIRECTIONS
             or not isinstance(args.get("nbytes"), int | float)
         ):
             raise err(
-                f"{where}.args", "a transfer needs direction (h2d, d2h, to_ps, from_ps) and nbytes"
+                f"{where}.args",
+                f"a transfer needs direction ({', '.join(TRANSFER_DIRECTIONS)}) and nbytes",
             )
+        if args.get("direction") in PS_PARTS:
+            _check_ps_args(args, err, where)
         if o["kind"] == "collective":
             c = args.get("coll")
             if not isinstance(c, int) or not 0 <= c < len(colls):
