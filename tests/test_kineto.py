@@ -6,11 +6,14 @@ import copy
 import json
 from collections import Counter
 
+import numpy as np
 import pytest
 
 from tests.conftest import DATA, TINY
+from zionsim.cli import main
 from zionsim.cluster import Cluster
 from zionsim.errors import InputError
+from zionsim.io import read_trace
 from zionsim.kineto import (
     REF_HBM_BPS,
     classify_kernel,
@@ -18,6 +21,7 @@ from zionsim.kineto import (
     gemm_shape,
     import_kineto,
     read_kineto,
+    retarget,
 )
 from zionsim.run import simulate_run
 from zionsim.trace import trace_from_dict, trace_to_dict
@@ -178,3 +182,44 @@ def test_not_a_trace():
     """Input without traceEvents is refused, naming the source."""
     with pytest.raises(InputError, match="x.json: traceEvents: not a Kineto trace"):
         import_kineto({"foo": 1}, "x.json")
+
+
+def test_retarget_replicates_the_per_rank_pattern():
+    """Retargeted to 4 ranks: each rank replays rank r mod 2, collectives span the new world."""
+    trace = read_kineto(TRACE, global_batch=512)
+    four = trace_from_dict(trace_to_dict(retarget(trace, 4)), "four.json")  # a valid trace
+    assert four.ranks == 4 and len(four.ops) == 2 * len(trace.ops)
+    assert [o.kind for o in four.by_rank()[3]] == [o.kind for o in trace.by_rank()[1]]
+    assert all(list(c.ranks) == [0, 1, 2, 3] for c in four.collectives)
+    assert [c.size_bytes for c in four.collectives] == [c.size_bytes for c in trace.collectives]
+    old, new = trace.collectives[1].matrix, four.collectives[1].matrix
+    assert new.shape == (4, 4) and new.sum(axis=1) == pytest.approx(np.tile(old.sum(axis=1), 2))
+    assert four.meta["global_batch"] == 1024 and four.meta["ranks_global"] == [0, 1, 0, 1]
+    assert retarget(trace, 2) is trace
+
+
+def test_retarget_subgroups_need_a_multiple():
+    """A collective over a subgroup is replicated per block; 3 ranks cannot hold blocks of 2."""
+    trace = read_kineto(TRACE)
+    sub = copy.deepcopy(trace_to_dict(trace))
+    sub["ranks"] = 3  # rank 2 idle: the collectives become subgroups of ranks 0 and 1
+    three = trace_from_dict(sub)
+    six = retarget(three, 6)
+    assert [list(c.ranks) for c in six.collectives[:2]] == [[0, 1], [3, 4]]
+    with pytest.raises(InputError, match="must be a multiple of 3, got 4"):
+        retarget(three, 4)
+
+
+def test_cli_import_then_replay(tmp_path, capsys):
+    """zionsim trace --import-kineto writes a trace that zionsim run replays, retargeted too."""
+    two, four = tmp_path / "two.json", tmp_path / "four.json"
+    assert main(["trace", "--import-kineto", str(TRACE), "--out", str(two)]) == 0
+    assert read_trace(two).ranks == 2
+    argv = ["trace", "--import-kineto", str(TRACE), "--topology", TINY, "--nodes", "2"]
+    assert main(argv + ["--global-batch", "512", "--out", str(four)]) == 0
+    assert read_trace(four).ranks == 4 and read_trace(four).meta["global_batch"] == 1024
+    run = ["run", "--trace", str(four), "--topology", TINY, "--iterations", "2", "--no-plot"]
+    assert main(run + ["--out", str(tmp_path / "run"), "--format", "json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["gpus"] == 4 and summary["iteration_time_s"] > 0
+    assert main(["trace", "--import-kineto", str(tmp_path / "none.json"), "--out", "x"]) == 2

@@ -31,14 +31,13 @@ import re
 import sys
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from zionsim import compute  # noqa: E402
+from zionsim import calibration, compute  # noqa: E402
 from zionsim.topology import load_topology  # noqa: E402
 
 MODEL_PATH = ROOT / "zionsim/data/compute_model.yaml"
@@ -90,26 +89,12 @@ def measured_tflops(model, gpu, dtype: str, size: int) -> float:
 
 
 def fit_gemm(model, arch: str, dtype: str, points, eff_max: float | None):
-    """The GemmFit minimising squared log error of time over ``points``."""
+    """The GemmFit of ``arch`` minimising squared log error of time over square ``points``."""
     gpu = load_topology(TOPOLOGY[arch]).gpu
-    sizes, tflops = np.array([p[0] for p in points]), np.array([p[1] for p in points])
-
-    def fit_of(x):
-        e = eff_max if eff_max is not None else x[2]
-        return compute.GemmFit(e, 10 ** x[0], x[1])
-
-    def residuals(x):
-        m = model.with_gemm(arch, fit_of(x))
-        return [
-            math.log(measured_tflops(m, gpu, dtype, s) / t)
-            for s, t in zip(sizes, tflops, strict=True)
-        ]
-
-    x0, lo, hi = [-5.5, 0.5], [-8.0, 0.1], [-3.0, 1.0]
-    if eff_max is None:
-        x0, lo, hi = x0 + [float(tflops.max() / (gpu.flops[dtype] / 1e12))], lo + [0.3], hi + [1.0]
-    fit = fit_of(least_squares(residuals, x0, bounds=(lo, hi)).x)
-    return fit, gpu
+    timed = [
+        (s, s, s, dtype, compute.gemm_flops(s, s, s) / (tflops * 1e12)) for s, tflops in points
+    ]
+    return calibration.fit_gemm(gpu, model, timed, eff_max), gpu
 
 
 def fit_access_overhead(sector: float) -> float:

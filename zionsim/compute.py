@@ -29,6 +29,8 @@ Modelling assumptions:
    gradient that a separate optimizer kernel reads back.
 9. Volta, Ampere and Hopper each have their own GEMM fit; Volta and Ampere gather efficiencies are
    derived from Hopper's gather/STREAM ratio (no public TBE bandwidth found for them).
+10. A topology's ``compute:`` section (``GpuSpec.compute``, e.g. written by ``zionsim calibrate``
+    from measured kernels) replaces its architecture's parameters for that cluster's GPU.
 """
 
 from __future__ import annotations
@@ -94,8 +96,13 @@ class ComputeModel:
     unfused_bw_factor: float
 
     def for_gpu(self, gpu: GpuSpec) -> ArchModel:
-        """The parameters of ``gpu``'s architecture."""
-        return self.arch[architecture(gpu)]
+        """The parameters of ``gpu``'s architecture, with the GPU's own fitted ones over them."""
+        a = self.arch[architecture(gpu)]
+        if not gpu.compute:
+            return a
+        own = {k: v for k, v in gpu.compute.items() if k != "gemm"}
+        gemm = replace(a.gemm, **gpu.compute.get("gemm", {}))
+        return replace(a, gemm=gemm, **own)
 
     def with_gemm(self, arch: str, fit: GemmFit) -> ComputeModel:
         """A copy with another GEMM fit for ``arch`` (used by the calibration)."""

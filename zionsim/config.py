@@ -2,7 +2,9 @@
 
 Topologies and workloads share this code: a name such as ``zionex`` is looked up among the
 built-ins (``topologies/`` or ``workloads/`` in the source tree, or their copies inside an
-installed wheel), anything else is a path.  ``--set a.b=VALUE`` overrides a field by dotted path.
+installed wheel), anything else is a path.  A file with a top-level ``base:`` is an overlay:
+its other fields are merged over that base (``docs/calibration.md``).  ``--set a.b=VALUE``
+overrides a field by dotted path.
 :class:`Fields` reads one mapping with messages that name the file and the field.
 """
 
@@ -62,13 +64,58 @@ def load_with_overrides(
     overrides: dict[str, Any] | list[str] | None,
     defaults: dict[str, Any] | None = None,
 ) -> tuple[dict, str]:
-    """:func:`load_yaml`, then optional top-level ``defaults``, then ``--set`` overrides."""
+    """:func:`load_yaml` (an overlay merged over its base), then optional top-level ``defaults``,
+    then ``--set`` overrides."""
     data, file = load_yaml(name_or_path, kind)
+    if "base" in data:
+        data = resolve_overlay(data, file, kind)
     for key, value in (defaults or {}).items():
         data.setdefault(key, value)
     if isinstance(overrides, list):
         overrides = dict(parse_override(o) for o in overrides)
     return apply_overrides(data, overrides or {}, file), file
+
+
+#: top-level keys of an overlay that are not fields of the base: what it is laid over, and reports
+OVERLAY_META = ("base", "fit", "provenance")
+
+
+def resolve_overlay(data: dict, file: str, kind: str, seen: tuple[str, ...] = ()) -> dict:
+    """The base named by ``data["base"]`` with the overlay's other fields merged over it.
+
+    ``base`` is a built-in name or a YAML path (relative paths are tried from the overlay's
+    folder first); it may itself be an overlay.  ``fit`` and ``provenance`` are reports and are
+    dropped.  Without its own ``name`` the result is named after the overlay file.  The merged
+    mapping is validated by the caller, whose errors then name the overlay file.
+    """
+    base = data["base"]
+    if not isinstance(base, str) or not base:
+        raise InputError(
+            f"expected a built-in name or a YAML path, got {base!r}", file=file, field="base"
+        )
+    if file in seen:
+        raise InputError("overlays form a cycle", file=file, field="base")
+    near = Path(file).parent / base
+    ref = near if base.endswith((".yaml", ".yml")) and near.exists() else base
+    base_data, base_file = load_yaml(ref, kind)
+    if "base" in base_data:
+        base_data = resolve_overlay(base_data, base_file, kind, (*seen, file))
+    fields = {k: v for k, v in data.items() if k not in OVERLAY_META}
+    merged = merge_fields(base_data, fields)
+    if "name" not in fields:
+        merged["name"] = Path(file).stem
+    return merged
+
+
+def merge_fields(base: dict, overlay: dict) -> dict:
+    """A copy of ``base`` with ``overlay`` merged in: mappings recursively, the rest replaced."""
+    out = _deep_copy(base)
+    for key, value in overlay.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merge_fields(out[key], value)
+        else:
+            out[key] = _deep_copy(value)
+    return out
 
 
 def parse_override(text: str) -> tuple[str, Any]:

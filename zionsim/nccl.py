@@ -10,7 +10,9 @@ and ``step`` are NCCL's own published constants (``src/graph/tuning.cc``); ``ove
 and software time NCCL's model leaves out) and the payload ``efficiency`` of each protocol (wire
 bytes = payload / efficiency) are fitted to measured nccl-tests curves by
 ``zionsim.calibration`` — see
-``zionsim/data/nccl_model.yaml`` for values and provenance.  Point-to-point operations
+``zionsim/data/nccl_model.yaml`` for values and provenance; a topology's
+``collectives.protocols`` (e.g. an overlay written by ``zionsim calibrate``) replaces them for
+that cluster (:func:`cluster_model`).  Point-to-point operations
 (send/recv, all-to-all) pay only the launch floor, the LL overhead.
 
 Without an explicit algorithm the tuner does what NCCL does: estimate every (algorithm, protocol)
@@ -95,6 +97,22 @@ def load_model(path: str | None = None) -> CollectiveModel:
         overhead_s={p: v * us for p, v in data["fitted"]["overhead_us"].items()},
         efficiency=dict(data["fitted"]["efficiency"]),
     )
+
+
+def fitted_model(cluster, model: CollectiveModel | None = None) -> CollectiveModel:
+    """``model`` (default: the built-in one) with the topology's ``collectives.protocols``."""
+    m, spec = model or load_model(), cluster.spec
+    if not (spec.collective_overhead_s or spec.collective_efficiency):
+        return m
+    return m.with_fit(
+        {**m.overhead_s, **spec.collective_overhead_s},
+        {**m.efficiency, **spec.collective_efficiency},
+    )
+
+
+def cluster_model(cluster, model: CollectiveModel | None = None) -> CollectiveModel:
+    """``model`` as ``cluster`` runs it: :func:`fitted_model`, latencies × ``latency_scale``."""
+    return fitted_model(cluster, model).scaled(cluster.spec.collective_latency_scale)
 
 
 @dataclass(frozen=True)
@@ -188,7 +206,7 @@ def choose(
     matrix: np.ndarray | None = None,
 ) -> Choice:
     """The (algorithm, protocol) NCCL would use — or the one asked for — with its estimate."""
-    model = (model or load_model()).scaled(cluster.spec.collective_latency_scale)
+    model = cluster_model(cluster, model)
     if op not in ALGORITHMS:
         raise InputError(f"unknown collective {op!r}", field="--op", allowed=", ".join(ALGORITHMS))
     candidates = [algorithm] if algorithm else [a for a in AUTO[op] if _available(cluster, a)]
@@ -231,7 +249,7 @@ class Prepared:
 
 def prepare(cluster, choice: Choice, model: CollectiveModel | None = None) -> Prepared:
     """Routes, wire bytes and step latencies of a chosen collective (reusable across runs)."""
-    model = (model or load_model()).scaled(cluster.spec.collective_latency_scale)
+    model = cluster_model(cluster, model)
     sched, proto = choice.schedule, choice.protocol
     routes = _phase_routes(cluster, sched)
     start, steps = _latencies(cluster, sched, proto, model, routes)

@@ -36,7 +36,7 @@ import pandas as pd
 from scipy.optimize import minimize
 
 from zionsim import nccl
-from zionsim.calibration import fit_protocols, predicted_busbw
+from zionsim.calibration import bare_cluster, fit_protocols, predicted_busbw
 from zionsim.collectives import OPS, busbw_factor
 from zionsim.errors import InputError
 
@@ -303,23 +303,25 @@ def fit_from_nccl_logs(
 ) -> tuple[nccl.CollectiveModel, pd.DataFrame]:
     """Refit the protocol overheads and efficiencies to parsed nccl-tests logs.
 
-    The out-of-place busbw of every size ≥ ``min_bytes`` is the measurement (sizes whose busbw
-    prints as 0.00 are left out).  The fitted operation is all_reduce if a log has it, else the
-    first ring-family operation (reduce_scatter, all_gather): :func:`calibration.fit_protocols`
-    fits it with ``algorithm``, then :func:`_refine` searches the same objective exactly
-    (see there) and the better of the two is kept.  Every other log is *held out*: predicted
-    with the fitted model and reported, not fitted.  all_to_all runs NCCL's point-to-point
-    kernels, which in zionsim's model (``nccl.fixed_latency_s``) depend only on the Simple
-    efficiency and the LL overhead (the launch floor); it is evaluated with ``pxn`` when the
-    cluster spans nodes and ``direct`` inside one, and fitted (those two parameters only) when
-    no ring-family log is given.  Operations zionsim does not model are skipped, with a note in
-    ``report.attrs["notes"]``.
+    ``base`` defaults to the cluster's model (its topology's ``collectives.protocols`` over the
+    built-in one).  The out-of-place busbw of every size ≥ ``min_bytes`` is the measurement
+    (sizes whose busbw prints as 0.00 are left out).  The fitted operation is all_reduce if a
+    log has it, else the first ring-family operation (reduce_scatter, all_gather):
+    :func:`calibration.fit_protocols` fits it with ``algorithm``, then :func:`_refine` searches
+    the same objective exactly (see there) and the better of the two is kept.  Every other log
+    is *held out*: predicted with the fitted model and reported, not fitted.  all_to_all runs
+    NCCL's point-to-point kernels, which in zionsim's model (``nccl.fixed_latency_s``) depend
+    only on the Simple efficiency and the LL overhead (the launch floor); it is evaluated with
+    ``pxn`` when the cluster spans nodes and ``direct`` inside one, and fitted (those two
+    parameters only) when no ring-family log is given.  Operations zionsim does not model are
+    skipped, with a note in ``report.attrs["notes"]``.
 
     Returns the model and a report, one row per point: ``source``, ``op``, ``role`` (fit /
     held_out), ``size_bytes``, ``measured_GBps``, ``simulated_GBps``, ``error_pct``,
     ``algorithm``, ``protocol``.
     """
-    base = base or nccl.load_model()
+    base = base or nccl.fitted_model(cluster)  # the cluster's own fitted protocols, if any
+    cluster = bare_cluster(cluster)  # candidates are not overridden by the topology's
     n, notes = len(cluster.gpus), []
     points = []
     for df in frames:
@@ -483,3 +485,20 @@ def _estimates(cluster, op, sizes, model, algorithm) -> np.ndarray:
         ]
         rows.append([c.estimate_s for c in choices])
     return np.array(rows)
+
+
+def world_of(frames: list[pd.DataFrame]) -> tuple[int, int] | None:
+    """(nodes, GPUs per node) of the logs' ``# Rank`` lines (hosts, ranks per host), if they
+    name the same world in every log and every host runs as many ranks; else None."""
+    worlds = set()
+    for df in frames:
+        devices = df.attrs.get("devices") or []
+        if not devices:
+            return None
+        per_host: dict[str, int] = {}
+        for d in devices:
+            per_host[d["host"]] = per_host.get(d["host"], 0) + 1
+        if len(set(per_host.values())) != 1:
+            return None
+        worlds.add((len(per_host), next(iter(per_host.values()))))
+    return worlds.pop() if len(worlds) == 1 else None

@@ -29,6 +29,10 @@ class GpuSpec:
     flops: dict[str, float]
     hbm_bytes: float
     hbm_bw_Bps: float
+    #: compute-model parameters fitted for this GPU (topology ``compute:``), over its
+    #: architecture's defaults: ``launch_s``, ``stream_eff``, ``gather_eff`` and ``gemm``
+    #: (``eff_max``, ``half_time_s``, ``exponent``); empty = the defaults
+    compute: dict = field(default_factory=dict, compare=False)
 
 
 @dataclass(frozen=True)
@@ -97,6 +101,10 @@ class ClusterSpec:
     links: dict[str, LinkSpec]
     #: multiplies every software latency of the collective model (1 = as calibrated)
     collective_latency_scale: float = 1.0
+    #: NCCL protocol parameters fitted for this cluster (``collectives.protocols``), over the
+    #: built-in model: overhead (s) and payload efficiency per protocol; empty = built-in
+    collective_overhead_s: dict[str, float] = field(default_factory=dict)
+    collective_efficiency: dict[str, float] = field(default_factory=dict)
     file: str = ""
     raw: dict = field(default_factory=dict, compare=False, repr=False)
 
@@ -112,6 +120,7 @@ class ClusterSpec:
 TOP_KEYS = {
     "name",
     "collectives",
+    "compute",
     "description",
     "references",
     "nodes",
@@ -152,18 +161,21 @@ def cluster_from_dict(data: dict, file: str = "<topology>") -> ClusterSpec:
     f = Fields(data, file)
     f.check_keys(TOP_KEYS)
     gpus_per_node = f.integer("gpus_per_node")
+    coll = f.sub("collectives", {})
     spec = ClusterSpec(
         name=str(f.raw("name", Path(file).stem)),
         description=str(f.raw("description", "")),
         nodes=f.integer("nodes"),
         gpus_per_node=gpus_per_node,
-        gpu=_gpu(f.sub("gpu")),
+        gpu=replace(_gpu(f.sub("gpu")), compute=_compute(f.sub("compute", {}))),
         host=_host(f.sub("host")),
         scale_up=_scale_up(f.sub("scale_up"), gpus_per_node),
         pcie=_pcie(f.sub("pcie")),
         scale_out=_scale_out(f.sub("scale_out")),
         links=_links(f.sub("links")),
-        collective_latency_scale=_collectives(f.sub("collectives", {})),
+        collective_latency_scale=_collectives(coll),
+        collective_overhead_s=_protocols(coll, "overhead"),
+        collective_efficiency=_protocols(coll, "efficiency"),
         file=file,
         raw=data,
     )
@@ -291,8 +303,51 @@ def _links(f: Fields) -> dict[str, LinkSpec]:
 
 
 def _collectives(f: Fields) -> float:
-    f.check_keys({"latency_scale"})
+    f.check_keys({"latency_scale", "protocols"})
     return f.quantity("latency_scale", "fraction", 1.0, strict=False)
+
+
+#: NCCL protocols whose parameters ``collectives.protocols`` may set (as ``nccl.PROTOCOLS``)
+PROTOCOLS = ("LL", "LL128", "Simple")
+
+
+def _protocols(f: Fields, what: str) -> dict[str, float]:
+    """``collectives.protocols.<P>.overhead`` (s) or ``.efficiency`` of each protocol given."""
+    pf = f.sub("protocols", {})
+    pf.check_keys(PROTOCOLS)
+    out = {}
+    for p in pf.data:
+        one = pf.sub(p)
+        one.check_keys({"overhead", "efficiency"})
+        if what in one.data:
+            if what == "efficiency":
+                out[p] = one.fraction(what)
+            else:
+                out[p] = one.quantity(what, "time", strict=False)
+    return out
+
+
+def _compute(f: Fields) -> dict:
+    """Compute-model parameters of ``compute:`` in the keys of ``compute.ArchModel`` (SI)."""
+    f.check_keys({"launch_overhead", "stream_efficiency", "gather_efficiency", "gemm"})
+    out: dict = {}
+    if "launch_overhead" in f.data:
+        out["launch_s"] = f.quantity("launch_overhead", "time", strict=False)
+    for key, name in (("stream_efficiency", "stream_eff"), ("gather_efficiency", "gather_eff")):
+        if key in f.data:
+            out[name] = f.fraction(key)
+    if "gemm" in f.data:
+        g = f.sub("gemm")
+        g.check_keys({"eff_max", "half_time", "exponent"})
+        gemm = {}
+        if "eff_max" in g.data:
+            gemm["eff_max"] = g.fraction("eff_max")
+        if "half_time" in g.data:
+            gemm["half_time_s"] = g.quantity("half_time", "time")
+        if "exponent" in g.data:
+            gemm["exponent"] = g.quantity("exponent", "fraction")
+        out["gemm"] = gemm
+    return out
 
 
 def _check_link_kinds(spec: ClusterSpec, f: Fields) -> None:
