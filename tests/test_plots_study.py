@@ -110,3 +110,51 @@ def test_timeline_rows_per_rank_and_stream(run, tmp_path):
     assert not any("network" in lab for lab in labels)
     assert ax.get_title() == f"iteration {run.events['iteration'].max()}"
     assert _png(ax, tmp_path).startswith(PNG)
+
+
+def test_sweep_plots_choose_what_applies(table):
+    """Scaling, efficiency, breakdown and compare for a 2-topology x 3-size table."""
+    axes = ps.sweep_plots(table, ["topology", "gpus"])
+    assert set(axes) == {"breakdown", "scaling", "scaling_efficiency", "compare"}
+    assert len(axes["scaling"].get_lines()) == 2
+    only_one = ps.sweep_plots(table[table["topology"] == "zion"], ["gpus"])
+    assert set(only_one) == {"breakdown", "scaling", "scaling_efficiency"}
+
+
+def test_cli_plot_sweep_and_run_dirs(tmp_path, capsys):
+    """`zionsim plot DIR`: a sweep folder gets scaling/breakdown PNGs, a run folder its own."""
+    from zionsim.cli import main
+    from zionsim.sweep import run_sweep, sweep_from_dict
+
+    sweep = {
+        "base": {"topology": TINY, "workload": "tiny", "iterations": 2},
+        "grid": {"nodes": [1, 2]},
+    }
+    run_sweep(sweep_from_dict(sweep), tmp_path / "sw", workers=1, progress=False)
+    assert main(["plot", str(tmp_path / "sw")]) == 0
+    names = sorted(p.name for p in (tmp_path / "sw" / "plots").glob("*.png"))
+    assert names == ["breakdown.png", "scaling.png", "scaling_efficiency.png"]
+    assert (
+        main(
+            [
+                "run",
+                "--topology",
+                TINY,
+                "--workload",
+                "tiny",
+                "--iterations",
+                "2",
+                "--out",
+                str(tmp_path / "run"),
+                "--no-plot",
+            ]
+        )
+        == 0
+    )
+    assert main(["plot", str(tmp_path / "run")]) == 0
+    names = sorted(p.name for p in (tmp_path / "run" / "plots").glob("*.png"))
+    assert names == ["breakdown.png", "links.png", "timeline.png"]
+    assert all(p.read_bytes().startswith(PNG) for p in (tmp_path / "run" / "plots").iterdir())
+    capsys.readouterr()
+    assert main(["plot", str(tmp_path)]) == 2
+    assert "results.parquet" in capsys.readouterr().err

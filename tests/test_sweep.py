@@ -185,3 +185,98 @@ def test_workers_must_be_positive(tmp_path):
     """workers=0 is an input error."""
     with pytest.raises(InputError, match="workers"):
         sw.run_sweep(sw.sweep_from_dict(TINY_SWEEP), tmp_path, workers=0)
+
+
+def _yaml(path, data) -> str:
+    import yaml
+
+    path.write_text(yaml.safe_dump(data))
+    return str(path)
+
+
+def test_killed_sweep_resumes_without_redoing_or_losing_points(tmp_path):
+    """SIGKILL a running `zionsim sweep` after 2+ points are written; the rerun does the rest."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    data = {
+        "base": {"topology": TINY, "workload": "tiny", "iterations": 120},
+        "grid": {"batch_per_gpu": [8, 16, 24, 32, 40, 48, 56, 64]},
+    }
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "zionsim.cli", "sweep", _yaml(tmp_path / "s.yaml", data)]
+    cmd += ["--out", str(out), "--workers", "1", "--no-progress", "--format", "csv"]
+    proc = subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    try:
+        while len(list(out.glob("points/*.json"))) < 2 and time.monotonic() < deadline:
+            time.sleep(0.005)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    done = {f.stem: f.stat().st_mtime_ns for f in out.glob("points/*.json")}
+    all_ids = {p["point_id"] for p in sw.points(sw.sweep_from_dict(data))}
+    assert 2 <= len(done) < len(all_ids) and not (out / "results.parquet").exists()
+    table = sw.run_sweep(sw.sweep_from_dict(data), out, workers=1, progress=False)
+    after = {f.stem: f.stat().st_mtime_ns for f in out.glob("points/*.json")}
+    rerun = {pid for pid in after if done.get(pid) != after[pid]}
+    assert rerun == all_ids - set(done)  # finished points untouched, the others run once
+    assert set(table["point_id"]) == all_ids and (table["status"] == "ok").all()
+
+
+def test_cli_sweep_gives_the_library_table(local_run, tmp_path, capsys):
+    """`zionsim sweep FILE --out DIR`: the same table as run_sweep; one printed row per point."""
+    from zionsim.cli import main
+
+    f = _yaml(tmp_path / "s.yaml", TINY_SWEEP)
+    out = tmp_path / "cli"
+    assert main(["sweep", f, "--out", str(out), "--workers", "2", "--no-progress"]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert len(printed) == 1 + 4 and "samples_per_s" in printed[0]
+    table = pd.read_parquet(out / "results.parquet")
+    pd.testing.assert_frame_equal(
+        table.drop(columns="sim_wall_s"), local_run[1].drop(columns="sim_wall_s")
+    )
+
+
+def test_cli_sweep_with_a_bad_point_exits_1_and_keeps_the_others(tmp_path, capsys):
+    """A failing point: exit status 1, its error in results.csv, the good point ok."""
+    from zionsim.cli import main
+
+    data = {
+        "base": {"topology": TINY, "workload": "tiny", "iterations": 2},
+        "grid": {"topology.scale_out.nic_bw": ["-1Gbps", "100Gbps"]},
+    }
+    out = tmp_path / "o"
+    rc = main(
+        [
+            "sweep",
+            _yaml(tmp_path / "s.yaml", data),
+            "--out",
+            str(out),
+            "--workers",
+            "1",
+            "--no-progress",
+            "--format",
+            "json",
+        ]
+    )
+    assert rc == 1
+    assert "1 of 2 points failed" in capsys.readouterr().err
+    t = pd.read_csv(out / "results.csv").set_index("topology.scale_out.nic_bw")
+    assert t.loc["100Gbps", "status"] == "ok"
+    assert "scale_out.nic_bw: must be > 0" in t.loc["-1Gbps", "error"]
+
+
+def test_cli_sweep_bad_file_is_one_line(tmp_path, capsys):
+    """An unknown grid key: exit 2 and one line naming the field."""
+    from zionsim.cli import main
+
+    f = _yaml(tmp_path / "s.yaml", {"grid": {"nodez": [1]}})
+    assert main(["sweep", f, "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "grid.nodez" in err and "\n" not in err

@@ -27,10 +27,12 @@ CATEGORIES = (
     "reduce_scatter",
     "all_gather",
     "host_transfer",
+    "parameter_server",
     "sync",
     "idle",
 )
 BREAKDOWN = "breakdown_s."
+_PREFIXES = ("topology.", "workload.")
 
 
 def _pyplot():
@@ -298,4 +300,85 @@ def plot_timeline(events_df: pd.DataFrame, ax=None, iteration=None, max_ranks: i
     cats = [c for c in CATEGORIES if c in set(ev["category"])]
     cats += sorted(set(ev["category"]) - set(cats))
     _category_legend(ax, cats)
+    return ax
+
+
+def varying(df: pd.DataFrame, columns) -> list[str]:
+    """Those of ``columns`` present in ``df`` that take two or more values (file order kept)."""
+    return [c for c in columns if c in df.columns and df[c].astype(str).nunique() > 1]
+
+
+def sweep_plots(df: pd.DataFrame, params=None, x: str = "gpus") -> dict:
+    """The plots that apply to a sweep table, as ``{name: axes}``.
+
+    ``params``: the swept parameter columns (default: the run-option and ``topology.``/
+    ``workload.`` columns).  Always ``breakdown`` (one bar per point, labelled by the parameters
+    that vary); ``scaling`` and ``scaling_efficiency`` when ``x`` takes 2+ values (one line per
+    value of the other varying parameters); ``compare`` when ``topology`` takes exactly 2 values
+    with the same number of points each (Zion vs ZionEX style).
+    """
+    from zionsim.run import RUN_OPTIONS
+
+    rows = _ok(df)
+    if params is None:
+        params = [c for c in df.columns if c in RUN_OPTIONS or c.startswith(_PREFIXES)]
+    keys = varying(rows, params)
+    out = {}
+    if rows.empty:
+        return out
+    out["breakdown"] = plot_breakdown(rows, label=keys or None)
+    scale_keys = {x, "nodes", "gpus_per_node", "global_batch"}
+    if x in rows.columns and rows[x].nunique() > 1:
+        by = [k for k in keys if k not in scale_keys] or None
+        out["scaling"] = plot_scaling(rows, x=x, by=by)
+        out["scaling_efficiency"] = plot_scaling_efficiency(rows, x=x, by=by)
+    if "topology" in keys and rows["topology"].nunique() == 2:
+        sizes = rows.groupby("topology").size()
+        if sizes.nunique() == 1:
+            label = [k for k in keys if k != "topology"] or None
+            out["compare"] = plot_compare(rows, by="topology", label=label)
+    return out
+
+
+def run_plots(summary: dict, links: pd.DataFrame | None = None, events=None) -> dict:
+    """The plots of one run, as ``{name: axes}``: ``breakdown``, ``links``, ``timeline``.
+
+    ``summary`` is the ``summary.json`` mapping; ``links``/``events`` the run's tables (skipped
+    when None).
+    """
+    from zionsim.sweep import summary_row
+
+    row = pd.DataFrame([summary_row(summary)])
+    row["run"] = f"{summary.get('workload')}\n{summary.get('topology')} x {summary.get('nodes')}"
+    out = {"breakdown": plot_breakdown(row, label="run")}
+    if links is not None and len(links):
+        out["links"] = plot_link_utilisation(links)
+    if events is not None and len(events):
+        out["timeline"] = plot_timeline(events)
+    return out
+
+
+def plot_bars(df: pd.DataFrame, ax=None, x: str = "knob", y: str = "speedup", by=None):
+    """Grouped bars: one group per value of ``x`` (first-seen order), one bar per ``by`` value.
+
+    For what-if tables such as the speed-up per hardware knob; a dashed line marks 1.0 when
+    ``y`` is a ratio around it.
+    """
+    rows = _ok(df)
+    groups = _groups(rows, by)
+    xs = list(dict.fromkeys(rows[x]))
+    ax = _axes(ax, (max(6.0, 1.3 * len(xs) + 3), 4.5))
+    width = 0.8 / max(1, len(groups))
+    for i, (name, g) in enumerate(groups):
+        vals = g.groupby(x, sort=False)[y].mean()
+        pos = [j + (i - (len(groups) - 1) / 2) * width for j in range(len(xs))]
+        ax.bar(pos, [vals.get(v, float("nan")) for v in xs], width, label=name)
+    if rows[y].between(0.2, 5).all():
+        ax.axhline(1.0, color="grey", linestyle="--", linewidth=1)
+    ax.set_xticks(range(len(xs)))
+    ax.set_xticklabels([str(v) for v in xs], fontsize=8)
+    ax.set_xlabel(x)
+    ax.set_ylabel(y)
+    if by is not None:
+        ax.legend(fontsize=8)
     return ax

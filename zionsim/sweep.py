@@ -353,3 +353,29 @@ def _arrow_safe(table: pd.DataFrame) -> pd.DataFrame:
         if len(kinds) > 1:
             out[col] = out[col].map(lambda v: None if v is None else str(v))
     return out
+
+
+def brief_rows(table: pd.DataFrame, keys: list[str], fmt: str = "table") -> list[dict]:
+    """One short row per point for the terminal: id, swept values, status, headline figures.
+
+    ``iteration_time_ms`` and ``samples_per_s`` are empty for failed points; in ``table`` format
+    long errors are cut to 60 characters (the table files keep them whole).
+    """
+    rows = []
+    for _, r in table.iterrows():
+        ok = r["status"] == "ok"
+        empty = "" if fmt == "table" else None
+        err = "" if ok or r["error"] is None else str(r["error"])
+        if fmt == "table" and len(err) > 60:
+            err = err[:57] + "..."
+        rows.append(
+            {
+                "point_id": r["point_id"],
+                **{k: r[k] for k in keys if k in table.columns},
+                "status": r["status"],
+                "iteration_time_ms": round(float(r["iteration_time_s"]) * 1e3, 4) if ok else empty,
+                "samples_per_s": round(float(r["samples_per_s"]), 1) if ok else empty,
+                "error": err,
+            }
+        )
+    return rows

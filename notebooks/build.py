@@ -1,0 +1,275 @@
+"""Write (and optionally execute) the study notebooks from the cells below.
+
+    python notebooks/build.py             # write the four .ipynb, without outputs
+    python notebooks/build.py --execute   # write and execute them full size, outputs saved
+
+Run ``python -m zionsim.studies`` first: the notebooks run the same sweeps into the same
+``results/runs/studies/`` folders, so they then resume instantly instead of simulating again.
+Every notebook reads ``ZIONSIM_NOTEBOOK_FAST=1`` (the test suite sets it) and shrinks to seconds.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import nbformat
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+HERE = Path(__file__).parent
+
+SETUP = '''\
+import io
+import os
+import tempfile
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import pandas as pd
+from IPython.display import Image, display
+
+import zionsim as zs
+
+FAST = os.environ.get("ZIONSIM_NOTEBOOK_FAST") == "1"  # the test suite shrinks the study
+RUNS = Path(tempfile.mkdtemp()) if FAST else Path("../results/runs/studies")
+WORKERS = 1 if FAST else (os.cpu_count() or 1)
+pd.set_option("display.precision", 4)
+pd.set_option("display.width", 120)
+
+
+def show(ax):
+    """Embed the figure of a zionsim plot as a small PNG."""
+    buf = io.BytesIO()
+    ax.figure.savefig(buf, format="png", dpi=70, bbox_inches="tight")
+    plt.close(ax.figure)
+    display(Image(buf.getvalue()))'''
+
+ZION = [
+    "# Zion vs ZionEX: the same models on both platforms\n\n"
+    "Zion (OCP 2019) put 8 accelerators next to 8 CPU sockets with a large host DRAM; its "
+    "scale-out goes through a few **host** NICs shared by all eight GPUs. ZionEX (Neo, ISCA'22) "
+    "gives every A100 its own 200 Gb/s RoCE NIC behind a PCIe switch and an NVSwitch "
+    "baseboard inside the node. This notebook runs four DLRMs on 16 nodes (128 GPUs) of each "
+    "platform and asks where the time goes and why ZionEX is faster. It uses only the public "
+    "API (`import zionsim as zs`); the same sweep regenerates `results/zion_vs_zionex/`.",
+    SETUP,
+    'tables = zs.run_study("zion_vs_zionex", RUNS, WORKERS)\n'
+    't = tables["models"]\n'
+    'cols = ["workload", "topology", "gpus", "iteration_time_s", "samples_per_s",\n'
+    '        "exposed_comm_s", "status"]\n'
+    't[cols].sort_values(["workload", "topology"])',
+    "## Where the time goes\n\n"
+    "Each pair of bars is one model: Zion on the left, ZionEX hatched on the right, each split "
+    "along the critical path of one iteration (the categories sum to the iteration time); the "
+    "label over ZionEX's bar is its speed-up.",
+    'show(zs.plot_compare(t, by="topology", label="workload"))',
+    "## Attribution of the difference\n\n"
+    "`zs.compare_attribution(a, b)` splits each iteration into balanced compute per kind, "
+    "**exposed** communication per collective (time on the critical path that compute did not "
+    "hide) and imbalance (critical-path compute beyond the rank average, plus idle gaps), so "
+    "the differences sum to the change in iteration time. `zionsim compare RUN_A RUN_B` prints "
+    "the same table for two run folders.",
+    "rows = []\n"
+    "for w, g in t[t.status == 'ok'].groupby('workload'):\n"
+    "    zion, zionex = (g[g.topology == k].iloc[0] for k in ('zion', 'zionex'))\n"
+    "    att = zs.compare_attribution(zion, zionex).set_index('component')['delta_s'] * 1e3\n"
+    "    rows.append({'workload': w, 'zion_ms': zion.iteration_time_s * 1e3,\n"
+    "                 'zionex_ms': zionex.iteration_time_s * 1e3,\n"
+    "                 'speedup': zion.iteration_time_s / zionex.iteration_time_s,\n"
+    "                 **{f'{k}_delta_ms': att[k] for k in ('embedding', 'gemm', 'all_to_all',\n"
+    "                    'all_reduce', 'host_transfer', 'exposed_communication',\n"
+    "                    'imbalance')}})\n"
+    "pd.DataFrame(rows).round(2)",
+    "## Why\n\n"
+    "* **Communication is the difference.** On Zion every byte that leaves a node squeezes "
+    "through host NICs shared by eight GPUs and the CPU sockets' PCIe root, so the pooled-"
+    "embedding and gradient all-to-alls sit on the critical path. ZionEX's one 200 Gb/s NIC "
+    "per GPU (rail-aligned, PXN) gives each GPU its own scale-out bandwidth: "
+    "`all_to_all_delta_ms` and `exposed_communication_delta_ms` carry most of the gain for "
+    "the MLPerf models and model I.\n"
+    "* **Memory capacity matters as much as links for Neo model A.** With 32 GB V100-class "
+    "HBM, model A's ~800 B parameters do not all fit on 128 Zion GPUs: the planner spills "
+    "~7 GB per GPU of rows to host DRAM (UVM), and reading them over PCIe "
+    "(`host_transfer`, ~1.1 s of its 1.8 s) dominates. On ZionEX (40 GB) everything is in "
+    "HBM.\n"
+    "* **Compute changes less**: GEMMs go from V100-class to A100 (FP32 dense here, so the "
+    "gain is the FP32 peak ratio, not tensor cores) and embedding lookups from 900 GB/s to "
+    "1555 GB/s HBM.\n"
+    "* **Imbalance** shows for DLRM-DCNv2, whose 26 tables differ in size and pooling: the "
+    "slowest GPU's lookups exceed the average, and more so on Zion's slower HBM.",
+]
+
+SCALING = [
+    "# Scaling the Neo models from 8 to 1,024 GPUs\n\n"
+    "Weak scaling on ZionEX (512 samples per GPU, global batch grows with the cluster) for "
+    "Meta's public Neo-scale presets: model A (4,096 tables, ~800 B parameters, large FP32 "
+    "MLPs), model I (512 tables, deep narrow MLPs) and model F (~12 T parameters: most rows "
+    "live in host DRAM behind an HBM cache, UVM). Two planners (the cost-based greedy planner, "
+    "`auto`, and round-robin table-wise) and three ways of syncing the dense parameters. "
+    "Points that do not fit in memory are kept, with their error, in the table.",
+    SETUP,
+    'tables = zs.run_study("scaling", RUNS, WORKERS)\n'
+    'plans, sync = tables["plans"], tables["sync"]\n'
+    'auto = plans[plans.plan == "auto"]\n'
+    'auto.pivot_table(index="gpus", columns="workload", values="samples_per_s").round(0)',
+    "## Throughput and scaling efficiency\n\n"
+    "Samples/s against GPUs (log-2 axis), then samples/s per GPU relative to each model's "
+    "smallest cluster that runs it (1.0 = linear).",
+    "fig, (a1, a2) = plt.subplots(1, 2, figsize=(12, 4.5))\n"
+    'zs.plot_scaling(auto, ax=a1, by="workload")\n'
+    'zs.plot_scaling_efficiency(auto, ax=a2, by="workload")\n'
+    "show(a1)",
+    "Efficiency above 1 is real: with a fixed model, adding GPUs spreads the embedding tables "
+    "over more HBM, so each GPU looks up fewer rows per sample while its MLP work per sample "
+    "stays the same; model A on two nodes spends most of its iteration on embeddings. Beyond "
+    "the point where embeddings are spread thin, the all-to-alls grow with the number of "
+    "peers and cross more switch tiers, and efficiency bends down.\n\n"
+    "## Where the time goes at each size (greedy plan)",
+    'big = auto[auto.status == "ok"].sort_values(["workload", "gpus"])\n'
+    'show(zs.plot_breakdown(big, label=["workload", "gpus"]))',
+    "## Plans: greedy vs round-robin\n\n"
+    "Same models, same clusters; the greedy planner chooses a sharding per table (TW, RW, "
+    "TWRW, CW) and balances estimated cost. Model A's 4,096 identical tables leave it nothing "
+    "to balance, so the two plans tie; model I's greedy plan pulls ahead at 1,024 GPUs; model "
+    "F needs the greedy planner's UVM placement and at least 16 nodes of host DRAM (below "
+    "that, a node's share of the 12 T parameters does not fit), and round-robin never fits "
+    "it. Model F's super-linear jump between 256 and 512 GPUs is its HBM cache: once enough "
+    "of the hot rows fit in aggregate HBM, host transfers collapse. Failed points are listed "
+    "below the plot.",
+    'show(zs.plot_scaling(plans, by=["workload", "plan"]))\n'
+    'failed = plans[plans.status != "ok"]\n'
+    'failed[["workload", "nodes", "plan", "error"]]'
+    ".assign(error=failed.error.str.slice(0, 90))",
+    "## Sync modes at scale (model I)\n\n"
+    "`allreduce` all-reduces dense gradients every iteration, overlapped with backward; "
+    "`foreground-ma` trains locally and stops every 4 iterations to average parameters; "
+    "`shadow-ma` (ShadowSync) averages in a background process that never blocks training. "
+    "See `shadowsync.ipynb` for the sync gap.",
+    'show(zs.plot_scaling(sync, by="sync"))\n'
+    'sync.pivot_table(index="gpus", columns="sync", values="samples_per_s").round(0)',
+    "Model I's dense parameters are small next to its embedding traffic and NVLink/RoCE "
+    "all-reduce them quickly, so the three modes stay within 2 % at every size: foreground "
+    "rounds cost a little every 4th iteration, shadow rounds share links with the all-to-alls "
+    "but block nothing and remove the per-iteration gradient all-reduce.",
+]
+
+WHATIF = [
+    "# What-if hardware: which upgrade buys the most?\n\n"
+    "One knob at a time on a 16-node ZionEX (128 A100s), each at 1x, 2x and 4x its ZionEX "
+    "value: **NIC speed** (200 Gb/s per GPU), **NVLink bandwidth** (25 GB/s per link, 12 "
+    "links per GPU), **HBM size** (40 GB) and **host-DRAM bandwidth** (153.6 GB/s per "
+    "socket). Two models with opposite bottlenecks: Neo model A with its MLPs in TF32 "
+    "(`workload.precision.dense=tf32`, so it is no longer GEMM-bound) and Neo model F, whose "
+    "~12 T parameters live mostly in host DRAM behind an HBM cache.",
+    SETUP,
+    'tables = zs.run_study("whatif_hardware", RUNS, WORKERS)\n'
+    "sp = zs.whatif_speedups(tables)\n"
+    'sp.pivot_table(index=["workload", "knob"], columns="factor", values="speedup").round(3)',
+    "## Speed-up per knob\n\nBars are iteration-time speed-ups over the 1x point.",
+    'show(zs.plot_bars(sp[sp.factor > 1], x="knob", y="speedup", by=["workload", "factor"]))',
+    "## Why: the baseline breakdowns",
+    'base = pd.concat([g[g["topology.scale_out.nic_bw"] == "200Gbps"]\n'
+    '                  for _, g in tables["nic_speed"].groupby("workload")])\n'
+    'show(zs.plot_breakdown(base, label="workload"))',
+    "* **Model A (TF32)** is bound by compute: embedding lookups (HBM bandwidth) and GEMMs "
+    "fill its critical path, and at 200 Gb/s its all-to-alls are almost entirely hidden, so "
+    "2x or 4x the NIC speed buys about 1 %. NVLink, HBM size and host-DRAM bandwidth buy "
+    "nothing: NVLink carries only the intra-node hop of PXN and the all-reduce that backward "
+    "hides, and the model fits in HBM. The NIC is sized about right, not oversized: going "
+    "*down* to 100 Gb/s costs a third (`zionsim run --set workload.precision.dense=tf32 --set "
+    "scale_out.nic_bw=100Gbps`: 211 ms against 155 ms).\n"
+    "* **Model F** is bound by host transfers: rows that miss the HBM cache come from host "
+    "DRAM over PCIe. A larger HBM caches more of the Zipf-hot rows, so the miss traffic falls "
+    "faster than linearly: HBM size is the knob that buys the most (1.4x at 80 GB, ~7x at "
+    "160 GB). Host-DRAM bandwidth buys nothing because PCIe, not DRAM, is the narrow part of "
+    "that path; NIC and NVLink speed barely matter.\n"
+    "* So the answer depends on the model: an HBM-resident, compute-bound model needs faster "
+    "compute or HBM bandwidth (not in this list); a UVM-resident model needs HBM capacity.",
+]
+
+SHADOW = [
+    "# ShadowSync: throughput and sync gap vs number of trainers\n\n"
+    "ShadowSync (Zheng et al., 2020) moves the synchronisation of dense parameters into a "
+    "background process per trainer, so training never stops for it; the price is the "
+    "**sync gap**, the number of iterations a trainer runs between two of its syncs. This "
+    "notebook reproduces its key comparison on ZionEX with MLPerf DLRM-DCNv2: throughput and "
+    "sync gap against the number of trainers (one GPU each, 8 to 128) for\n\n"
+    "* `allreduce` — synchronous gradient all-reduce every iteration (gap 1 by definition);\n"
+    "* `foreground-ma|easgd` — training stops every 4 iterations for a round of model "
+    "averaging (all-reduce of the parameters) or EASGD (push/pull with one central sync "
+    "server);\n"
+    "* `shadow-ma|easgd` — the same rounds, back to back, in the background.",
+    SETUP,
+    'tables = zs.run_study("shadowsync", RUNS, WORKERS)\n'
+    'st = zs.sync_table(tables["trainers"])\n'
+    'st.pivot_table(index="trainers", columns="sync", values="samples_per_s").round(0)',
+    "## Throughput",
+    'show(zs.plot_scaling(st, x="trainers", by="sync"))',
+    "## Sync gap (iterations between a trainer's syncs)",
+    'show(zs.plot_scaling(st, x="trainers", y="sync_gap_mean_iterations", by="sync"))\n'
+    'st.pivot_table(index="trainers", columns="sync", values="sync_gap_mean_iterations")'
+    ".round(2)",
+    "## Foreground slowdown caused by sync traffic",
+    'show(zs.plot_scaling(st, x="trainers", y="foreground_slowdown", by="sync"))\n'
+    'st.pivot_table(index="trainers", columns="sync", values="foreground_slowdown").round(3)',
+    "## What it shows\n\n"
+    "* **Shadow model averaging** keeps (slightly beats) all-reduce's throughput at every "
+    "size: its rounds are GPU all-reduces over NVLink and rail-aligned RoCE, shorter than an "
+    "iteration, so the gap stays at one iteration, the background traffic costs the "
+    "foreground nothing measurable, and the per-iteration gradient all-reduce is gone.\n"
+    "* **Foreground model averaging** every 4 iterations loses well under 1 % here; its gap is "
+    "4 by construction.\n"
+    "* **EASGD with one central server** is where the trade-off appears: every trainer pushes "
+    "and pulls all dense parameters through one host, whose PCIe and NIC links the "
+    "foreground all-to-alls also use. Foreground EASGD stalls everybody for a round that "
+    "grows with the number of trainers. Shadow EASGD never stalls, but its rounds run back to "
+    "back with no pacing, so the server's links are saturated all the time: the sync gap "
+    "grows (1 → ~2 iterations) and the foreground slows down even more than with foreground "
+    "rounds beyond 32 trainers. ShadowSync's CPU clusters kept this in check with more sync "
+    "servers and a paced background loop: `zionsim run --sync shadow-easgd --sync-servers N "
+    "--sync-period SECONDS` expresses both.\n"
+    "* Gaps are measured over 8 iterations, so long gaps are censored; raise `iterations` in "
+    '`zs.study_sweeps("shadowsync")` for a longer window.',
+]
+
+NOTEBOOKS = {
+    "zion_vs_zionex": ZION,
+    "scaling": SCALING,
+    "whatif_hardware": WHATIF,
+    "shadowsync": SHADOW,
+}
+
+
+def build(name: str, cells: list[str]) -> nbformat.NotebookNode:
+    """A notebook from cells (see :func:`_is_markdown`)."""
+    nb = new_notebook()
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
+    for src in cells:
+        nb.cells.append(new_markdown_cell(src) if _is_markdown(src) else new_code_cell(src))
+    return nb
+
+
+def _is_markdown(src: str) -> bool:
+    """Markdown cells start with a heading, a bullet or a capital letter; code cells do not."""
+    return src[0] in "#*" or src[0].isupper()
+
+
+def main() -> None:
+    execute = "--execute" in sys.argv
+    for name, cells in NOTEBOOKS.items():
+        nb = build(name, cells)
+        path = HERE / f"{name}.ipynb"
+        if execute:
+            from nbclient import NotebookClient
+
+            NotebookClient(nb, timeout=600, resources={"metadata": {"path": str(HERE)}}).execute()
+        nbformat.write(nb, path)
+        print(path)
+
+
+if __name__ == "__main__":
+    main()
