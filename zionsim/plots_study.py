@@ -16,21 +16,10 @@ from __future__ import annotations
 
 import pandas as pd
 
+from zionsim.results import BREAKDOWN_KEYS
+
 #: one colour per category, the same in every plot (tab20 order)
-CATEGORIES = (
-    "embedding",
-    "gemm",
-    "interaction",
-    "optimizer",
-    "all_to_all",
-    "all_reduce",
-    "reduce_scatter",
-    "all_gather",
-    "host_transfer",
-    "parameter_server",
-    "sync",
-    "idle",
-)
+CATEGORIES = BREAKDOWN_KEYS
 BREAKDOWN = "breakdown_s."
 _PREFIXES = ("topology.", "workload.")
 
