@@ -173,3 +173,15 @@ def read_plan(
 
     data, file = load_yaml(path, "plans")
     return plan_from_dict(data, workload, gpus, gpus_per_node, file, servers)
+
+
+def write_tables_and_figures(out_dir: str | Path, files: dict) -> list[Path]:
+    """Write each DataFrame as CSV and each matplotlib axes as PNG, atomically; return paths."""
+    from zionsim.plots import png_bytes
+
+    written = []
+    for name, obj in files.items():
+        path = Path(out_dir) / name
+        write_atomic(path, png_bytes(obj) if name.endswith(".png") else obj.to_csv(index=False))
+        written.append(path)
+    return written

@@ -244,27 +244,27 @@ def figures(name: str, tables: dict) -> dict:
     }
 
 
-def write_results(name: str, tables: dict, results_dir) -> list[Path]:
-    """Small CSVs (one per part, plus the study's tidy table) and PNGs in ``results_dir/name``."""
-    from zionsim.io import write_atomic
-    from zionsim.plots import png_bytes
+def result_files(name: str, tables: dict) -> dict:
+    """What a study commits to ``results/<name>/``: file name → DataFrame (CSV) or axes (PNG)."""
     from zionsim.sweep import points
 
-    out, written = Path(results_dir) / name, []
+    files: dict = {}
     for part, sweep in study_sweeps(name).items():
         params = [k for k in next(iter(points(sweep))) if k != "point_id"]
-        write_atomic(out / f"{part}.csv", _slim(tables[part], params).to_csv(index=False))
-        written.append(out / f"{part}.csv")
+        files[f"{part}.csv"] = _slim(tables[part], params)
     if name == "whatif_hardware":
-        write_atomic(out / "speedup.csv", whatif_speedups(tables).to_csv(index=False))
-        written.append(out / "speedup.csv")
+        files["speedup.csv"] = whatif_speedups(tables)
     if name == "shadowsync":
-        write_atomic(out / "sync.csv", sync_table(tables["trainers"]).to_csv(index=False))
-        written.append(out / "sync.csv")
-    for stem, ax in figures(name, tables).items():
-        write_atomic(out / f"{stem}.png", png_bytes(ax))
-        written.append(out / f"{stem}.png")
-    return written
+        files["sync.csv"] = sync_table(tables["trainers"])
+    files.update({f"{stem}.png": ax for stem, ax in figures(name, tables).items()})
+    return files
+
+
+def write_results(name: str, tables: dict, results_dir) -> list[Path]:
+    """Small CSVs (one per part, plus the study's tidy table) and PNGs in ``results_dir/name``."""
+    from zionsim.io import write_tables_and_figures
+
+    return write_tables_and_figures(Path(results_dir) / name, result_files(name, tables))
 
 
 def main(argv: list[str] | None = None) -> int:
