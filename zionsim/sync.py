@@ -91,20 +91,14 @@ def sync_spec(
         raise InputError(
             "unknown field", file=file, field=f"sync.{unknown[0]}", allowed=", ".join(values)
         )
-    if values["mode"] not in MODES:
-        raise InputError(
-            f"unknown sync mode {values['mode']!r}",
-            file=file,
-            field="sync.mode",
-            allowed=", ".join(MODES),
-        )
-    if values["trainer"] not in TRAINERS:
-        raise InputError(
-            f"unknown trainer {values['trainer']!r}",
-            file=file,
-            field="sync.trainer",
-            allowed=", ".join(TRAINERS),
-        )
+    for key, options, noun in (("mode", MODES, "sync mode"), ("trainer", TRAINERS, "trainer")):
+        if values[key] not in options:
+            raise InputError(
+                f"unknown {noun} {values[key]!r}",
+                file=file,
+                field=f"sync.{key}",
+                allowed=", ".join(options),
+            )
     for key in ("every", "servers"):
         v = values[key]
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:

@@ -347,30 +347,11 @@ def _lower_sync(b, sync: SyncSpec, r: int, g: int, colls: dict, nbytes: float) -
     last = len(b.ops) - 1  # dense_opt of this rank
     if sync.method == "easgd":
         share = nbytes / g if sync.trainer == "node" else nbytes
-        push = b.op(
-            r,
-            "sync_push",
-            "transfer",
-            "sync",
-            "compute",
-            (last,),
-            direction="to_ps",
-            nbytes=float(share),
-            servers=sync.servers,
-            every=sync.every,
-        )
-        b.op(
-            r,
-            "sync_pull",
-            "transfer",
-            "sync",
-            "compute",
-            (push,),
-            direction="from_ps",
-            nbytes=float(share),
-            servers=sync.servers,
-            every=sync.every,
-        )
+        for name, direction in (("sync_push", "to_ps"), ("sync_pull", "from_ps")):
+            last = b.op(
+                r, name, "transfer", "sync", "compute", (last,), direction=direction,
+                nbytes=float(share), servers=sync.servers, every=sync.every,
+            )  # fmt: skip
     else:
         b.op(
             r,
