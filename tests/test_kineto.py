@@ -21,8 +21,8 @@ from zionsim.kineto import (
     gemm_shape,
     import_kineto,
     read_kineto,
-    retarget,
 )
+from zionsim.retarget import retarget
 from zionsim.run import simulate_run
 from zionsim.trace import trace_from_dict, trace_to_dict
 
