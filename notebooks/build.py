@@ -3,7 +3,7 @@
     python notebooks/build.py             # write the four .ipynb, without outputs
     python notebooks/build.py --execute   # write and execute them full size, outputs saved
 
-Run ``python -m zionsim.studies`` first: the notebooks run the same sweeps into the same
+Run ``zionsim studies`` first: the notebooks run the same sweeps into the same
 ``results/runs/studies/`` folders, so they then resume instantly instead of simulating again.
 Every notebook reads ``ZIONSIM_NOTEBOOK_FAST=1`` (the test suite sets it) and shrinks to seconds.
 """

@@ -280,3 +280,11 @@ def test_cli_sweep_bad_file_is_one_line(tmp_path, capsys):
     assert main(["sweep", f, "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err.strip()
     assert "grid.nodez" in err and "\n" not in err
+
+
+def test_studies_command_rejects_unknown_names(capsys):
+    """``zionsim studies NAME`` names the allowed studies when NAME is not one."""
+    from zionsim.cli import main
+
+    assert main(["studies", "nope"]) == 2
+    assert "unknown study 'nope'" in capsys.readouterr().err

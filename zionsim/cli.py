@@ -1,4 +1,5 @@
-"""Command line: ``zionsim run|trace|topology|collective ...``.
+"""Command line: ``zionsim run|trace|plan|topology|collective`` here; ``sweep|compare|plot`` in
+``cli_studies.py``, ``validate|calibrate`` in ``cli_measure.py``.
 
 Parses arguments, calls the pure model, prints and writes.  Bad input exits with status 2 and a
 one-line message naming the file and field; never a traceback.
@@ -110,31 +111,11 @@ def build_parser() -> argparse.ArgumentParser:
         else:
             p.add_argument("--planner", default=None, help="greedy (default), round_robin or ps")
             p.add_argument("--out", default=None, help="write the plan as YAML")
-    _study_parsers(sub)
-    _validate_parser(sub)
-    _calibrate_parser(sub)
+    from zionsim import cli_measure, cli_studies
+
+    cli_studies.add_parsers(sub)
+    cli_measure.add_parsers(sub)
     return parser
-
-
-def _study_parsers(sub) -> None:
-    """``sweep``, ``compare`` and ``plot`` (what-if studies, ``docs/sweeps.md``)."""
-    p = sub.add_parser("sweep", help="run a sweep file's grid of points in parallel")
-    p.add_argument("file", help="sweep YAML (base: and grid:)")
-    p.add_argument("--out", default=None, help="sweep folder (default results/runs/sweep_<name>)")
-    p.add_argument("--workers", type=int, default=None, help="local processes (default: CPUs)")
-    p.add_argument("--scheduler", default=None, help="Dask scheduler address, tcp://HOST:PORT")
-    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-    p.add_argument("--format", choices=FORMATS, default="table")
-    p = sub.add_parser("compare", help="A vs B: attribute the iteration-time difference")
-    p.add_argument("run_a", help="run folder (or its summary.json)")
-    p.add_argument("run_b", help="run folder (or its summary.json)")
-    p.add_argument("--names", nargs=2, default=None, metavar=("A", "B"), help="labels")
-    p.add_argument("--out", default=None, help="default results/runs/compare_<A>_vs_<B>")
-    p.add_argument("--no-plot", action="store_true", help="skip compare.png")
-    p.add_argument("--format", choices=FORMATS, default="table")
-    p = sub.add_parser("plot", help="write the plots of a sweep or run folder into DIR/plots/")
-    p.add_argument("dir", help="sweep folder (results.parquet) or run folder (summary.json)")
-    p.add_argument("--x", default="gpus", help="scaling x column of a sweep (default gpus)")
 
 
 def _cluster(args):
@@ -313,7 +294,8 @@ def cmd_trace(args) -> int:
 def _import_kineto(args):
     """The Kineto trace of ``--import-kineto``, retargeted when ``--nodes``/``--gpus-per-node``
     are given (to nodes × GPUs per node of ``--topology``)."""
-    from zionsim.kineto import read_kineto, retarget
+    from zionsim.kineto import read_kineto
+    from zionsim.retarget import retarget
     from zionsim.topology import load_topology
 
     trace = read_kineto(args.import_kineto, step=args.step, global_batch=args.global_batch)
@@ -326,63 +308,6 @@ def _import_kineto(args):
         overrides=_split_overrides(args.set)[0],
     )
     return retarget(trace, spec.gpus)
-
-
-def _calibrate_parser(sub) -> None:
-    """``calibrate``: fit the collective and compute models to measurements."""
-    p = sub.add_parser("calibrate", help="fit NCCL and compute parameters to your measurements")
-    _common(p)
-    p.add_argument(
-        "--nccl-log", action="append", default=[], metavar="FILE", help="nccl-tests output"
-    )
-    p.add_argument("--kernels", default=None, metavar="CSV", help="measured kernel times")
-    p.add_argument("--out", required=True, metavar="OVERLAY.yaml", help="overlay to write")
-
-
-def cmd_calibrate(args) -> int:
-    """Fit, print the fit quality, write the overlay (docs/calibration.md)."""
-    import os
-
-    import yaml
-
-    from zionsim.calibration import calibrate, fitted_rows, overlay
-    from zionsim.cluster import Cluster
-    from zionsim.io import write_atomic
-    from zionsim.kernel_times import read_kernel_csv
-    from zionsim.nccl_logs import read_nccl_log, world_of
-
-    frames = [read_nccl_log(f) for f in args.nccl_log]
-    kernels = read_kernel_csv(args.kernels) if args.kernels else None
-    if not frames and kernels is None:
-        raise InputError("nothing to fit", field="--nccl-log/--kernels", allowed="either or both")
-    nodes, gpn = args.nodes, args.gpus_per_node
-    if frames and nodes is None and gpn is None:
-        nodes, gpn = world_of(frames) or (None, None)  # the world the logs ran on
-    cluster = Cluster.load(args.topology, nodes=nodes, gpus_per_node=gpn, overrides=args.set)
-    cal = calibrate(cluster, frames, kernels)
-    spec, topo = cluster.spec, args.topology
-    if topo.endswith((".yaml", ".yml")) or Path(topo).exists():
-        topo = os.path.relpath(Path(topo).resolve(), Path(args.out).resolve().parent)
-    provenance = {
-        "cluster": f"{spec.name} x {spec.nodes} nodes x {spec.gpus_per_node} GPUs",
-        "nccl_logs": list(args.nccl_log),
-        "kernels": args.kernels,
-        "set": list(args.set),
-        "notes": cal.notes,
-    }
-    data = overlay(cal, topo, {k: v for k, v in provenance.items() if v})
-    text = yaml.safe_dump(data, sort_keys=False, width=100)
-    write_atomic(args.out, "# Written by `zionsim calibrate` (docs/calibration.md).\n" + text)
-    if args.format == "json":
-        print(to_json({"fields": cal.fields, "fit": cal.summary, "notes": cal.notes}), end="")
-    elif args.format == "csv":
-        print(format_rows(cal.summary, "csv"), end="")
-    else:
-        print(format_rows(fitted_rows(cal.fields)) + "\n" + format_rows(cal.summary), end="")
-        for note in cal.notes:
-            print(f"note: {note}", file=sys.stderr)
-        print(f"wrote {args.out}", file=sys.stderr)
-    return 0
 
 
 def cmd_plan(args) -> int:
@@ -409,123 +334,6 @@ def cmd_plan(args) -> int:
 
         write_plan(args.out, plan, w)
         print(f"wrote {args.out}", file=sys.stderr)
-    return 0
-
-
-def cmd_sweep(args) -> int:
-    """Run a sweep; print one line per point; exit 1 when any point failed."""
-    import os
-
-    from zionsim.sweep import brief_rows, load_sweep, run_sweep
-
-    sweep = load_sweep(args.file)
-    out = Path(args.out) if args.out else Path("results") / "runs" / f"sweep_{Path(args.file).stem}"
-    workers = args.workers if args.workers is not None else (os.cpu_count() or 1)
-    table = run_sweep(
-        sweep, out, workers=workers, scheduler=args.scheduler, progress=not args.no_progress
-    )
-    print(format_rows(brief_rows(table, list(sweep.grid), args.format), args.format), end="")
-    failed = int((table["status"] != "ok").sum())
-    if args.format == "table":
-        print(f"wrote {out}/ ({len(table)} points, {failed} failed)", file=sys.stderr)
-    if failed:
-        msg = f"zionsim: {failed} of {len(table)} points failed: {out}/results.csv"
-        print(msg, file=sys.stderr)
-        return 1
-    return 0
-
-
-def _read_summary(path: str, field: str) -> dict:
-    """``summary.json`` of a run folder (or the file itself)."""
-    import json
-
-    p = Path(path)
-    p = p / "summary.json" if p.is_dir() else p
-    if not p.is_file():
-        raise InputError("no summary.json (not a run folder)", file=str(path), field=field)
-    try:
-        s = json.loads(p.read_text())
-    except json.JSONDecodeError as exc:
-        raise InputError(f"not valid JSON (line {exc.lineno})", file=str(p), field=field) from None
-    if not isinstance(s, dict) or "iteration_time_s" not in s or "breakdown_s" not in s:
-        raise InputError("not a run summary (no iteration_time_s)", file=str(p), field=field)
-    return s
-
-
-def cmd_compare(args) -> int:
-    """A vs B: print the attribution, write compare.csv/.json (and compare.png)."""
-    from zionsim.compare import attribute, headline, largest_change
-
-    a, b = _read_summary(args.run_a, "RUN_A"), _read_summary(args.run_b, "RUN_B")
-    names = tuple(args.names or (Path(args.run_a).name, Path(args.run_b).name))
-    if names[0] == names[1]:
-        names = ("A", "B")
-    table = attribute(a, b)
-    report = {**headline(a, b, names), "largest_change": largest_change(table)}
-    clean = table.astype(object).where(table.notna(), None)
-    files: dict = {
-        "compare.csv": table.to_csv(index=False),
-        "compare.json": to_json({**report, "components": clean.to_dict("records")}),
-    }
-    if not args.no_plot:
-        import pandas as pd
-
-        from zionsim.plots import png_bytes
-        from zionsim.plots_study import plot_compare
-        from zionsim.sweep import summary_row
-
-        frames = [pd.DataFrame([summary_row(s)]) for s in (a, b)]
-        files["compare.png"] = png_bytes(plot_compare(*frames, names=names))
-    slug = "_vs_".join("".join(c if c.isalnum() or c in "-_." else "_" for c in n) for n in names)
-    out = Path(args.out) if args.out else Path("results") / "runs" / f"compare_{slug}"
-    write_result_dir(out, files)
-    if args.format == "table":
-        ms = {"a_s": f"{names[0]}_ms", "b_s": f"{names[1]}_ms", "delta_s": "delta_ms"}
-        shown = table.rename(columns=ms)
-        for col in ms.values():
-            shown[col] = (shown[col] * 1e3).round(3)
-        shown["delta_pct_of_a"] = shown["delta_pct_of_a"].round(1)
-        shown["share_pct"] = (100 * shown["share_of_delta"]).round(1) + 0.0
-        keep = ["component", *ms.values(), "delta_pct_of_a", "share_pct"]
-        speed = report["speedup_b_over_a"]
-        print(f"{names[0]}: {report['a_run']}\n{names[1]}: {report['b_run']}")
-        print(f"{names[1]} is x{speed:.3f} the speed of {names[0]}; ", end="")
-        print(f"largest change: {report['largest_change']}\n")
-        print(format_rows(shown[keep].to_dict("records")), end="")
-        print(f"wrote {out}/", file=sys.stderr)
-    elif args.format == "json":
-        print(files["compare.json"], end="")
-    else:
-        print(files["compare.csv"], end="")
-    return 0
-
-
-def cmd_plot(args) -> int:
-    """Write the plots that apply to a sweep or run folder into DIR/plots/."""
-    import json
-
-    import pandas as pd
-
-    from zionsim.io import write_atomic
-    from zionsim.plots import png_bytes
-    from zionsim.plots_study import run_plots, sweep_plots
-
-    d = Path(args.dir)
-    if (d / "results.parquet").is_file():
-        grid = None
-        if (d / "sweep.json").is_file():
-            grid = list(json.loads((d / "sweep.json").read_text()).get("grid") or {})
-        axes = sweep_plots(pd.read_parquet(d / "results.parquet"), grid, x=args.x)
-    elif (d / "summary.json").is_file():
-        links = pd.read_csv(d / "links.csv") if (d / "links.csv").is_file() else None
-        ev = d / "events.parquet"
-        events = pd.read_parquet(ev) if ev.is_file() else None
-        axes = run_plots(_read_summary(str(d), "DIR"), links, events)
-    else:
-        raise InputError("neither results.parquet nor summary.json", file=str(d), field="DIR")
-    for name, ax in axes.items():
-        write_atomic(d / "plots" / f"{name}.png", png_bytes(ax))
-        print(d / "plots" / f"{name}.png")
     return 0
 
 
@@ -568,66 +376,28 @@ def format_run_summary(s: dict) -> str:
     return format_mapping(head) + "\n" + format_rows(rows)
 
 
-def _validate_parser(sub) -> None:
-    """``validate``: simulated vs published measurements (``docs/validation.md``)."""
-    p = sub.add_parser("validate", help="compare the simulator with published measurements")
-    p.add_argument("--fast", action="store_true", help="only the cases that run in seconds")
-    p.add_argument("--cases", default=None, help="cases YAML (default validation/cases.yaml)")
-    p.add_argument("--out", default="results/validation", help="result folder")
-    p.add_argument("--plots", default=None, metavar="DIR", help="also write validation_*.png")
-    p.add_argument("--format", choices=FORMATS, default="table")
-
-
-def cmd_validate(args) -> int:
-    """Run the validation cases; print and write the table and the geomean |error| per family."""
-    from zionsim import validate
-
-    cases = validate.load_cases(args.cases, fast_only=args.fast)
-    table = validate.run_cases(cases)
-    summary = validate.summarize(table)
-    report = validate.report(table, summary, args.cases or "validation/cases.yaml", args.fast)
-    if args.format == "json":
-        print(to_json(report), end="")
-    elif args.format == "csv":
-        print(table.to_csv(index=False), end="")
-    else:
-        rows, totals = validate.display_rows(table), validate.display_summary(summary)
-        print(format_rows(rows) + "\n" + format_rows(totals), end="")
-    out = write_result_dir(
-        args.out, {"validation.csv": table.to_csv(index=False), "summary.json": to_json(report)}
-    )
-    if args.plots:
-        from zionsim.io import write_atomic
-        from zionsim.plots import png_bytes
-        from zionsim.plots_validation import plot_parity, plot_validation_curves
-
-        curves = png_bytes(plot_validation_curves(table, cases))
-        write_atomic(Path(args.plots) / "validation_curves.png", curves)
-        write_atomic(Path(args.plots) / "validation_parity.png", png_bytes(plot_parity(table)))
-    if args.format == "table":
-        print(f"wrote {out}/", file=sys.stderr)
-    return 0
-
-
-COMMANDS = {
+#: the commands defined here; ``commands()`` adds the study and measurement ones
+CORE_COMMANDS = {
     "run": cmd_run,
     "trace": cmd_trace,
     "plan": cmd_plan,
     "topology": cmd_topology,
     "collective": cmd_collective,
-    "sweep": cmd_sweep,
-    "compare": cmd_compare,
-    "plot": cmd_plot,
-    "validate": cmd_validate,
-    "calibrate": cmd_calibrate,
 }
+
+
+def commands() -> dict:
+    """Every subcommand's handler: core ones here, studies and measurements in their modules."""
+    from zionsim import cli_measure, cli_studies
+
+    return {**CORE_COMMANDS, **cli_studies.COMMANDS, **cli_measure.COMMANDS}
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser().parse_args(argv or ["run"])
     try:
-        return COMMANDS[args.command](args)
+        return commands()[args.command](args)
     except InputError as exc:
         print(f"zionsim: error: {exc.one_line()}", file=sys.stderr)
         return 2

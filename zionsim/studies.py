@@ -1,8 +1,8 @@
 """The standard what-if studies: their sweeps, their tidy tables, and the command that regenerates
 ``results/``.
 
-    python -m zionsim.studies                 # all studies → results/<study>/*.csv, *.png
-    python -m zionsim.studies scaling --workers 4
+    zionsim studies                           # all studies → results/<study>/*.csv, *.png
+    zionsim studies scaling --workers 4
 
 Each study is a few named sweeps ("parts", :data:`STUDIES`); the notebooks in ``notebooks/`` run
 the same sweeps through :func:`study_sweeps`, so a notebook and ``results/`` show the same numbers.
@@ -22,9 +22,7 @@ Choices:
 
 from __future__ import annotations
 
-import argparse
 import os
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -265,23 +263,3 @@ def write_results(name: str, tables: dict, results_dir) -> list[Path]:
     from zionsim.io import write_tables_and_figures
 
     return write_tables_and_figures(Path(results_dir) / name, result_files(name, tables))
-
-
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(
-        prog="python -m zionsim.studies", description=__doc__.split("\n")[0]
-    )
-    p.add_argument("names", nargs="*", default=list(STUDIES), help=", ".join(STUDIES))
-    p.add_argument("--workers", type=int, default=os.cpu_count() or 1)
-    p.add_argument("--runs", default="results/runs/studies", help="point files (resumable)")
-    p.add_argument("--results", default="results", help="where results/<study>/ goes")
-    args = p.parse_args(argv)
-    for name in args.names:
-        tables = run_study(name, args.runs, args.workers, progress=True)
-        for path in write_results(name, tables, args.results):
-            print(path)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
