@@ -21,8 +21,8 @@ CASES = [(op, nodes) for nodes in (1, 16, 128) for op in ("all_to_all", "all_red
 
 
 def run_case(op: str, nodes: int) -> str:
-    from zionsim.cluster import Cluster
-    from zionsim.simulate import simulate_collective
+    from zionsim.hardware.cluster import Cluster
+    from zionsim.network.simulate import simulate_collective
 
     t0 = time.perf_counter()
     cluster = Cluster.load("zionex", nodes=nodes)

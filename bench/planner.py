@@ -20,9 +20,9 @@ SPEEDUP_CASES = [("speedup", w) for w in ("neo_model_a", "mlperf_dlrm_dcnv2", "n
 
 
 def plan_case(nodes: int) -> str:
-    from zionsim.cluster import Cluster
-    from zionsim.planner import PLANNERS
-    from zionsim.workload import load_workload
+    from zionsim.dlrm.planner import PLANNERS
+    from zionsim.dlrm.workload import load_workload
+    from zionsim.hardware.cluster import Cluster
 
     cluster, w = Cluster.load("zionex", nodes=nodes), load_workload("neo_model_a")
     t0 = time.perf_counter()
@@ -35,11 +35,11 @@ def plan_case(nodes: int) -> str:
 
 
 def speedup_case(workload: str) -> str:
-    from zionsim.cluster import Cluster
-    from zionsim.errors import InputError
-    from zionsim.planner import PLANNERS
-    from zionsim.run import simulate_run
-    from zionsim.workload import load_workload
+    from zionsim.base.errors import InputError
+    from zionsim.dlrm.planner import PLANNERS
+    from zionsim.dlrm.workload import load_workload
+    from zionsim.hardware.cluster import Cluster
+    from zionsim.sim.run import simulate_run
 
     cluster, w = Cluster.load("zionex", nodes=16), load_workload(workload)
     times = {}

@@ -20,10 +20,10 @@ CASES = (1, 16, 128)
 
 
 def run_case(nodes: int) -> str:
-    from zionsim.cluster import Cluster
-    from zionsim.errors import CapacityError
-    from zionsim.run import simulate_run
-    from zionsim.workload import load_workload
+    from zionsim.base.errors import CapacityError
+    from zionsim.dlrm.workload import load_workload
+    from zionsim.hardware.cluster import Cluster
+    from zionsim.sim.run import simulate_run
 
     t0 = time.perf_counter()
     try:

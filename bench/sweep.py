@@ -59,7 +59,7 @@ def _sample_peak(root: int, stop: threading.Event, peak: list[float]) -> None:
 def run_case(workers: int) -> str:
     import os
 
-    from zionsim.sweep import points, run_sweep, sweep_from_dict
+    from zionsim.studies.sweep import points, run_sweep, sweep_from_dict
 
     sweep = sweep_from_dict(SWEEP)
     n = len(points(sweep))

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from zionsim.cluster import Cluster
+from zionsim.hardware.cluster import Cluster
 
 DATA = Path(__file__).parent / "data"
 TINY = str(DATA / "tiny_cluster.yaml")

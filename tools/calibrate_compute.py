@@ -37,8 +37,9 @@ from scipy.optimize import least_squares
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from zionsim import calibration, compute  # noqa: E402
-from zionsim.topology import load_topology  # noqa: E402
+from zionsim.hardware import compute  # noqa: E402
+from zionsim.hardware.topology import load_topology  # noqa: E402
+from zionsim.measure import fitting  # noqa: E402
 
 MODEL_PATH = ROOT / "zionsim/data/compute_model.yaml"
 HARDWARE_CSV = ROOT / "zionsim/data/reference/hardware.csv"
@@ -94,7 +95,7 @@ def fit_gemm(model, arch: str, dtype: str, points, eff_max: float | None):
     timed = [
         (s, s, s, dtype, compute.gemm_flops(s, s, s) / (tflops * 1e12)) for s, tflops in points
     ]
-    return calibration.fit_gemm(gpu, model, timed, eff_max), gpu
+    return fitting.fit_gemm(gpu, model, timed, eff_max), gpu
 
 
 def fit_access_overhead(sector: float) -> float:

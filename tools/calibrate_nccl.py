@@ -21,8 +21,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from zionsim import nccl  # noqa: E402
-from zionsim.calibration import fit_protocols  # noqa: E402
-from zionsim.cluster import Cluster  # noqa: E402
+from zionsim.hardware.cluster import Cluster  # noqa: E402
+from zionsim.measure.fitting import fit_protocols  # noqa: E402
 
 
 def main() -> None:

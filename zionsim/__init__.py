@@ -12,12 +12,13 @@ Load → plan → lower → simulate → tables are the pure steps (``Cluster.lo
 only ones that touch files or draw.
 """
 
-from zionsim.cluster import Cluster
-from zionsim.compare import attribute as compare_attribution
-from zionsim.errors import InputError
-from zionsim.io import read_plan, read_trace, write_plan, write_run, write_trace
-from zionsim.planner import PLANNERS, plan_costs, round_robin
-from zionsim.plots_study import (
+from zionsim.base.errors import InputError
+from zionsim.dlrm.planner import PLANNERS, plan_costs, round_robin
+from zionsim.dlrm.sync import MODES as SYNC_MODES
+from zionsim.dlrm.workload import load_workload, with_global_batch
+from zionsim.hardware.cluster import Cluster
+from zionsim.io.files import read_plan, read_trace, write_plan, write_run, write_trace
+from zionsim.io.plots_study import (
     plot_bars,
     plot_breakdown,
     plot_compare,
@@ -29,19 +30,18 @@ from zionsim.plots_study import (
     scaling_efficiency,
     sweep_plots,
 )
-from zionsim.run import RunResult, run_point, simulate_run
-from zionsim.simulate import simulate_collective
-from zionsim.studies import STUDIES, run_study, study_sweeps, sync_table, whatif_speedups
-from zionsim.sweep import (
+from zionsim.network.simulate import simulate_collective
+from zionsim.sim.results import summary_row
+from zionsim.sim.run import RunResult, run_point, simulate_run
+from zionsim.studies.compare import attribute as compare_attribution
+from zionsim.studies.standard import STUDIES, run_study, study_sweeps, sync_table, whatif_speedups
+from zionsim.studies.sweep import (
     combine,
     load_sweep,
     points,
     run_sweep,
-    summary_row,
     sweep_from_dict,
 )
-from zionsim.sync import MODES as SYNC_MODES
-from zionsim.workload import load_workload, with_global_batch
 
 __version__ = "0.1.0"
 

@@ -1,0 +1,111 @@
+"""Sharding: bytes in every exchange match the plan, and traffic moves as physics says."""
+
+import numpy as np
+import pytest
+
+from zionsim.dlrm.cache import harmonic, hit_rate
+from zionsim.dlrm.plan import Plan, Shard, memory_by_rank
+from zionsim.dlrm.sharding import layout
+from zionsim.dlrm.workload import load_workload
+
+N, G_PER_NODE = 4, 2  # the tiny world: 2 nodes × 2 GPUs
+
+
+def _plan(kind, ranks=None, tier="hbm", frac=0.0, w=None):
+    w = w or load_workload("tiny")
+    shards = []
+    for t in w.tables:
+        r = (
+            ranks
+            if ranks is not None
+            else {"TW": (t.index % N,), "CW": (0, 1), "TWRW": (2, 3)}.get(kind, tuple(range(N)))
+        )
+        shards.append(Shard(t.index, kind, tuple(r), tier, frac))
+    return Plan(kind, tuple(shards))
+
+
+def test_all_to_allv_bytes_match_the_plan():
+    """TW: pooled bytes = B·dim·4 per (table, sample rank); indices = B·(L+1)·8 per table."""
+    w = load_workload("tiny")
+    lay = layout(w, _plan("TW"), N, G_PER_NODE)
+    B = w.batch_per_gpu
+    assert lay.pooled_matrix.sum() == pytest.approx(len(w.tables) * N * B * 16 * 4)
+    assert lay.input_matrix.sum() == pytest.approx(
+        N * sum(B * (t.pooling + 1) * 8 for t in w.tables)
+    )
+
+
+def test_column_wise_keeps_pooled_bytes_and_adds_index_copies():
+    """CW splits columns: the same pooled bytes, but each slice receives the indices again."""
+    w = load_workload("tiny")
+    tw, cw = layout(w, _plan("TW"), N, G_PER_NODE), layout(w, _plan("CW"), N, G_PER_NODE)
+    assert cw.pooled_matrix.sum() == pytest.approx(tw.pooled_matrix.sum())
+    assert cw.input_matrix.sum() == pytest.approx(2 * tw.input_matrix.sum())
+
+
+def test_row_wise_spreads_lookups_and_uses_reduce_scatter():
+    """RW: every rank serves 1/n of the lookups; output goes by reduce-scatter, not all-to-all."""
+    w = load_workload("tiny")
+    tw, rw = layout(w, _plan("TW"), N, G_PER_NODE), layout(w, _plan("RW"), N, G_PER_NODE)
+    assert rw.lookups.sum() == pytest.approx(tw.lookups.sum())
+    assert np.ptp(rw.lookups) == 0 and rw.pooled_matrix.sum() == 0
+    assert rw.rw_bytes == pytest.approx(w.batch_per_gpu * N * 64 * 4)
+
+
+def test_table_row_wise_moves_the_reduction_into_the_node():
+    """TWRW: intra-node reduce-scatter, then node-to-node bytes of B·dim per sample rank."""
+    w = load_workload("tiny")
+    lay = layout(w, _plan("TWRW"), N, G_PER_NODE)
+    assert set(lay.twrw_rs) == {1} and lay.pooled_matrix.sum() == 0
+    assert lay.twrw_matrix[1].sum() == pytest.approx(2 * w.batch_per_gpu * 64 * 4)
+    assert lay.lookups[:2].sum() == 0 and lay.lookups[2] == lay.lookups[3]
+
+
+def test_data_parallel_has_no_embedding_exchange():
+    """DP: local lookups only; the table's parameters join the all-reduce."""
+    w = load_workload("tiny")
+    lay = layout(w, _plan("DP"), N, G_PER_NODE)
+    assert lay.input_matrix.sum() == 0 and lay.pooled_matrix.sum() == 0
+    assert lay.dp_params == w.embedding_params
+
+
+def test_quantised_communication_halves_collective_bytes():
+    """FP16 communication halves pooled all-to-all bytes against FP32."""
+    w32 = load_workload("tiny")
+    w16 = load_workload("tiny", overrides=["precision.communication=fp16"])
+    a = layout(w32, _plan("TW", w=w32), N, G_PER_NODE).pooled_matrix.sum()
+    b = layout(w16, _plan("TW", w=w16), N, G_PER_NODE).pooled_matrix.sum()
+    assert b == pytest.approx(a / 2)
+
+
+def test_int8_rows_carry_scale_and_bias():
+    """INT8 rows are dim bytes plus a 4-byte scale/bias; memory shrinks accordingly."""
+    w = load_workload("tiny", overrides=["precision.embedding=int8"])
+    mem = memory_by_rank(w, _plan("TW", w=w), N, G_PER_NODE)
+    assert mem["embedding"].sum() == pytest.approx(sum(t.rows * (16 + 4) for t in w.tables))
+
+
+def test_uvm_full_cache_equals_hbm():
+    """Cache fraction 1 (hit rate 1): no host traffic, same lookups as all-HBM."""
+    w = load_workload("tiny")
+    hbm = layout(w, _plan("TW"), N, G_PER_NODE)
+    uvm = layout(w, _plan("TW", tier="uvm", frac=1.0), N, G_PER_NODE)
+    assert uvm.host_bytes.sum() == 0 and np.array_equal(uvm.lookups, hbm.lookups)
+    assert uvm.dram_bytes.sum() == 0
+
+
+def test_uvm_misses_fall_with_skew_and_cache():
+    """More cache or more skew never raises host traffic."""
+    w = load_workload("tiny")
+    small = layout(w, _plan("TW", tier="uvm", frac=0.1), N, G_PER_NODE, 1.0).host_bytes.sum()
+    big = layout(w, _plan("TW", tier="uvm", frac=0.5), N, G_PER_NODE, 1.0).host_bytes.sum()
+    skew = layout(w, _plan("TW", tier="uvm", frac=0.1), N, G_PER_NODE, 1.3).host_bytes.sum()
+    assert 0 < big < small and skew < small
+
+
+def test_zipf_hit_rate():
+    """Uniform access: hit rate = cached share; H(n, α) matches the exact sum past the switch."""
+    assert hit_rate(1000, 250, 0.0) == pytest.approx(0.25)
+    assert hit_rate(10, 20, 1.0) == 1.0 and hit_rate(10, 0, 1.0) == 0.0
+    exact = float(np.sum(np.arange(1, 30001, dtype=float) ** -1.1))
+    assert harmonic(30000, 1.1) == pytest.approx(exact, rel=1e-9)

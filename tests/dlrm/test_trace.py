@@ -1,0 +1,81 @@
+"""Trace lowering: op counts, FLOPs and bytes of the tiny model against a hand calculation."""
+
+import json
+
+import numpy as np
+import pytest
+
+from zionsim.base.errors import InputError
+from zionsim.dlrm.plan import Plan, Shard
+from zionsim.dlrm.trace import lower, trace_from_dict, trace_to_dict
+from zionsim.dlrm.workload import load_workload
+
+
+def _tiny_trace(ranks=4):
+    w = load_workload("tiny")
+    plan = Plan("tw", tuple(Shard(t.index, "TW", (t.index % ranks,)) for t in w.tables))
+    return w, lower(w, plan, ranks)
+
+
+def _gemm_flops(ops):
+    return sum(2 * o.args["m"] * o.args["n"] * o.args["k"] for o in ops if o.kind == "gemm")
+
+
+def test_op_counts():
+    """22 ops per rank: 3 all-to-alls, 1 all-reduce bucket, 14 GEMMs, 2 embedding, 2 memory ops."""
+    _, tr = _tiny_trace()
+    assert len(tr.ops) == 4 * 22 and len(tr.collectives) == 4
+    kinds = [o.kind for o in tr.by_rank()[0]]
+    assert kinds.count("collective") == 4 and kinds.count("gemm") == 14
+    assert kinds.count("memory") == 2
+
+
+def test_gemm_flops_by_hand():
+    """B=32: bottom 2·32·(8·32 + 32·16), dot 2·160·5·16, top 2·32·(26·32 + 32·1); backward ×2
+    except the first bottom layer's dgrad."""
+    _, tr = _tiny_trace()
+    fwd = 2 * 32 * (8 * 32 + 32 * 16) + 2 * 160 * 5 * 16 + 2 * 32 * (26 * 32 + 32)
+    bwd = 2 * fwd - 2 * 32 * 8 * 32
+    assert _gemm_flops(tr.by_rank()[0]) == fwd + bwd == 373760
+
+
+def test_embedding_bytes_by_hand():
+    """Rank 0 owns t0 (pooling 2) and looks it up for the global batch: 128·2 rows of 64 B."""
+    _, tr = _tiny_trace()
+    e = next(o for o in tr.by_rank()[0] if o.name == "emb_fwd")
+    assert (e.args["lookups"], e.args["row_bytes"]) == (256.0, 64.0)
+
+
+def test_all_to_all_matrices_by_hand():
+    """Indices: 32·(L+1)·8 B to each owner; pooled: 32·16·4 B from each owner to each rank."""
+    _, tr = _tiny_trace()
+    idx, pooled, grad, ar = tr.collectives
+    assert idx.matrix[0].tolist() == [768.0, 512.0, 1024.0, 512.0]
+    assert (pooled.matrix == 2048.0).all() and np.array_equal(grad.matrix, pooled.matrix.T)
+    assert ar.op == "all_reduce" and ar.size_bytes == 1713 * 4
+
+
+def test_round_trip_equals_in_memory():
+    """A trace written to JSON and read back is the same trace."""
+    _, tr = _tiny_trace()
+    back = trace_from_dict(json.loads(json.dumps(trace_to_dict(tr))))
+    assert trace_to_dict(back) == trace_to_dict(tr)
+
+
+@pytest.mark.parametrize(
+    "edit, field",
+    [
+        (lambda d: d["ops"][3].update(kind="teleport"), "ops[3].kind"),
+        (lambda d: d["ops"][5].update(deps=[77]), "ops[5].deps"),
+        (lambda d: d["ops"][0]["args"].update(coll=99), "ops[0].args.coll"),
+        (lambda d: d.update(schema="other/9"), "schema"),
+    ],
+)
+def test_broken_traces_are_clear_errors(edit, field):
+    """Unknown op kinds, broken dependencies and dangling collectives name the field."""
+    _, tr = _tiny_trace()
+    d = json.loads(json.dumps(trace_to_dict(tr)))
+    edit(d)
+    with pytest.raises(InputError) as err:
+        trace_from_dict(d, "t.json")
+    assert err.value.field == field and err.value.file == "t.json"

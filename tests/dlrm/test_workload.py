@@ -1,0 +1,58 @@
+"""Workload files: built-ins load, derived sizes are right, bad input names file and field."""
+
+import pytest
+import yaml
+
+from zionsim.base.config import builtin_names
+from zionsim.base.errors import InputError
+from zionsim.dlrm.workload import load_workload
+
+
+def test_required_workloads_ship():
+    """The six workloads of the brief are built in."""
+    need = {"tiny", "mlperf_dlrm", "mlperf_dlrm_dcnv2", "neo_model_a", "neo_model_i", "neo_model_f"}
+    assert need <= set(builtin_names("workloads"))
+
+
+def test_tiny_sizes_by_hand():
+    """tiny: 4 tables × 16, dot interaction → top input 16 + C(5,2) = 26; 1,713 dense params."""
+    w = load_workload("tiny")
+    assert len(w.tables) == 4 and w.top_input_width == 26
+    # bottom 8·32+32 + 32·16+16, top 26·32+32 + 32·1+1
+    assert w.dense_params == (8 * 32 + 32) + (32 * 16 + 16) + (26 * 32 + 32) + (32 + 1)
+    assert w.embedding_params == (1000 + 2000 + 500 + 100) * 16
+
+
+def test_table_groups_expand():
+    """A `count:` group stands for that many tables (Neo model A: 4,096)."""
+    assert len(load_workload("neo_model_a").tables) == 4096
+
+
+def test_overrides():
+    """--set changes workload fields; batch_per_gpu is a run option too."""
+    w = load_workload("tiny", overrides=["precision.embedding=fp16"], batch_per_gpu=64)
+    assert (w.precision["embedding"], w.batch_per_gpu) == ("fp16", 64)
+
+
+@pytest.mark.parametrize(
+    "edit, field",
+    [
+        (lambda d: d.pop("top_mlp"), "top_mlp"),
+        (lambda d: d["precision"].update(embedding="fp64"), "precision.embedding"),
+        (lambda d: d["tables"][1].update(rows=-5), "tables[1].rows"),
+        (lambda d: d.update(batch_per_gpu=0), "batch_per_gpu"),
+        (lambda d: d["interaction"].update(kind="attention"), "interaction.kind"),
+        (lambda d: d["tables"][0].update(dim=8), "tables"),
+    ],
+)
+def test_malformed_workloads(tmp_path, edit, field):
+    """Malformed workloads give an error naming the file and the field."""
+    from zionsim.base.config import builtin_dir
+
+    data = yaml.safe_load((builtin_dir("workloads") / "tiny.yaml").read_text())
+    edit(data)
+    path = tmp_path / "w.yaml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(InputError) as err:
+        load_workload(str(path))
+    assert err.value.file == str(path) and err.value.field == field

@@ -1,0 +1,172 @@
+"""Compute cost models: GEMM roofline, embedding lookups and updates, memory-bound kernels."""
+
+import re
+from dataclasses import replace
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+import zionsim
+from zionsim.base.errors import InputError
+from zionsim.hardware import compute
+from zionsim.hardware.topology import load_topology
+
+HARDWARE_CSV = Path(zionsim.__file__).parent / "data" / "reference" / "hardware.csv"
+SIZES = [1, 16, 64, 256, 1024, 4096, 16384]
+
+
+@pytest.fixture(scope="module")
+def gpus():
+    """A100 (ZionEX), H100 (DGX H100) and V100 (Big Basin) specs."""
+    return {n: load_topology(n).gpu for n in ("zionex", "dgx_h100", "bigbasin")}
+
+
+@pytest.fixture(scope="module")
+def a100(gpus):
+    """The ZionEX A100-SXM4-40GB."""
+    return gpus["zionex"]
+
+
+def test_architectures_of_builtins():
+    """Every shipped GPU maps to its architecture."""
+    expected = {"zionex": "ampere", "dgx_a100": "ampere", "dgx_h100": "hopper"}
+    expected |= {"bigbasin": "volta", "zion": "volta"}
+    for name, arch in expected.items():
+        assert compute.architecture(load_topology(name).gpu) == arch
+
+
+def test_gemm_efficiency_rises_and_saturates(gpus):
+    """Efficiency never falls with size and never exceeds the fitted maximum."""
+    model = compute.load_compute_model()
+    for gpu in gpus.values():
+        effs = [compute.gemm_efficiency(gpu, s, s, s, "fp16", model) for s in SIZES]
+        assert effs == sorted(effs)
+        assert 0 < effs[0] and effs[-1] <= model.for_gpu(gpu).gemm.eff_max
+
+
+def test_fit_reproduces_a100_reference(a100):
+    """The fitted model is within 15 % of every A100 cuBLASLt FP16 point of hardware.csv."""
+    ref = pd.read_csv(HARDWARE_CSV)
+    rows = ref[ref["item"].str.startswith("A100 cuBLASLt FP16 m=n=k=")]
+    assert len(rows) == 4
+    for item, tflops in zip(rows["item"], rows["value"], strict=True):
+        s = int(re.search(r"m=n=k=(\d+)", item).group(1))
+        got = compute.gemm_flops(s, s, s) / compute.gemm_time_s(a100, s, s, s, "fp16") / 1e12
+        assert got == pytest.approx(tflops, rel=0.15)
+
+
+def test_bigger_gemm_never_faster(gpus):
+    """Growing any one dimension never shortens the GEMM, for every dtype."""
+    for gpu in gpus.values():
+        for dtype in compute.GEMM_DTYPES:
+            for a, b in zip(SIZES, SIZES[1:], strict=False):
+                t = compute.gemm_time_s(gpu, a, a, a, dtype)
+                for shape in ((b, a, a), (a, b, a), (a, a, b)):
+                    assert compute.gemm_time_s(gpu, *shape, dtype) >= t
+
+
+def test_bf16_faster_than_fp32_for_large_gemms(a100):
+    """Tensor cores: an 8192^3 BF16 GEMM on A100 is several times faster than FP32."""
+    fp32 = compute.gemm_time_s(a100, 8192, 8192, 8192, "fp32")
+    assert compute.gemm_time_s(a100, 8192, 8192, 8192, "bf16") < fp32 / 4
+
+
+def test_memory_floor_dominates_skinny_gemm(a100):
+    """A matrix-vector product (m=1) costs its bytes at STREAM bandwidth, not its FLOPs."""
+    arch = compute.load_compute_model().for_gpu(a100)
+    nbytes = compute.gemm_bytes(1, 4096, 4096, "fp16")
+    floor = arch.launch_s + nbytes / (a100.hbm_bw_Bps * arch.stream_eff)
+    assert compute.gemm_time_s(a100, 1, 4096, 4096, "fp16") == pytest.approx(floor)
+
+
+def test_tf32_falls_back_to_fp32_rate(a100):
+    """A GPU without a TF32 rate runs TF32 GEMMs at its FP32 rate."""
+    no_tf32 = replace(a100, flops={k: v for k, v in a100.flops.items() if k != "tf32"})
+    t = compute.gemm_time_s(no_tf32, 2048, 2048, 2048, "tf32")
+    assert t == compute.gemm_time_s(no_tf32, 2048, 2048, 2048, "fp32")
+    assert compute.gemm_time_s(a100, 2048, 2048, 2048, "tf32") < t
+
+
+def test_memory_time_is_launch_plus_stream(gpus):
+    """Memory-bound kernels: launch overhead plus bytes at STREAM efficiency."""
+    for gpu in gpus.values():
+        launch = compute.launch_overhead_s(gpu)
+        assert compute.memory_time_s(gpu, 0) == launch
+        assert 1e-6 <= launch <= 1e-5
+        stream = compute.load_compute_model().for_gpu(gpu).stream_eff
+        expected = launch + 1e9 / (gpu.hbm_bw_Bps * stream)
+        assert compute.memory_time_s(gpu, 1e9) == pytest.approx(expected)
+
+
+def test_small_rows_waste_bandwidth(a100):
+    """Gather efficiency rises with row size and stays below the large-row figure."""
+    effs = [compute.gather_efficiency(a100, b, None) for b in (4, 32, 64, 128, 256, 512, 4096)]
+    assert effs == sorted(effs)
+    assert effs[-1] < compute.load_compute_model().for_gpu(a100).gather_eff
+    assert compute.gather_efficiency(a100, 33) < compute.gather_efficiency(a100, 32)
+
+
+def test_embedding_time_linear_in_lookups(a100):
+    """For large counts, doubling the lookups adds a constant amount of time."""
+    t = [compute.embedding_forward_time_s(a100, n, 512, 8, True, 0.0) for n in (1e6, 2e6, 4e6)]
+    assert t[2] - t[1] == pytest.approx(2 * (t[1] - t[0]))
+    b = [
+        compute.embedding_backward_time_s(a100, n, 512, 8, True, "rowwise_adagrad", 4)
+        for n in (1e6, 2e6, 4e6)
+    ]
+    assert b[2] - b[1] == pytest.approx(2 * (b[1] - b[0]))
+
+
+def test_fused_not_slower_than_unfused(gpus):
+    """One TBE kernel for all tables is never slower than per-table kernels."""
+    for gpu in gpus.values():
+        for tables in (1, 8, 100):
+            for lookups in (0, 1e3, 1e7):
+                fwd = [
+                    compute.embedding_forward_time_s(gpu, lookups, 256, tables, f, 1e6)
+                    for f in (True, False)
+                ]
+                bwd = [
+                    compute.embedding_backward_time_s(gpu, lookups, 256, tables, f, "adam", 2048)
+                    for f in (True, False)
+                ]
+                assert fwd[0] <= fwd[1] and bwd[0] <= bwd[1]
+
+
+def test_backward_not_faster_than_forward(gpus):
+    """The update reads and writes every row it gathered: backward >= forward."""
+    for gpu in gpus.values():
+        for row in (16, 128, 512, 2048):
+            for opt in compute.OPTIMIZERS:
+                fwd = compute.embedding_forward_time_s(gpu, 1e6, row, 4, True, 1e5 * row)
+                assert compute.embedding_backward_time_s(gpu, 1e6, row, 4, True, opt, 4) >= fwd
+
+
+def test_sgd_keeps_no_state(a100):
+    """SGD moves no optimizer state; row-wise Adagrad pays its 4-byte momentum."""
+    sgd = [compute.embedding_backward_time_s(a100, 1e6, 512, 1, True, "sgd", s) for s in (0, 4)]
+    assert sgd[0] == sgd[1]
+    assert compute.embedding_backward_time_s(a100, 1e6, 512, 1, True, "rowwise_adagrad", 4) > sgd[0]
+
+
+@pytest.mark.parametrize(
+    "call, field",
+    [
+        (lambda g: compute.gemm_time_s(g, 8, 8, 8, "fp64"), "dtype"),
+        (lambda g: compute.gemm_time_s(g, 0, 8, 8, "fp16"), "m"),
+        (lambda g: compute.embedding_backward_time_s(g, 1, 64, 1, True, "lamb", 4), "optimizer"),
+        (lambda g: compute.embedding_forward_time_s(g, -1, 64, 1, True, 0), "lookups"),
+        (lambda g: compute.embedding_forward_time_s(g, 1, 64, 0, True, 0), "tables"),
+        (lambda g: compute.gemm_time_s(replace(g, model="MI250X"), 8, 8, 8, "fp16"), "gpu.model"),
+        (
+            lambda g: compute.gemm_time_s(replace(g, flops={"fp32": 1e12}), 8, 8, 8, "fp16"),
+            "gpu.flops.fp16",
+        ),
+    ],
+)
+def test_bad_input_names_the_field(a100, call, field):
+    """Unknown dtype, optimizer or GPU family, and bad sizes, raise InputError naming the field."""
+    with pytest.raises(InputError) as err:
+        call(a100)
+    assert err.value.field == field

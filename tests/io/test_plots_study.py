@@ -1,0 +1,160 @@
+"""Study plots render headless to PNG and draw what the table holds."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from tests.conftest import TINY
+from zionsim.io import plots_study as ps
+from zionsim.io.plots import save
+
+PNG = b"\x89PNG"
+
+
+@pytest.fixture(scope="module")
+def table() -> pd.DataFrame:
+    """A sweep-like table: 2 topologies × 3 sizes, plus one failed point."""
+    rows = []
+    for topo, speed in (("zion", 0.6), ("zionex", 0.9)):
+        for gpus in (8, 16, 32):
+            rows.append(
+                {
+                    "point_id": f"{topo}{gpus:02d}",
+                    "topology": topo,
+                    "gpus": gpus,
+                    "samples_per_s": 1e4 * gpus * speed ** (gpus // 8 - 1),
+                    "breakdown_s.gemm": 0.004,
+                    "breakdown_s.all_to_all": 0.002 / speed,
+                    "breakdown_s.idle": 0.0,
+                    "status": "ok",
+                }
+            )
+    rows.append({"point_id": "zz", "topology": "zion", "gpus": 64, "status": "error"})
+    return pd.DataFrame(rows)
+
+
+@pytest.fixture(scope="module")
+def run():
+    """A tiny real run (2 nodes × 2 GPUs): its links and events tables."""
+    from zionsim.sim.run import run_point
+
+    return run_point({"topology": TINY, "workload": "tiny", "iterations": 2})
+
+
+def _png(ax, tmp_path) -> bytes:
+    path = tmp_path / "p.png"
+    save(ax, path)
+    return path.read_bytes()
+
+
+def test_scaling_one_line_per_group(table, tmp_path):
+    """One line per topology, failed points left out; renders to PNG."""
+    ax = ps.plot_scaling(table, by="topology")
+    assert [len(line.get_xdata()) for line in ax.get_lines()] == [3, 3]
+    assert ax.get_xscale() == "log"
+    assert _png(ax, tmp_path).startswith(PNG)
+
+
+def test_scaling_efficiency_is_relative_to_the_smallest_point(table, tmp_path):
+    """Efficiency is 1 at 8 GPUs and speed^(k) after; the plot renders."""
+    eff = ps.scaling_efficiency(table, by="topology")
+    ok = table[table["status"] == "ok"]
+    assert eff[ok["gpus"] == 8].tolist() == [1.0, 1.0]
+    assert eff[(ok["topology"] == "zion") & (ok["gpus"] == 16)].iloc[0] == pytest.approx(0.6)
+    assert _png(ps.plot_scaling_efficiency(table, by="topology"), tmp_path).startswith(PNG)
+
+
+def test_breakdown_stacks_nonzero_categories(table, tmp_path):
+    """One bar per ok row and non-zero category; tops equal the iteration time in ms."""
+    ax = ps.plot_breakdown(table, label="point_id")
+    bars = ax.patches
+    assert len(bars) == 6 * 2  # idle is zero everywhere and not drawn
+    top = max(b.get_y() + b.get_height() for b in bars)
+    assert top == pytest.approx((0.004 + 0.002 / 0.6) * 1e3)
+    assert _png(ax, tmp_path).startswith(PNG)
+
+
+def test_compare_pairs_two_tables_or_splits_one(table, tmp_path):
+    """Zion vs ZionEX from two frames or from one split by topology; the speed-up is annotated."""
+    ok = table[table["status"] == "ok"]
+    a, b = ok[ok["topology"] == "zion"], ok[ok["topology"] == "zionex"]
+    ax = ps.plot_compare(a, b, label="gpus")
+    assert len(ax.patches) == 3 * 2 * 2
+    expected = (0.004 + 0.002 / 0.6) / (0.004 + 0.002 / 0.9)
+    assert ax.texts[0].get_text() == f"x{expected:.2f}"
+    split = ps.plot_compare(table, label="gpus")
+    assert "zion (left) vs zionex" in split.get_title()
+    assert _png(split, tmp_path).startswith(PNG)
+    with pytest.raises(ValueError, match="rows"):
+        ps.plot_compare(a, b.iloc[:2])
+
+
+def test_link_utilisation_bar_per_kind(run, tmp_path):
+    """One bar per link kind, heights are mean utilisation in %."""
+    ax = ps.plot_link_utilisation(run.links)
+    kinds = sorted(run.links["kind"].unique())
+    assert [t.get_text() for t in ax.get_xticklabels()] == kinds
+    heights = [p.get_height() for p in ax.patches]
+    assert max(heights) <= 100
+    means = run.links.groupby("kind")["utilisation"].mean() * 100
+    assert heights == pytest.approx(means.tolist())
+    assert _png(ax, tmp_path).startswith(PNG)
+
+
+def test_timeline_rows_per_rank_and_stream(run, tmp_path):
+    """Rows are (rank, stream) of the first ranks, network rows excluded; renders."""
+    ax = ps.plot_timeline(run.events, max_ranks=2)
+    labels = [t.get_text() for t in ax.get_yticklabels()]
+    assert labels[0] == "rank 0 compute" and all(lab.split()[1] in "01" for lab in labels)
+    assert not any("network" in lab for lab in labels)
+    assert ax.get_title() == f"iteration {run.events['iteration'].max()}"
+    assert _png(ax, tmp_path).startswith(PNG)
+
+
+def test_sweep_plots_choose_what_applies(table):
+    """Scaling, efficiency, breakdown and compare for a 2-topology x 3-size table."""
+    axes = ps.sweep_plots(table, ["topology", "gpus"])
+    assert set(axes) == {"breakdown", "scaling", "scaling_efficiency", "compare"}
+    assert len(axes["scaling"].get_lines()) == 2
+    only_one = ps.sweep_plots(table[table["topology"] == "zion"], ["gpus"])
+    assert set(only_one) == {"breakdown", "scaling", "scaling_efficiency"}
+
+
+def test_cli_plot_sweep_and_run_dirs(tmp_path, capsys):
+    """`zionsim plot DIR`: a sweep folder gets scaling/breakdown PNGs, a run folder its own."""
+    from zionsim.cli.main import main
+    from zionsim.studies.sweep import run_sweep, sweep_from_dict
+
+    sweep = {
+        "base": {"topology": TINY, "workload": "tiny", "iterations": 2},
+        "grid": {"nodes": [1, 2]},
+    }
+    run_sweep(sweep_from_dict(sweep), tmp_path / "sw", workers=1, progress=False)
+    assert main(["plot", str(tmp_path / "sw")]) == 0
+    names = sorted(p.name for p in (tmp_path / "sw" / "plots").glob("*.png"))
+    assert names == ["breakdown.png", "scaling.png", "scaling_efficiency.png"]
+    assert (
+        main(
+            [
+                "run",
+                "--topology",
+                TINY,
+                "--workload",
+                "tiny",
+                "--iterations",
+                "2",
+                "--out",
+                str(tmp_path / "run"),
+                "--no-plot",
+            ]
+        )
+        == 0
+    )
+    assert main(["plot", str(tmp_path / "run")]) == 0
+    names = sorted(p.name for p in (tmp_path / "run" / "plots").glob("*.png"))
+    assert names == ["breakdown.png", "links.png", "timeline.png"]
+    assert all(p.read_bytes().startswith(PNG) for p in (tmp_path / "run" / "plots").iterdir())
+    capsys.readouterr()
+    assert main(["plot", str(tmp_path)]) == 2
+    assert "results.parquet" in capsys.readouterr().err

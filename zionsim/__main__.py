@@ -1,0 +1,7 @@
+"""``python -m zionsim``: the command line."""
+
+import sys
+
+from zionsim.cli.main import main
+
+sys.exit(main())

@@ -1,0 +1,7 @@
+"""``python -m zionsim.cli``: the command line."""
+
+import sys
+
+from zionsim.cli.main import main
+
+sys.exit(main())

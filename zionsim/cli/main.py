@@ -1,0 +1,393 @@
+"""Command line: ``zionsim run|trace|plan|topology|collective`` here; ``sweep|compare|plot`` in
+``cli_studies.py``, ``validate|calibrate`` in ``cli_measure.py``.
+
+Parses arguments, calls the pure model, prints and writes.  Bad input exits with status 2 and a
+one-line message naming the file and field; never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from zionsim.base.errors import InputError
+from zionsim.cli.common import DEFAULT_WORKLOAD, common_options
+from zionsim.io.files import format_mapping, format_rows, to_json, write_result_dir
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="zionsim", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("topology", help="describe a cluster topology")
+    p.add_argument("name", nargs="?", default=None, help="built-in name or YAML path")
+    common_options(p)
+    p.add_argument("--plot", metavar="FILE.png", help="draw the first nodes and the fabric")
+
+    p = sub.add_parser("collective", help="nccl-tests in simulation")
+    common_options(p, nodes_default=None)
+    p.add_argument(
+        "--op",
+        default="all_reduce",
+        choices=("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "send_recv"),
+    )
+    p.add_argument("--sizes", default="1K:8G", help="MIN:MAX bytes, doubling (K/M/G = 2^10..)")
+    p.add_argument("--algorithm", default=None, help="default: what NCCL would choose")
+    p.add_argument("--protocol", default=None, choices=("LL", "LL128", "Simple"))
+    p.add_argument("--fidelity", default="flow", choices=("flow", "analytic"))
+    p.add_argument("--out", default=None, help="result folder (default results/runs/<name>)")
+    for name, helptext in (
+        ("run", "simulate DLRM training iterations"),
+        ("trace", "write (or import) the trace of one iteration"),
+        ("plan", "shard the tables of a workload and show the plan"),
+    ):
+        p = sub.add_parser(name, help=helptext)
+        common_options(p)
+        p.add_argument("--workload", default=DEFAULT_WORKLOAD, help="built-in name or YAML path")
+        p.add_argument(
+            "--plan",
+            default="auto",
+            help="auto (greedy planner), round_robin, ps (tables on CPU parameter servers), "
+            "or a plan YAML",
+        )
+        p.add_argument("--batch-per-gpu", type=int, default=None)
+        p.add_argument("--global-batch", type=int, default=None)
+        p.add_argument("--unfused", action="store_true", help="per-table embedding kernels")
+        if name == "run":
+            p.add_argument(
+                "--trace",
+                dest="trace_file",
+                default=None,
+                help="replay a trace file instead of lowering the workload",
+            )
+            p.add_argument("--iterations", type=int, default=3)
+            p.add_argument(
+                "--sync",
+                default=None,
+                help="allreduce (default), foreground-ma|bmuf|easgd, shadow-ma|bmuf|easgd",
+            )
+            p.add_argument("--sync-every", type=int, default=None, help="foreground: every K")
+            p.add_argument("--sync-servers", type=int, default=None, help="EASGD servers")
+            p.add_argument(
+                "--sync-period",
+                type=float,
+                default=None,
+                help="shadow: minimum seconds between a trainer's rounds",
+            )
+            p.add_argument("--sync-trainer", default=None, choices=("rank", "node"))
+            p.add_argument("--warmup", type=int, default=1)
+            p.add_argument("--fidelity", default="flow", choices=("flow", "analytic"))
+            p.add_argument(
+                "--out", default=None, help="result folder (default results/runs/<name>)"
+            )
+            p.add_argument("--no-plot", action="store_true", help="skip breakdown.png")
+        elif name == "trace":
+            p.add_argument("--out", required=True, help="trace file to write (.json)")
+            p.add_argument(
+                "--import-kineto",
+                metavar="FILE",
+                default=None,
+                help="import a PyTorch profiler (Kineto) trace: a JSON(.gz) file, one per rank "
+                "in a folder, or a list; --nodes/--gpus-per-node retarget it (docs/traces.md)",
+            )
+            p.add_argument("--step", type=int, default=None, help="kineto: ProfilerStep#N only")
+        else:
+            p.add_argument("--planner", default=None, help="greedy (default), round_robin or ps")
+            p.add_argument("--out", default=None, help="write the plan as YAML")
+    from zionsim.cli import measure as cli_measure
+    from zionsim.cli import studies as cli_studies
+
+    cli_studies.add_parsers(sub)
+    cli_measure.add_parsers(sub)
+    return parser
+
+
+def _cluster(args):
+    from zionsim.hardware.cluster import Cluster
+
+    name = getattr(args, "name", None) or args.topology
+    return Cluster.load(
+        name, nodes=args.nodes, gpus_per_node=args.gpus_per_node, overrides=args.set
+    )
+
+
+def cmd_topology(args) -> int:
+    from zionsim.hardware.summary import topology_summary
+
+    cluster = _cluster(args)
+    print(format_mapping(topology_summary(cluster), args.format), end="")
+    if args.plot:
+        from zionsim.io.plots import plot_topology, save
+
+        save(plot_topology(cluster), args.plot)
+    return 0
+
+
+def cmd_collective(args) -> int:
+    from zionsim.base.units import parse_size_list
+    from zionsim.network.simulate import simulate_collective
+
+    sizes = parse_size_list(args.sizes)
+    cluster = _cluster(args)
+    rows = [
+        simulate_collective(
+            cluster,
+            args.op,
+            s,
+            algorithm=args.algorithm,
+            protocol=args.protocol,
+            fidelity=args.fidelity,
+        ).row()
+        for s in sizes
+    ]
+    print(format_rows(rows, args.format), end="")
+    name = f"collective_{cluster.spec.name}_{cluster.spec.nodes}n_{args.op}"
+    out = Path(args.out) if args.out else Path("results") / "runs" / name
+    summary = {
+        "topology": cluster.spec.name,
+        "nodes": cluster.spec.nodes,
+        "gpus": cluster.spec.gpus,
+        "op": args.op,
+        "fidelity": args.fidelity,
+        "rows": rows,
+    }
+    write_result_dir(
+        out, {"collective.csv": format_rows(rows, "csv"), "summary.json": to_json(summary)}
+    )
+    if args.format == "table":
+        print(f"wrote {out}/", file=sys.stderr)
+    return 0
+
+
+def _split_overrides(values: list[str]) -> tuple[list[str], list[str]]:
+    """``--set`` paths go to the topology unless prefixed ``workload.`` (or ``topology.``)."""
+    topo, work = [], []
+    for v in values:
+        if v.startswith("workload."):
+            work.append(v[len("workload.") :])
+        else:
+            topo.append(v[len("topology.") :] if v.startswith("topology.") else v)
+    return topo, work
+
+
+def _run_inputs(args):
+    from zionsim.base.errors import InputError
+    from zionsim.dlrm.workload import WORKLOAD_KEYS, load_workload, with_global_batch
+    from zionsim.hardware.cluster import Cluster
+
+    topo_sets, work_sets = _split_overrides(args.set)
+    # bare workload fields (batch_per_gpu=..., precision.embedding=...) are accepted too
+    work_sets += [v for v in topo_sets if v.split("=", 1)[0].split(".")[0] in WORKLOAD_KEYS]
+    topo_sets = [v for v in topo_sets if v.split("=", 1)[0].split(".")[0] not in WORKLOAD_KEYS]
+    cluster = Cluster.load(
+        args.topology, nodes=args.nodes, gpus_per_node=args.gpus_per_node, overrides=topo_sets
+    )
+    w = load_workload(args.workload, overrides=work_sets, batch_per_gpu=args.batch_per_gpu)
+    if args.global_batch is not None:
+        if args.batch_per_gpu is not None:
+            raise InputError(
+                "give --batch-per-gpu or --global-batch, not both", field="--global-batch"
+            )
+        w = with_global_batch(w, args.global_batch, len(cluster.gpus))
+    return cluster, w
+
+
+def _plan(args, cluster, w):
+    """The plan named by ``--plan``: a planner (auto = greedy) or a plan YAML file."""
+    from zionsim.dlrm.planner import PLANNERS
+
+    name = {"auto": "greedy"}.get(args.plan, args.plan)
+    if name in PLANNERS:
+        return PLANNERS[name](cluster, w)
+    from zionsim.io.files import read_plan
+
+    return read_plan(args.plan, w, len(cluster.gpus), cluster.spec.gpus_per_node, _servers(cluster))
+
+
+def _servers(cluster) -> int:
+    """Host sockets of the cluster: the parameter servers a plan may name."""
+    return cluster.spec.nodes * cluster.spec.host.sockets
+
+
+def cmd_run(args) -> int:
+    from zionsim.io.files import read_trace, write_run
+    from zionsim.sim.run import simulate_run
+
+    if args.trace_file:
+        from zionsim.hardware.cluster import Cluster
+
+        topo_sets, _ = _split_overrides(args.set)
+        cluster = Cluster.load(
+            args.topology, nodes=args.nodes, gpus_per_node=args.gpus_per_node, overrides=topo_sets
+        )
+        result = simulate_run(
+            cluster,
+            trace=read_trace(args.trace_file),
+            iterations=args.iterations,
+            warmup=args.warmup,
+            fidelity=args.fidelity,
+        )
+    else:
+        cluster, w = _run_inputs(args)
+        result = simulate_run(
+            cluster,
+            w,
+            _plan(args, cluster, w),
+            iterations=args.iterations,
+            warmup=args.warmup,
+            fidelity=args.fidelity,
+            fused=not args.unfused,
+            sync=args.sync,
+            sync_every=args.sync_every,
+            sync_servers=args.sync_servers,
+            sync_period_s=args.sync_period,
+            sync_trainer=args.sync_trainer,
+        )
+    s = result.summary
+    name = f"{s['workload']}_{s['topology']}_{s['nodes']}n"
+    out = Path(args.out) if args.out else Path("results") / "runs" / name
+    write_run(out, result, plot=not args.no_plot)
+    if args.format == "table":
+        print(format_run_summary(s), end="")
+        print(f"wrote {out}/", file=sys.stderr)
+    elif args.format == "json":
+        print(to_json(s), end="")
+    else:
+        print(format_rows(result.breakdown.to_dict("records"), "csv"), end="")
+    return 0
+
+
+def cmd_trace(args) -> int:
+    from zionsim.io.files import write_trace
+    from zionsim.sim.run import build_trace
+
+    if args.import_kineto:
+        trace = _import_kineto(args)
+    else:
+        cluster, w = _run_inputs(args)
+        trace, _ = build_trace(cluster, w, _plan(args, cluster, w), fused=not args.unfused)
+    write_trace(args.out, trace)
+    print(
+        f"wrote {args.out} ({len(trace.ops)} ops, {len(trace.collectives)} collectives, "
+        f"{trace.ranks} ranks)",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def _import_kineto(args):
+    """The Kineto trace of ``--import-kineto``, retargeted when ``--nodes``/``--gpus-per-node``
+    are given (to nodes × GPUs per node of ``--topology``)."""
+    from zionsim.dlrm.retarget import retarget
+    from zionsim.hardware.topology import load_topology
+    from zionsim.measure.kineto import read_kineto
+
+    trace = read_kineto(args.import_kineto, step=args.step, global_batch=args.global_batch)
+    if args.nodes is None and args.gpus_per_node is None:
+        return trace
+    spec = load_topology(
+        args.topology,
+        nodes=args.nodes,
+        gpus_per_node=args.gpus_per_node,
+        overrides=_split_overrides(args.set)[0],
+    )
+    return retarget(trace, spec.gpus)
+
+
+def cmd_plan(args) -> int:
+    from zionsim.dlrm.planner import plan_costs
+
+    cluster, w = _run_inputs(args)
+    if args.planner:
+        args.plan = args.planner
+    plan = _plan(args, cluster, w)
+    rows, totals = plan_costs(cluster, w, plan)
+    if args.format == "json":
+        print(to_json({"plan": plan.name, "tables": rows, "per_gpu": totals}), end="")
+    elif args.format == "csv":
+        print(format_rows(rows, "csv"), end="")
+    else:
+        shown = sorted(rows, key=lambda r: -r["estimated_s"])[:20]
+        print(format_rows(shown), end="")
+        if len(rows) > len(shown):
+            print(f"... {len(rows) - len(shown)} more tables (--format csv lists all)")
+        print()
+        print(format_mapping({"plan": plan.name, **totals}), end="")
+    if args.out:
+        from zionsim.io.files import write_plan
+
+        write_plan(args.out, plan, w)
+        print(f"wrote {args.out}", file=sys.stderr)
+    return 0
+
+
+def format_run_summary(s: dict) -> str:
+    """The terminal summary of a run: headline figures and the critical-path breakdown."""
+    it = s["iteration_time_s"]
+    head = {
+        "topology": f"{s['topology']} x {s['nodes']} nodes ({s['gpus']} GPUs)",
+        "workload": f"{s['workload']} (global batch {s['global_batch']})",
+        "iteration_time_ms": round(it * 1e3, 3),
+        "samples_per_s": round(s["samples_per_s"], 1),
+        "exposed_comm_ms": round(s["exposed_comm_s"] * 1e3, 3),
+    }
+    rows = [
+        {
+            "category": k,
+            "critical_path_ms": round(v * 1e3, 3),
+            "share_pct": round(100 * v / it, 1) if it else 0.0,
+            "busy_ms": round(s["busy_s"].get(k, 0.0) * 1e3, 3),
+        }
+        for k, v in s["breakdown_s"].items()
+        if v > 0 or s["busy_s"].get(k, 0.0) > 0
+    ]
+    sync = s.get("sync") or {}
+    if sync.get("mode", "allreduce") != "allreduce":
+        gap = sync["sync_gap_iterations"]
+        head.update(
+            {
+                "sync": f"{sync['mode']} (every {sync['every']})"
+                if sync["mode"].startswith("foreground")
+                else sync["mode"],
+                "sync_rounds_per_trainer": round(sync["rounds_per_trainer"], 2),
+                "sync_gap_iterations": "n/a"
+                if gap["mean"] is None
+                else f"mean {gap['mean']:.2f} p50 {gap['p50']:.1f} p95 {gap['p95']:.1f}",
+                "sync_bytes_GB": round(sync["sync_bytes"] / 1e9, 3),
+                "foreground_slowdown_pct": round(100 * sync["foreground_slowdown"], 2),
+            }
+        )
+    return format_mapping(head) + "\n" + format_rows(rows)
+
+
+#: the commands defined here; ``commands()`` adds the study and measurement ones
+CORE_COMMANDS = {
+    "run": cmd_run,
+    "trace": cmd_trace,
+    "plan": cmd_plan,
+    "topology": cmd_topology,
+    "collective": cmd_collective,
+}
+
+
+def commands() -> dict:
+    """Every subcommand's handler: core ones here, studies and measurements in their modules."""
+    from zionsim.cli import measure as cli_measure
+    from zionsim.cli import studies as cli_studies
+
+    return {**CORE_COMMANDS, **cli_studies.COMMANDS, **cli_measure.COMMANDS}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser().parse_args(argv or ["run"])
+    try:
+        return commands()[args.command](args)
+    except InputError as exc:
+        print(f"zionsim: error: {exc.one_line()}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

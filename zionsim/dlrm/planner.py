@@ -1,0 +1,379 @@
+"""Cost-based sharding planner in the spirit of Neo: enumerate → estimate → choose → place.
+
+Each stage is a plain function, and a :class:`Planner` is just the four of them, so a caller
+replaces one stage and keeps the others (``PLANNERS`` holds the built-in combinations):
+
+1. **enumerate** the options of a table: TW, CW in 2…8 column slices, TWRW on one node, RW over all
+   GPUs, DP for small tables;
+2. **estimate** each option with the simulator's own cost models: lookup forward + backward time
+   from ``compute.py``, plus the seconds its bytes take on the links each holding GPU uses (NIC for
+   traffic leaving the node, NVLink inside it), and the HBM bytes per holding GPU;
+3. **choose** per table: table-wise unless one GPU's share of the table would exceed the ideal
+   per-GPU load (total estimated work / GPUs), then the cheapest option whose per-GPU part fits
+   under it; replicate (DP) when that is cheaper than serving the table remotely;
+4. **place** shards that span every GPU (DP, RW) first, then parts heaviest first on the
+   least-loaded GPU with HBM room; a part that fits on no GPU goes to the UVM tier (hot rows in
+   the GPU's remaining HBM, the rest in its node's DRAM).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from zionsim.dlrm.cache import hit_rate
+from zionsim.dlrm.plan import Plan, Shard, default_plan, memory_by_rank
+from zionsim.dlrm.sharding import column_splits
+from zionsim.dlrm.workload import DTYPE_BYTES, EMBEDDING_OPTIMIZERS, WorkloadSpec, row_bytes
+from zionsim.hardware import compute
+
+#: replicate a table only below this size (its gradient joins every iteration's all-reduce)
+DP_MAX_BYTES = 64 * 2**20
+
+
+@dataclass(frozen=True)
+class Option:
+    """One way to shard a table: kind and number of GPUs holding a part."""
+
+    table: int
+    kind: str
+    parts: int
+
+
+@dataclass(frozen=True)
+class Cost:
+    """Estimated seconds per iteration and HBM bytes on each GPU holding a part."""
+
+    part_s: float
+    part_bytes: float
+    parts: int
+
+    @property
+    def total_s(self) -> float:
+        return self.part_s * self.parts
+
+
+@dataclass(frozen=True)
+class Context:
+    """What the stages know about the cluster and the model."""
+
+    w: WorkloadSpec
+    n: int
+    g: int
+    gpu: object
+    hbm_budget: float  # HBM bytes per GPU left for embeddings
+    dram_budget: float  # host DRAM bytes per node
+    nic_Bps: float  # scale-out bandwidth per GPU
+    nvlink_Bps: float
+    pcie_Bps: float
+    #: share of all embedding bytes that fits in the cluster's HBM (1 when everything fits)
+    hbm_share: float = 1.0
+
+
+def context(cluster, w: WorkloadSpec) -> Context:
+    """Budgets and bandwidths of ``cluster`` for workload ``w``."""
+    spec, n = cluster.spec, len(cluster.gpus)
+    g = spec.gpus_per_node
+    probe = memory_by_rank(w, Plan("none", ()), n, g)
+    fixed = float(probe["dense"][0] + probe["activations"][0])
+    so = spec.scale_out
+    nic = so.nics_per_node * so.nic_bw_Bps * spec.links[so.kind].efficiency / g
+    su = spec.scale_up
+    if su.kind == "nvswitch":
+        nvl = su.links_per_gpu * su.link_bw_Bps
+    elif su.kind == "mesh":
+        nvl = max(sum(c for a, b, c in su.mesh if 0 in (a, b)), 1) * su.link_bw_Bps
+    else:
+        nvl = spec.pcie.bw_Bps
+    eff = spec.links.get("nvlink", spec.links["pcie"]).efficiency
+    return Context(
+        w,
+        n,
+        g,
+        spec.gpu,
+        max(0.0, 0.95 * spec.gpu.hbm_bytes - fixed),
+        spec.host.dram_bytes,
+        nic,
+        nvl * eff,
+        spec.pcie.bw_Bps * spec.links["pcie"].efficiency,
+    )
+
+
+# ------------------------------------------------------------------------------ stages
+def enumerate_options(ctx: Context, t) -> list[Option]:
+    """TW, CW (2, 4, 8 slices, at least 4 columns each), TWRW, RW, and DP for small tables."""
+    opts = [Option(t.index, "TW", 1)]
+    opts += [Option(t.index, "CW", k) for k in (2, 4, 8) if k <= ctx.n and t.dim // k >= 4]
+    if ctx.n > ctx.g > 1:
+        opts.append(Option(t.index, "TWRW", ctx.g))
+    if ctx.n > 1:
+        opts.append(Option(t.index, "RW", ctx.n))
+        if t.rows * row_bytes(t.dim, ctx.w.precision["embedding"]) <= DP_MAX_BYTES:
+            opts.append(Option(t.index, "DP", ctx.n))
+    return opts
+
+
+def estimate(ctx: Context, t, opt: Option) -> Cost:
+    """Seconds per iteration on each holding GPU, and its HBM bytes (all-HBM placement)."""
+    w, n, g = ctx.w, ctx.n, ctx.g
+    B, G = w.batch_per_gpu, w.batch_per_gpu * n
+    cb = DTYPE_BYTES[w.precision["communication"]]
+    per_el, per_row = EMBEDDING_OPTIMIZERS[w.optimizer["embedding"]]
+    remote = (n - g) / n  # share of sample ranks on other nodes
+    d = t.dim if opt.kind != "CW" else column_splits(t.dim, opt.parts)[0]
+    rows = t.rows / opt.parts if opt.kind in ("RW", "TWRW") else t.rows
+    lookups = {"DP": B * t.pooling}.get(
+        opt.kind, G * t.pooling / (opt.parts if opt.kind in ("RW", "TWRW") else 1)
+    )
+    rb = row_bytes(d, w.precision["embedding"])
+    state = 4 * (per_el * d + per_row)
+    kernel = compute.embedding_forward_time_s(
+        ctx.gpu, lookups, rb, 1, True, G * d * cb
+    ) + compute.embedding_backward_time_s(
+        ctx.gpu, lookups, rb, 1, True, w.optimizer["embedding"], state
+    )
+    pooled = G * d * cb  # forward output of the part, the same again as gradient in backward
+    if opt.kind in ("TW", "CW"):
+        comm = 2 * pooled * remote / ctx.nic_Bps
+    elif opt.kind == "RW":
+        comm = 2 * pooled * (n - 1) / n * remote / ctx.nic_Bps
+    elif opt.kind == "TWRW":
+        comm = 2 * (pooled * (g - 1) / g / ctx.nvlink_Bps + pooled / g * remote / ctx.nic_Bps)
+    else:  # DP: the table's gradient is all-reduced every iteration
+        comm = 2 * (n - 1) / n * t.rows * t.dim * cb / ctx.nic_Bps
+    return Cost(kernel + comm, rows * (rb + state), opt.parts)
+
+
+def choose(ctx: Context, t, costed: list[tuple[Option, Cost]], target_s: float) -> Option:
+    """Table-wise unless its part exceeds the per-GPU target; DP if cheaper than remote.
+
+    Costs are compared as they will run: an option whose part cannot be held in HBM pays the
+    UVM misses of the share that can (``hbm_share``, set by :meth:`Planner.plan`).
+    """
+    eff = [(o, _with_uvm(ctx, o, c)) for o, c in costed]
+    tw = next(((o, c) for o, c in eff if o.kind == "TW"), None)
+    dp = next(((o, c) for o, c in eff if o.kind == "DP"), None)
+    if dp and tw and dp[1].part_s < tw[1].part_s:
+        return dp[0]
+    if tw and tw[1].part_s <= target_s:
+        return tw[0]
+    split = [(o, c) for o, c in eff if o.kind != "DP"]
+    under = [(o, c) for o, c in split if c.part_s <= target_s]
+    if under:
+        return min(under, key=lambda oc: (oc[1].total_s, oc[0].parts))[0]
+    return min(split, key=lambda oc: (oc[1].part_s, oc[0].parts))[0]
+
+
+def _with_uvm(ctx: Context, o: Option, c: Cost) -> Cost:
+    """``c`` plus the miss traffic of the part when only ``hbm_share`` of it can sit in HBM."""
+    frac = min(1.0, ctx.hbm_share, ctx.hbm_budget / c.part_bytes if c.part_bytes else 1.0)
+    if frac >= 1.0:
+        return c
+    return Cost(c.part_s + _miss_s(ctx, o, c, frac, ctx.w.zipf_alpha), c.part_bytes, c.parts)
+
+
+def place(ctx: Context, chosen: list[tuple[Option, Cost]], zipf_alpha: float) -> Plan:
+    """Heaviest part first on the least-loaded GPU with room; UVM where nothing has room."""
+    n, g = ctx.n, ctx.g
+    load, room = np.zeros(n), np.full(n, ctx.hbm_budget)
+    dram = np.full(max(1, n // g), ctx.dram_budget)
+    shards: dict[int, Shard] = {}
+    # shards on every GPU first (they need room everywhere), then heaviest first
+    order = sorted(
+        chosen,
+        key=lambda oc: (
+            oc[0].kind not in ("RW", "DP"),
+            -oc[1].part_s,
+            -oc[1].part_bytes,
+            oc[0].table,
+        ),
+    )
+    for opt, cost in order:
+        if opt.kind in ("RW", "DP"):
+            ranks = tuple(range(n))
+        elif opt.kind == "TWRW":
+            node_load = load.reshape(-1, g).max(axis=1)
+            node_room = room.reshape(-1, g).min(axis=1)
+            ok = np.flatnonzero(node_room >= cost.part_bytes)
+            node = int(ok[np.argmin(node_load[ok])] if len(ok) else np.argmin(node_load))
+            ranks = tuple(range(node * g, (node + 1) * g))
+        else:
+            ranks = _least_loaded(load, room, cost.part_bytes, opt.parts)
+        idx = np.array(ranks)
+        if (room[idx] >= cost.part_bytes).all():
+            room[idx] -= cost.part_bytes
+            shards[opt.table] = Shard(opt.table, opt.kind, ranks)
+            load[idx] += cost.part_s
+        else:  # UVM: the hottest rows in what HBM is left, the rest in host DRAM
+            frac = float(max(0.0, min(1.0, room[idx].min() / cost.part_bytes)))
+            room[idx] -= frac * cost.part_bytes
+            for r in ranks:
+                dram[r // g] -= (1 - frac) * cost.part_bytes
+            shards[opt.table] = Shard(opt.table, opt.kind, ranks, "uvm", round(frac, 6))
+            load[idx] += cost.part_s + _miss_s(ctx, opt, cost, frac, zipf_alpha)
+    return Plan("greedy", tuple(shards[t.index] for t in ctx.w.tables))
+
+
+def _least_loaded(load: np.ndarray, room: np.ndarray, need: float, k: int) -> tuple[int, ...]:
+    ok = np.flatnonzero(room >= need)
+    pool = ok if len(ok) >= k else np.arange(len(load))
+    best = pool[np.lexsort((pool, load[pool]))][:k]
+    return tuple(int(r) for r in sorted(best))
+
+
+def _miss_s(ctx: Context, opt: Option, cost: Cost, frac: float, alpha: float) -> float:
+    t = ctx.w.tables[opt.table]
+    rows = t.rows / opt.parts if opt.kind in ("RW", "TWRW") else t.rows
+    miss = 1.0 - hit_rate(rows, rows * frac, alpha)
+    split = opt.parts if opt.kind in ("RW", "TWRW") else 1
+    lookups = ctx.w.batch_per_gpu * ctx.n * t.pooling / split
+    return 2 * lookups * miss * cost.part_bytes / max(rows, 1) / ctx.pcie_Bps
+
+
+# ------------------------------------------------------------------------------ planners
+@dataclass(frozen=True)
+class Planner:
+    enumerate: Callable = enumerate_options
+    estimate: Callable = estimate
+    choose: Callable = choose
+    place: Callable = place
+
+    def plan(self, cluster, w: WorkloadSpec) -> Plan:
+        ctx = context(cluster, w)
+        costed = {
+            t.index: [(o, self.estimate(ctx, t, o)) for o in self.enumerate(ctx, t)]
+            for t in w.tables
+        }
+        data = sum(next(c for o, c in cs if o.kind == "TW").part_bytes for cs in costed.values())
+        ctx = replace(ctx, hbm_share=min(1.0, ctx.n * ctx.hbm_budget / data) if data else 1.0)
+        tw_total = sum(min(c.total_s for _, c in cs) for cs in costed.values())
+        target = tw_total / ctx.n
+        chosen = []
+        for t in w.tables:
+            opt = self.choose(ctx, t, costed[t.index], target)
+            chosen.append((opt, dict(costed[t.index])[opt]))
+        return self.place(ctx, chosen, w.zipf_alpha)
+
+
+def round_robin(cluster, w: WorkloadSpec) -> Plan:
+    """The naive baseline: table-wise, largest first, dealt round-robin (tiny tables DP); a table
+    that does not fit in what HBM its GPU has left goes to UVM with that HBM as its hot part."""
+    ctx = context(cluster, w)
+    base = default_plan(w, ctx.n)
+    room = np.full(ctx.n, ctx.hbm_budget)
+    for s in base.shards:
+        if s.kind == "DP":
+            room -= estimate(ctx, w.tables[s.table], Option(s.table, "DP", ctx.n)).part_bytes
+    shards = []
+    for s in base.shards:
+        if s.kind == "DP":
+            shards.append(s)
+            continue
+        need = estimate(ctx, w.tables[s.table], Option(s.table, "TW", 1)).part_bytes
+        r = s.ranks[0]
+        if need <= room[r]:
+            room[r] -= need
+            shards.append(s)
+        else:
+            frac = max(0.0, room[r]) / need
+            room[r] -= frac * need
+            shards.append(Shard(s.table, "TW", s.ranks, "uvm", round(frac, 6)))
+    return Plan("round_robin", tuple(shards))
+
+
+def parameter_servers(cluster, w: WorkloadSpec) -> Plan:
+    """Every table whole on a CPU parameter server (``ps`` tier): the host sockets of all nodes,
+    heaviest lookup traffic first on the least-loaded server with DRAM room.  On one node this is
+    Zion's placement (tables in its own host DRAM, read over PCIe); on several, most trainers
+    reach most tables over the network, as ShadowSync's trainers reach their servers."""
+    spec = cluster.spec
+    servers = spec.nodes * spec.host.sockets
+    per_el, per_row = EMBEDDING_OPTIMIZERS[w.optimizer["embedding"]]
+    room = np.full(servers, spec.host.dram_bytes / spec.host.sockets)
+    load = np.zeros(servers)
+    shards: dict[int, Shard] = {}
+    for t in sorted(w.tables, key=lambda t: (-t.pooling * t.dim, -t.rows, t.index)):
+        need = t.rows * (
+            row_bytes(t.dim, w.precision["embedding"]) + 4 * (per_el * t.dim + per_row)
+        )
+        fits = np.flatnonzero(room >= need)
+        k = int(fits[np.argmin(load[fits])]) if fits.size else int(np.argmax(room))
+        room[k] -= need
+        load[k] += t.pooling * t.dim
+        shards[t.index] = Shard(t.index, "TW", (), "ps", 0.0, k)
+    return Plan("parameter_servers", tuple(shards[t.index] for t in w.tables))
+
+
+PLANNERS: dict[str, Callable] = {
+    "greedy": Planner().plan,
+    "round_robin": round_robin,
+    "ps": parameter_servers,
+}
+
+
+def plan_costs(cluster, w: WorkloadSpec, plan: Plan) -> tuple[list[dict], dict]:
+    """Per-table rows (sharding, ranks, bytes, estimated seconds) and per-GPU totals."""
+    ctx = context(cluster, w)
+    mem = memory_by_rank(w, plan, ctx.n, ctx.g, w.zipf_alpha)
+    load = np.zeros(ctx.n)
+    rows = []
+    for s in plan.shards:
+        t = w.tables[s.table]
+        if s.tier == "ps":
+            rows.append(_ps_row(w, t, s))
+            continue
+        cost = estimate(ctx, t, Option(t.index, s.kind, len(s.ranks)))
+        extra = (
+            _miss_s(
+                ctx, Option(t.index, s.kind, len(s.ranks)), cost, s.cache_fraction, w.zipf_alpha
+            )
+            if s.tier == "uvm"
+            else 0.0
+        )
+        load[list(s.ranks)] += cost.part_s + extra
+        rows.append(
+            {
+                "table": t.name,
+                "sharding": s.kind,
+                "ranks": _ranks_text(s.ranks),
+                "tier": s.tier,
+                "bytes": float(t.rows * row_bytes(t.dim, w.precision["embedding"])),
+                "estimated_s": cost.total_s + extra * len(s.ranks),
+            }
+        )
+    hbm = sum(mem[k] for k in ("embedding", "embedding_optimizer", "dense", "activations"))
+    lay_bytes = np.zeros(ctx.n)
+    from zionsim.dlrm.sharding import layout
+
+    lay_bytes = layout(w, plan, ctx.n, ctx.g, w.zipf_alpha).lookup_bytes
+    totals = {
+        "hbm_bytes_max": float(hbm.max()),
+        "hbm_bytes_mean": float(hbm.mean()),
+        "dram_bytes_max": float(mem["host_dram"].max()),
+        "lookup_bytes_max": float(lay_bytes.max()),
+        "lookup_bytes_mean": float(lay_bytes.mean()),
+        "estimated_s_max": float(load.max()),
+        "estimated_s_mean": float(load.mean()),
+        "imbalance": float(load.max() / load.mean()) if load.mean() > 0 else 1.0,
+    }
+    return rows, totals
+
+
+def _ps_row(w: WorkloadSpec, t, s: Shard) -> dict:
+    """A parameter-server table in the plan table: no GPU holds it, no GPU time is estimated."""
+    return {
+        "table": t.name,
+        "sharding": s.kind,
+        "ranks": f"ps{s.server}",
+        "tier": s.tier,
+        "bytes": float(t.rows * row_bytes(t.dim, w.precision["embedding"])),
+        "estimated_s": 0.0,
+    }
+
+
+def _ranks_text(ranks: tuple[int, ...]) -> str:
+    if len(ranks) > 2 and ranks == tuple(range(ranks[0], ranks[-1] + 1)):
+        return f"{ranks[0]}-{ranks[-1]}"
+    return " ".join(map(str, ranks))

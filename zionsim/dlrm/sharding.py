@@ -1,0 +1,162 @@
+"""What a sharding plan implies: per-rank embedding work, memory, and the communication it needs.
+
+For each table shard (``plan.py``) with global batch ``G = n·B`` and pooling ``L``:
+
+=====  ===========================  ====================  ======================================
+kind   rows held                    lookups per rank      forward output / backward gradient
+=====  ===========================  ====================  ======================================
+TW     all, on one rank             G·L                   pooled all-to-allv (B·d per sample rank)
+CW     all, a column slice each     G·L (at dim d/k)      pooled all-to-allv of each slice
+RW     rows/n on every rank         G·L/n                 reduce-scatter / all-gather of G·d
+TWRW   rows/g on one node's GPUs    G·L/g                 intra-node reduce-scatter of G·d, then
+                                                          all-to-allv among same-index GPUs across
+                                                          nodes (backward: the reverse, all-gather)
+DP     all, on every rank           B·L                   none (gradient joins the all-reduce)
+=====  ===========================  ====================  ======================================
+
+Indices (``index_bytes`` per lookup plus one length per sample and table) travel in one input
+all-to-allv to every rank that serves lookups of the table.  A shard in the ``uvm`` tier keeps
+its hottest ``cache_fraction`` of rows in HBM and the rest in host DRAM (an exclusive hot/cold
+split: the steady state of a software cache under stationary skew, ``cache.py``); misses are read
+over PCIe before the lookup and written back after the update.
+
+A shard in the ``ps`` tier lives whole in the host DRAM of one CPU parameter server (a host socket,
+``plan.Shard.server``) that does the lookups itself, as on Zion and ShadowSync's CPU clusters.
+Every rank trains on its own ``B`` samples (no all-to-all): per iteration and table it sends
+``B·(L+1)`` indices to the server, which gathers ``B·L`` rows from its DRAM and returns ``B·d``
+pooled values; backward pushes ``B·d`` gradients and the server reads and writes the ``B·L``
+rows and their optimizer state (a Hogwild update: no lock, no sync of embeddings).  The GPU holds
+nothing of these tables.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from zionsim.dlrm.cache import hit_rate
+from zionsim.dlrm.workload import DTYPE_BYTES, EMBEDDING_OPTIMIZERS, WorkloadSpec, row_bytes
+
+
+@dataclass
+class Layout:
+    """Per-rank embedding work and memory (arrays of length n) and the communication specs."""
+
+    lookups: np.ndarray
+    lookup_bytes: np.ndarray  # Σ lookups × row bytes (HBM or host)
+    state_bytes: np.ndarray  # Σ lookups × optimizer-state bytes per row
+    tables: np.ndarray
+    out_bytes: np.ndarray  # pooled outputs written by the lookup kernel
+    host_bytes: np.ndarray  # UVM misses read per iteration (written back after the update)
+    hbm_bytes: np.ndarray  # rows (or cache) in HBM
+    hbm_state_bytes: np.ndarray
+    dram_bytes: np.ndarray  # rows in host DRAM (UVM), per rank
+    input_matrix: np.ndarray  # n×n index bytes
+    pooled_matrix: np.ndarray  # n×n pooled bytes from table owner to sample rank (TW, CW)
+    rw_bytes: float  # reduce-scatter / all-gather size (G·Σd·bytes) over all ranks
+    twrw_rs: dict[int, float]  # node → reduce-scatter size among its GPUs
+    twrw_matrix: np.ndarray  # nodes×nodes bytes per same-index GPU pair (after the RS)
+    dp_params: int  # parameters of replicated tables (their gradients join the all-reduce)
+    #: parameter-server traffic, rank × server bytes: indices sent, rows gathered from DRAM,
+    #: pooled values returned (= gradients pushed), rows + state read and written by the update
+    ps_index: np.ndarray = None
+    ps_gather: np.ndarray = None
+    ps_pooled: np.ndarray = None
+    ps_update: np.ndarray = None
+    ps_dram_bytes: np.ndarray = None  # rows + optimizer state held by each server
+
+
+def column_splits(dim: int, k: int) -> list[int]:
+    """``dim`` split into ``k`` nearly equal column slices."""
+    return [dim // k + (1 if i < dim % k else 0) for i in range(k)]
+
+
+def layout(w: WorkloadSpec, plan, n: int, gpus_per_node: int, zipf_alpha: float = 1.0) -> Layout:
+    """The per-rank consequences of ``plan`` for workload ``w`` on ``n`` ranks."""
+    g = gpus_per_node
+    nodes = max(1, n // g)
+    B, G = w.batch_per_gpu, w.batch_per_gpu * n
+    cb = DTYPE_BYTES[w.precision["communication"]]
+    per_el, per_row = EMBEDDING_OPTIMIZERS[w.optimizer["embedding"]]
+    z = np.zeros(n)
+    out = Layout(
+        z.copy(),
+        z.copy(),
+        z.copy(),
+        np.zeros(n, dtype=int),
+        z.copy(),
+        z.copy(),
+        z.copy(),
+        z.copy(),
+        z.copy(),
+        np.zeros((n, n)),
+        np.zeros((n, n)),
+        0.0,
+        {},
+        np.zeros((nodes, nodes)),
+        0,
+    )
+    n_ps = 1 + max((s.server for s in plan.shards if s.tier == "ps"), default=-1)
+    out.ps_index, out.ps_gather, out.ps_pooled, out.ps_update = (
+        np.zeros((n, n_ps)) for _ in range(4)
+    )
+    out.ps_dram_bytes = np.zeros(n_ps)
+    for s in plan.shards:
+        t = w.tables[s.table]
+        idx = w.index_bytes
+        if s.tier == "ps":
+            rb = row_bytes(t.dim, w.precision["embedding"])
+            state = 4 * (per_el * t.dim + per_row)
+            out.ps_index[:, s.server] += B * (t.pooling + 1) * idx
+            out.ps_gather[:, s.server] += B * t.pooling * rb
+            out.ps_pooled[:, s.server] += B * t.dim * cb
+            out.ps_update[:, s.server] += B * t.pooling * (rb + state)
+            out.ps_dram_bytes[s.server] += t.rows * (rb + state)
+            continue
+
+        def serve(r, lookups, rows, dim, t=t, s=s):
+            rb = row_bytes(dim, w.precision["embedding"])
+            state = 4 * (per_el * dim + per_row)
+            out.lookups[r] += lookups
+            out.lookup_bytes[r] += lookups * rb
+            out.state_bytes[r] += lookups * state
+            out.tables[r] += 1
+            if s.tier == "uvm":
+                cached = rows * s.cache_fraction
+                miss = 1.0 - hit_rate(rows, cached, zipf_alpha)
+                out.host_bytes[r] += lookups * miss * (rb + state)
+                out.hbm_bytes[r] += cached * rb
+                out.hbm_state_bytes[r] += cached * state
+                out.dram_bytes[r] += (rows - cached) * (rb + state)
+            else:
+                out.hbm_bytes[r] += rows * rb
+                out.hbm_state_bytes[r] += rows * state
+
+        if s.kind == "DP":
+            for r in range(n):
+                serve(r, B * t.pooling, t.rows, t.dim)
+                out.out_bytes[r] += B * t.dim * cb
+            out.dp_params += t.rows * t.dim
+        elif s.kind in ("TW", "CW"):
+            for r, d in zip(s.ranks, column_splits(t.dim, len(s.ranks)), strict=True):
+                serve(r, G * t.pooling, t.rows, d)
+                out.out_bytes[r] += G * d * cb
+                out.input_matrix[:, r] += B * (t.pooling + 1) * idx
+                out.pooled_matrix[r, :] += B * d * cb
+        elif s.kind == "RW":
+            for r in range(n):
+                serve(r, G * t.pooling / n, t.rows / n, t.dim)
+                out.out_bytes[r] += G * t.dim * cb
+            out.input_matrix += B * (t.pooling / n + 1) * idx
+            out.rw_bytes += G * t.dim * cb
+        elif s.kind == "TWRW":
+            members = list(s.ranks)
+            node = members[0] // g
+            for r in members:
+                serve(r, G * t.pooling / len(members), t.rows / len(members), t.dim)
+                out.out_bytes[r] += G * t.dim * cb
+                out.input_matrix[:, r] += B * (t.pooling / len(members) + 1) * idx
+            out.twrw_rs[node] = out.twrw_rs.get(node, 0.0) + G * t.dim * cb
+            out.twrw_matrix[node, :] += B * t.dim * cb
+    return out

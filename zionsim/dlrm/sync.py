@@ -1,0 +1,140 @@
+"""Synchronisation of dense parameters: synchronous all-reduce, foreground rounds, ShadowSync.
+
+Modes (DESIGN §6):
+
+* ``allreduce`` — dense gradients all-reduced every iteration in buckets that overlap backward;
+  the optimizer waits for them (Neo's default).
+* ``foreground-ma|bmuf|easgd`` with ``every: K`` — trainers train on their own replica of the
+  dense parameters and stop every K iterations for one sync round.
+* ``shadow-ma|bmuf|easgd`` (ShadowSync) — a background process per trainer runs sync rounds back
+  to back (or no more often than ``period``) without blocking training; its traffic shares the
+  links with the foreground.
+
+Rounds: model averaging (MA) and BMUF all-reduce the parameters among trainers (BMUF adds block
+momentum: same traffic, different update); EASGD exchanges them point-to-point with ``servers``
+central sync parameter servers, each holding a shard: every trainer pushes its parameters and
+pulls the centre's, ``P / servers`` bytes to and from each server.  A trainer is one GPU rank, or
+one node (``trainer: node``: its GPUs all-reduce every iteration inside the node, and each GPU
+syncs its 1/g shard with the same-index GPUs of the other nodes).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from zionsim.base.errors import InputError
+
+MODES = (
+    "allreduce",
+    "foreground-ma",
+    "foreground-bmuf",
+    "foreground-easgd",
+    "shadow-ma",
+    "shadow-bmuf",
+    "shadow-easgd",
+)
+TRAINERS = ("rank", "node")
+
+
+@dataclass(frozen=True)
+class SyncSpec:
+    """How dense parameters are kept in step."""
+
+    mode: str = "allreduce"
+    every: int = 1
+    servers: int = 1
+    period_s: float = 0.0
+    trainer: str = "rank"
+
+    @property
+    def kind(self) -> str:
+        """``allreduce``, ``foreground`` or ``shadow``."""
+        return self.mode.split("-")[0]
+
+    @property
+    def method(self) -> str:
+        """``ma``, ``bmuf``, ``easgd`` (or ``allreduce``)."""
+        return self.mode.split("-")[-1]
+
+    def to_dict(self) -> dict:
+        return {
+            "mode": self.mode,
+            "every": self.every,
+            "servers": self.servers,
+            "period_s": self.period_s,
+            "trainer": self.trainer,
+        }
+
+
+def sync_spec(
+    mode: str | None = None,
+    every: int | None = None,
+    servers: int | None = None,
+    period_s: float | None = None,
+    trainer: str | None = None,
+    base: dict | None = None,
+    file: str = "--sync",
+) -> SyncSpec:
+    """A validated :class:`SyncSpec` from run options over an optional workload ``sync:`` map."""
+    base = dict(base or {})
+    values = {
+        "mode": mode or base.get("mode", "allreduce"),
+        "every": every if every is not None else base.get("every", 1),
+        "servers": servers if servers is not None else base.get("servers", 1),
+        "period_s": period_s if period_s is not None else base.get("period_s", 0.0),
+        "trainer": trainer or base.get("trainer", "rank"),
+    }
+    unknown = sorted(set(base) - set(values))
+    if unknown:
+        raise InputError(
+            "unknown field", file=file, field=f"sync.{unknown[0]}", allowed=", ".join(values)
+        )
+    for key, options, noun in (("mode", MODES, "sync mode"), ("trainer", TRAINERS, "trainer")):
+        if values[key] not in options:
+            raise InputError(
+                f"unknown {noun} {values[key]!r}",
+                file=file,
+                field=f"sync.{key}",
+                allowed=", ".join(options),
+            )
+    for key in ("every", "servers"):
+        v = values[key]
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise InputError(f"must be an integer >= 1, got {v!r}", file=file, field=f"sync.{key}")
+    if not isinstance(values["period_s"], int | float) or values["period_s"] < 0:
+        raise InputError(
+            f"must be a number of seconds >= 0, got {values['period_s']!r}",
+            file=file,
+            field="sync.period_s",
+        )
+    return SyncSpec(
+        values["mode"],
+        values["every"],
+        values["servers"],
+        float(values["period_s"]),
+        values["trainer"],
+    )
+
+
+def server_devices(cluster, servers: int) -> np.ndarray:
+    """Device ids of the EASGD sync parameter servers: host DRAM of sockets spread over nodes."""
+    spec = cluster.spec
+    out = []
+    for i in range(servers):
+        node = i * spec.nodes // servers
+        out.append(cluster.router.local("dram", node, i % spec.host.sockets))
+    return np.array(out)
+
+
+def gap_stats(gaps: list[int]) -> dict:
+    """Mean, p50 and p95 of sync gaps (iterations a trainer ran between two of its syncs)."""
+    if not gaps:
+        return {"mean": None, "p50": None, "p95": None}
+    a = np.asarray(gaps, dtype=float)
+    return {
+        "mean": float(a.mean()),
+        "p50": float(np.percentile(a, 50)),
+        "p95": float(np.percentile(a, 95)),
+    }

@@ -1,0 +1,607 @@
+"""Traces: one DLRM training iteration as a per-rank DAG of typed ops, and its file schema.
+
+:func:`lower` turns workload + plan + rank count into a :class:`Trace`.  Ops carry work (FLOPs,
+bytes, GEMM shapes), not durations, so a trace can be replayed on another cluster.  Collectives are
+listed once, with their group and per-peer byte matrix, and referenced by one op on each rank.
+:func:`trace_to_dict` / :func:`trace_from_dict` are the file schema (``docs/traces.md``).
+
+The iteration, per rank (streams: ``compute``, ``a2a`` and ``allreduce``, each in order):
+
+1. ``input_a2a`` — sparse indices and lengths to the table owners (all-to-allv);
+2. ``emb_fwd`` — pooled lookups of the local tables for the global batch (TW) or local batch (DP);
+3. ``pooled_a2a`` — pooled embeddings back to the samples' ranks; bottom MLP runs meanwhile;
+4. interaction (dot / concat / DCN), top MLP, loss;
+5. backward: top-MLP dgrad + wgrad per layer, interaction backward, ``grad_a2a`` of embedding
+   gradients, bottom-MLP backward, ``emb_bwd`` fused with the row-wise optimizer update;
+With ``ps``-tier tables (``sharding.py``), ``ps_lookup`` (indices out, pooled rows back) runs on
+the ``ps`` stream from the iteration's start and feeds the interaction; ``ps_update`` pushes
+their gradients after the interaction backward.
+
+6. dense gradients all-reduced in buckets of ``BUCKET_BYTES`` as backward produces them (PyTorch
+   DDP: 25 MiB, a tensor larger than that is a bucket of its own); DP tables' gradients join the
+   last bucket; ``dense_opt`` waits for every bucket.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from zionsim.base.errors import InputError
+from zionsim.dlrm.plan import Plan
+from zionsim.dlrm.sharding import layout
+from zionsim.dlrm.sync import SyncSpec
+from zionsim.dlrm.workload import (
+    DENSE_OPTIMIZERS,
+    DTYPE_BYTES,
+    WorkloadSpec,
+)
+
+SCHEMA = "zionsim.dlrm.trace/1"
+#: in-order streams of a rank: the GPU's compute stream, two NCCL streams, and the host threads
+#: that talk to embedding parameter servers (``ps`` tier)
+STREAMS = ("compute", "a2a", "allreduce", "ps")
+COMPUTE_KINDS = ("gemm", "embedding_fwd", "embedding_bwd", "memory")
+KINDS = COMPUTE_KINDS + ("collective", "transfer")
+CATEGORIES = (
+    "embedding",
+    "gemm",
+    "interaction",
+    "optimizer",
+    "all_to_all",
+    "all_reduce",
+    "reduce_scatter",
+    "all_gather",
+    "host_transfer",
+    "parameter_server",
+    "sync",
+)
+#: host transfers: UVM rows (h2d, d2h), EASGD sync (to_ps, from_ps), embedding parameter servers
+TRANSFER_DIRECTIONS = ("h2d", "d2h", "to_ps", "from_ps", "ps_lookup", "ps_update")
+#: byte lists of a parameter-server transfer, one entry per server (``sharding.py``)
+PS_PARTS = {"ps_lookup": ("index", "gather", "pooled"), "ps_update": ("push", "update")}
+#: PyTorch DDP's default bucket_cap_mb (torch.nn.parallel.DistributedDataParallel docs)
+BUCKET_BYTES = 25 * 2**20
+
+
+@dataclass(frozen=True, slots=True)
+class Op:
+    id: int
+    rank: int
+    name: str
+    kind: str
+    category: str
+    stream: str
+    deps: tuple[int, ...]
+    args: dict
+
+
+@dataclass(frozen=True)
+class Collective:
+    """One collective instance: op, ranks (trace rank indices), size, optional byte matrix."""
+
+    id: int
+    op: str
+    ranks: np.ndarray
+    size_bytes: float
+    matrix: np.ndarray | None = None
+
+
+@dataclass
+class Trace:
+    ranks: int
+    ops: list[Op]
+    collectives: list[Collective]
+    meta: dict = field(default_factory=dict)
+
+    def by_rank(self) -> list[list[Op]]:
+        out: list[list[Op]] = [[] for _ in range(self.ranks)]
+        for op in self.ops:
+            out[op.rank].append(op)
+        return out
+
+
+class _Builder:
+    def __init__(self, ranks: int):
+        self.ranks, self.ops, self.colls = ranks, [], []
+
+    def op(self, rank, name, kind, category, stream, deps=(), **args) -> int:
+        i = len(self.ops)
+        self.ops.append(
+            Op(i, rank, name, kind, category, stream, tuple(d for d in deps if d is not None), args)
+        )
+        return i
+
+    def collective(self, op, size, matrix=None, ranks=None) -> int:
+        ranks = np.arange(self.ranks) if ranks is None else ranks
+        self.colls.append(Collective(len(self.colls), op, ranks, float(size), matrix))
+        return len(self.colls) - 1
+
+
+def lower(
+    w: WorkloadSpec,
+    plan: Plan,
+    ranks: int,
+    fused: bool = True,
+    gpus_per_node: int | None = None,
+    zipf_alpha: float = 1.0,
+    sync: SyncSpec | None = None,
+) -> Trace:
+    """One training iteration of ``w`` under ``plan`` on ``ranks`` GPUs."""
+    g = gpus_per_node or ranks
+    sync = sync or SyncSpec()
+    lay = layout(w, plan, ranks, g, zipf_alpha)
+    b = _Builder(ranks)
+    c: dict = {}
+    if lay.input_matrix.any():
+        c["in"] = b.collective("all_to_all", lay.input_matrix.sum(1).max(), lay.input_matrix)
+    if lay.pooled_matrix.any():
+        pm = lay.pooled_matrix
+        c["pool"] = b.collective("all_to_all", pm.sum(1).max(), pm)
+        c["grad"] = b.collective("all_to_all", pm.T.sum(1).max(), pm.T.copy())
+    if lay.rw_bytes:
+        c["rs"] = b.collective("reduce_scatter", lay.rw_bytes)
+        c["ag"] = b.collective("all_gather", lay.rw_bytes)
+    for node, size in sorted(lay.twrw_rs.items()):
+        members = np.arange(node * g, (node + 1) * g)
+        c["twrw_rs", node] = b.collective("reduce_scatter", size, ranks=members)
+        c["twrw_ag", node] = b.collective("all_gather", size, ranks=members)
+    if lay.twrw_matrix.any():
+        tm = lay.twrw_matrix
+        for j in range(g):
+            rail = np.arange(ranks // g) * g + j
+            c["twrw_a2a", j] = b.collective("all_to_all", tm.sum(1).max(), tm, ranks=rail)
+            c["twrw_a2a_bwd", j] = b.collective(
+                "all_to_all", tm.T.sum(1).max(), tm.T.copy(), ranks=rail
+            )
+    buckets = _buckets(w, lay.dp_params)
+    cb = DTYPE_BYTES[w.precision["communication"]]
+    dense_groups = _dense_groups(sync, ranks, g)
+    c_ar = {
+        key: [b.collective("all_reduce", n * cb, ranks=grp) for n, _ in buckets]
+        for key, grp in dense_groups.items()
+    }
+    sync_colls = _sync_collectives(b, sync, (w.dense_params + lay.dp_params) * cb, ranks, g)
+    for r in range(ranks):
+        group = next((k for k, grp in dense_groups.items() if r in grp), None)
+        _lower_rank(b, w, r, r // g, r % g, lay, fused, c, c_ar.get(group, []), buckets)
+        _lower_sync(b, sync, r, g, sync_colls, (w.dense_params + lay.dp_params) * cb)
+    meta = {
+        "workload": w.name,
+        "plan": plan.name,
+        "global_batch": w.batch_per_gpu * ranks,
+        "fused": fused,
+        "sync": {
+            **sync.to_dict(),
+            "background": sync_colls if sync.kind == "shadow" else {},
+            "bytes": float((w.dense_params + lay.dp_params) * cb),
+        },
+    }
+    return Trace(ranks, b.ops, b.colls, meta)
+
+
+def _lower_rank(b, w, r, node, local, lay, fused, c, c_ar, buckets):
+    B, dt = w.batch_per_gpu, w.precision["dense"]
+
+    def coll(name, key, cat, stream, deps=()):
+        if key not in c:
+            return None
+        return b.op(r, name, "collective", cat, stream, deps, coll=c[key])
+
+    def gemm(name, m, n, k, deps=()):
+        return b.op(r, name, "gemm", "gemm", "compute", deps, m=m, n=n, k=k, dtype=dt)
+
+    def host(name, direction, deps):
+        if lay.host_bytes[r] <= 0:
+            return None
+        return b.op(
+            r,
+            name,
+            "transfer",
+            "host_transfer",
+            "compute",
+            deps,
+            direction=direction,
+            nbytes=float(lay.host_bytes[r]),
+        )
+
+    servers = [int(k) for k in np.flatnonzero(lay.ps_pooled[r])]
+
+    def ps(name, deps, **parts):
+        if not servers:
+            return None
+        parts = {k: [float(v[r, j]) for j in servers] for k, v in parts.items()}
+        nbytes = float(sum(parts.get("pooled", parts.get("push", []))))
+        return b.op(
+            r, name, "transfer", "parameter_server", "ps", deps,
+            direction=name, servers=servers, nbytes=nbytes, **parts,
+        )  # fmt: skip
+
+    ps_in = ps("ps_lookup", (), index=lay.ps_index, gather=lay.ps_gather, pooled=lay.ps_pooled)
+    a_in = coll("input_a2a", "in", "all_to_all", "a2a")
+    h2d = host("uvm_read", "h2d", (a_in,))
+    n_look = float(lay.lookups[r])
+    e_args = {
+        "lookups": n_look,
+        "tables": int(lay.tables[r]),
+        "fused": fused,
+        "row_bytes": float(lay.lookup_bytes[r] / n_look) if n_look else 0.0,
+    }
+    e_fwd = b.op(
+        r,
+        "emb_fwd",
+        "embedding_fwd",
+        "embedding",
+        "compute",
+        (a_in, h2d),
+        out_bytes=float(lay.out_bytes[r]),
+        **e_args,
+    )
+    outs = [
+        coll("pooled_a2a", "pool", "all_to_all", "a2a", (e_fwd,)),
+        coll("rw_reduce_scatter", "rs", "reduce_scatter", "a2a", (e_fwd,)),
+    ]
+    rs = coll("twrw_reduce_scatter", ("twrw_rs", node), "reduce_scatter", "a2a", (e_fwd,))
+    outs.append(coll("twrw_a2a", ("twrw_a2a", local), "all_to_all", "a2a", (rs or e_fwd,)))
+    outs.append(ps_in)
+    last = None
+    for i, (k, n) in enumerate(w.bottom_layers()):
+        last = gemm(f"bottom_fwd{i}", B, n, k)
+    x = _interaction(b, w, r, B, dt, (last, *outs), "fwd")
+    for i, (k, n) in enumerate(w.top_layers()):
+        x = gemm(f"top_fwd{i}", B, n, k, (x,))
+    x = b.op(r, "loss", "memory", "interaction", "compute", (x,), nbytes=float(16 * B))
+    grads_done: dict[str, int] = {}
+    for i, (k, n) in reversed(list(enumerate(w.top_layers()))):
+        grads_done[f"top{i}"] = gemm(f"top_wgrad{i}", k, n, B, (x,))
+        x = gemm(f"top_dgrad{i}", B, k, n, (x,))
+    x = _interaction(b, w, r, B, dt, (x,), "bwd")
+    ps("ps_update", (x,), push=lay.ps_pooled, update=lay.ps_update)
+    backs = [
+        coll("grad_a2a", "grad", "all_to_all", "a2a", (x,)),
+        coll("rw_all_gather", "ag", "all_gather", "a2a", (x,)),
+    ]
+    tb = coll("twrw_a2a_bwd", ("twrw_a2a_bwd", local), "all_to_all", "a2a", (x,))
+    backs += [tb, coll("twrw_all_gather", ("twrw_ag", node), "all_gather", "a2a", (tb,))]
+    for i, (k, n) in reversed(list(enumerate(w.bottom_layers()))):
+        grads_done[f"bottom{i}"] = gemm(f"bottom_wgrad{i}", k, n, B, (x,))
+        if i > 0:
+            x = gemm(f"bottom_dgrad{i}", B, k, n, (x,))
+    e_bwd = b.op(
+        r,
+        "emb_bwd",
+        "embedding_bwd",
+        "embedding",
+        "compute",
+        tuple(backs),
+        optimizer=w.optimizer["embedding"],
+        state_bytes_per_row=float(lay.state_bytes[r] / n_look) if n_look else 0.0,
+        **e_args,
+    )
+    d2h = host("uvm_write", "d2h", (e_bwd,))
+    ars = []
+    for j, ((_, members), cid) in enumerate(zip(buckets[: len(c_ar)], c_ar, strict=True)):
+        ready = tuple(grads_done.get(m, e_bwd) for m in members)
+        ars.append(
+            b.op(r, f"allreduce{j}", "collective", "all_reduce", "allreduce", ready, coll=cid)
+        )
+    state = DENSE_OPTIMIZERS[w.optimizer["dense"]]
+    b.op(
+        r,
+        "dense_opt",
+        "memory",
+        "optimizer",
+        "compute",
+        (*ars, e_bwd, d2h),
+        nbytes=float(w.dense_params * 4 * (3 + 2 * state)),
+    )
+
+
+def _check_ps_args(args: dict, err, where: str) -> None:
+    """A parameter-server transfer names its servers and one byte count per server and part."""
+    servers = args.get("servers")
+    if not isinstance(servers, list) or not all(
+        isinstance(k, int) and not isinstance(k, bool) and k >= 0 for k in servers
+    ):
+        raise err(f"{where}.args.servers", "expected a list of server indices >= 0")
+    for part in PS_PARTS[args["direction"]]:
+        v = args.get(part)
+        if (
+            not isinstance(v, list)
+            or len(v) != len(servers)
+            or not all(isinstance(x, int | float) and x >= 0 for x in v)
+        ):
+            raise err(f"{where}.args.{part}", "expected one byte count >= 0 per server")
+
+
+def _dense_groups(sync: SyncSpec, ranks: int, g: int) -> dict:
+    """Groups that all-reduce dense gradients every iteration: all ranks (``allreduce``), each
+    node (node trainers), or none (rank trainers of a sync mode)."""
+    if sync.kind == "allreduce":
+        return {"all": np.arange(ranks)}
+    if sync.trainer == "node":
+        return {f"node{k}": np.arange(k * g, (k + 1) * g) for k in range(ranks // g)}
+    return {}
+
+
+def _sync_collectives(b, sync: SyncSpec, nbytes: float, ranks: int, g: int) -> dict:
+    """Collective ids of MA/BMUF sync rounds, by rank (a round all-reduces the parameters among
+    trainers; node trainers sync 1/g shards among same-index GPUs)."""
+    if sync.kind == "allreduce" or sync.method == "easgd":
+        return {}
+    if sync.trainer == "node":
+        ids = {
+            j: b.collective("all_reduce", nbytes / g, ranks=np.arange(ranks // g) * g + j)
+            for j in range(g)
+        }
+        return {r: ids[r % g] for r in range(ranks)}
+    cid = b.collective("all_reduce", nbytes)
+    return dict.fromkeys(range(ranks), cid)
+
+
+def _lower_sync(b, sync: SyncSpec, r: int, g: int, colls: dict, nbytes: float) -> None:
+    """Foreground sync round ops at the end of rank ``r``'s iteration (run every K-th)."""
+    if sync.kind != "foreground":
+        return
+    last = len(b.ops) - 1  # dense_opt of this rank
+    if sync.method == "easgd":
+        share = nbytes / g if sync.trainer == "node" else nbytes
+        for name, direction in (("sync_push", "to_ps"), ("sync_pull", "from_ps")):
+            last = b.op(
+                r, name, "transfer", "sync", "compute", (last,), direction=direction,
+                nbytes=float(share), servers=sync.servers, every=sync.every,
+            )  # fmt: skip
+    else:
+        b.op(
+            r,
+            "sync_round",
+            "collective",
+            "sync",
+            "compute",
+            (last,),
+            coll=colls[r],
+            every=sync.every,
+        )
+
+
+def _interaction(b, w, r, B, dt, deps, phase):
+    """Interaction ops (forward, or backward at twice the forward work); returns the last op."""
+    d, n_feat = w.bottom_mlp[-1], len(w.tables) + 1
+    name = f"interaction_{phase}"
+    reps = 1 if phase == "fwd" else 2
+    if w.interaction == "dot":
+        x = None
+        for i in range(reps):  # batched F×d · d×F products: B·F rows against F columns
+            x = b.op(
+                r,
+                f"{name}{i}",
+                "gemm",
+                "interaction",
+                "compute",
+                deps if i == 0 else (x,),
+                m=B * n_feat,
+                n=n_feat,
+                k=d,
+                dtype=dt,
+            )
+        return x
+    width = d + w.embedding_width
+    if w.interaction == "concat":
+        return b.op(
+            r,
+            name,
+            "memory",
+            "interaction",
+            "compute",
+            deps,
+            nbytes=float(2 * 4 * B * width * reps),
+        )
+    x = None
+    for layer in range(w.dcn_layers):
+        for i in range(reps):
+            x = b.op(
+                r,
+                f"{name}_l{layer}_v{i}",
+                "gemm",
+                "interaction",
+                "compute",
+                deps if x is None else (x,),
+                m=B,
+                n=w.dcn_low_rank,
+                k=width,
+                dtype=dt,
+            )
+            x = b.op(
+                r,
+                f"{name}_l{layer}_w{i}",
+                "gemm",
+                "interaction",
+                "compute",
+                (x,),
+                m=B,
+                n=width,
+                k=w.dcn_low_rank,
+                dtype=dt,
+            )
+        x = b.op(
+            r,
+            f"{name}_l{layer}_mul",
+            "memory",
+            "interaction",
+            "compute",
+            (x,),
+            nbytes=float(3 * 4 * B * width * reps),
+        )
+    return x
+
+
+def _buckets(w: WorkloadSpec, dp_params: int) -> list[tuple[int, list[str]]]:
+    """DDP buckets in backward order: (parameters, [layer keys whose gradients fill it])."""
+    layers = [(f"top{i}", k * n + n) for i, (k, n) in reversed(list(enumerate(w.top_layers())))]
+    if w.interaction == "dcn":
+        n = w.bottom_mlp[-1] + w.embedding_width
+        layers.append(("dcn", w.dcn_layers * (2 * n * w.dcn_low_rank + n)))
+    layers += [
+        (f"bottom{i}", k * n + n) for i, (k, n) in reversed(list(enumerate(w.bottom_layers())))
+    ]
+    if dp_params:
+        layers.append(("dp_tables", dp_params))
+    cap = BUCKET_BYTES // 4
+    out, cur, members = [], 0, []
+    for key, params in layers:
+        cur += params
+        members.append(key)
+        if cur >= cap:
+            out.append((cur, members))
+            cur, members = 0, []
+    if members:
+        out.append((cur, members))
+    return out
+
+
+# ------------------------------------------------------------------------------ file schema
+def trace_to_dict(trace: Trace) -> dict:
+    """The trace as plain JSON-able data (schema ``zionsim.dlrm.trace/1``)."""
+    return {
+        "schema": SCHEMA,
+        "ranks": trace.ranks,
+        "meta": trace.meta,
+        "collectives": [
+            {
+                "id": c.id,
+                "op": c.op,
+                "ranks": c.ranks.tolist(),
+                "size_bytes": c.size_bytes,
+                "matrix": None if c.matrix is None else c.matrix.tolist(),
+            }
+            for c in trace.collectives
+        ],
+        "ops": [
+            {
+                "id": o.id,
+                "rank": o.rank,
+                "name": o.name,
+                "kind": o.kind,
+                "category": o.category,
+                "stream": o.stream,
+                "deps": list(o.deps),
+                "args": o.args,
+            }
+            for o in trace.ops
+        ],
+    }
+
+
+def trace_from_dict(data: dict, file: str = "<trace>") -> Trace:
+    """Validate and load a trace mapping; errors name the file, the op and the field."""
+
+    def err(field_, problem, allowed=None):
+        return InputError(problem, file=file, field=field_, allowed=allowed)
+
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+        raise err(
+            "schema",
+            f"expected {SCHEMA!r}, got {data.get('schema') if isinstance(data, dict) else data!r}",
+        )
+    ranks = data.get("ranks")
+    if not isinstance(ranks, int) or ranks < 1:
+        raise err("ranks", f"expected a positive integer, got {ranks!r}")
+    colls = []
+    for i, c in enumerate(data.get("collectives") or []):
+        if c.get("id") != i:
+            raise err(f"collectives[{i}].id", f"expected {i}, got {c.get('id')!r}")
+        from zionsim.network.collectives import OPS
+
+        if c.get("op") not in OPS:
+            raise err(f"collectives[{i}].op", f"unknown collective {c.get('op')!r}", ", ".join(OPS))
+        group = np.asarray(c.get("ranks", []), dtype=np.int64)
+        if len(group) == 0 or group.min() < 0 or group.max() >= ranks:
+            raise err(f"collectives[{i}].ranks", f"ranks must be in 0..{ranks - 1}")
+        matrix = c.get("matrix")
+        colls.append(
+            Collective(
+                i,
+                c["op"],
+                group,
+                float(c.get("size_bytes", 0)),
+                None if matrix is None else np.asarray(matrix, dtype=float),
+            )
+        )
+    ops = []
+    for i, o in enumerate(data.get("ops") or []):
+        where = f"ops[{i}]"
+        if o.get("id") != i:
+            raise err(f"{where}.id", f"expected {i}, got {o.get('id')!r}")
+        if o.get("kind") not in KINDS:
+            raise err(f"{where}.kind", f"unknown op kind {o.get('kind')!r}", ", ".join(KINDS))
+        if o.get("stream") not in STREAMS:
+            raise err(f"{where}.stream", f"unknown stream {o.get('stream')!r}", ", ".join(STREAMS))
+        if o.get("category") not in CATEGORIES:
+            raise err(
+                f"{where}.category",
+                f"unknown category {o.get('category')!r}",
+                ", ".join(CATEGORIES),
+            )
+        rank = o.get("rank")
+        if not isinstance(rank, int) or not 0 <= rank < ranks:
+            raise err(f"{where}.rank", f"rank must be in 0..{ranks - 1}, got {rank!r}")
+        deps = tuple(o.get("deps") or ())
+        for d in deps:
+            if not isinstance(d, int) or not 0 <= d < i:
+                raise err(
+                    f"{where}.deps",
+                    f"dependency {d!r} does not name an earlier op",
+                    f"ids 0..{i - 1}",
+                )
+            if data["ops"][d]["rank"] != rank:
+                raise err(
+                    f"{where}.deps",
+                    f"dependency {d} is on rank {data['ops'][d]['rank']}, "
+                    f"not {rank} (cross-rank order goes through collectives)",
+                )
+        args = dict(o.get("args") or {})
+        if o["kind"] == "transfer" and (
+            args.get("direction") not in TRANSFER_DIRECTIONS
+            or not isinstance(args.get("nbytes"), int | float)
+        ):
+            raise err(
+                f"{where}.args",
+                f"a transfer needs direction ({', '.join(TRANSFER_DIRECTIONS)}) and nbytes",
+            )
+        if args.get("direction") in PS_PARTS:
+            _check_ps_args(args, err, where)
+        if o["kind"] == "collective":
+            c = args.get("coll")
+            if not isinstance(c, int) or not 0 <= c < len(colls):
+                raise err(
+                    f"{where}.args.coll", f"unknown collective {c!r}", f"ids 0..{len(colls) - 1}"
+                )
+        ops.append(
+            Op(
+                i,
+                rank,
+                str(o.get("name", f"op{i}")),
+                o["kind"],
+                o["category"],
+                o["stream"],
+                deps,
+                args,
+            )
+        )
+    members: dict[int, list[int]] = {}
+    for op in ops:
+        if op.kind == "collective":
+            members.setdefault(op.args["coll"], []).append(op.rank)
+    background = set(((data.get("meta") or {}).get("sync") or {}).get("background", {}).values())
+    for c in colls:
+        if c.id in background:
+            continue
+        got = sorted(members.get(c.id, []))
+        if got != sorted(c.ranks.tolist()):
+            raise err(
+                f"collectives[{c.id}].ranks",
+                f"members {sorted(c.ranks.tolist())[:8]} "
+                f"but ops on ranks {got[:8]}: each member needs exactly one op",
+            )
+    return Trace(ranks, ops, colls, dict(data.get("meta") or {}))

@@ -1,0 +1,224 @@
+"""DLRM workloads: a workload YAML → :class:`WorkloadSpec` (schema in ``docs/workloads.md``).
+
+A workload says what is trained (tables, MLPs, interaction, precisions, optimizers, batch), not
+where: the cluster is the topology and the placement of tables is the plan.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from zionsim.base.config import Fields, load_with_overrides
+from zionsim.base.errors import InputError
+from zionsim.dlrm.sync import sync_spec
+
+#: bytes per element of each precision (int8 rows carry a row-wise scale and bias, see
+#: :func:`row_bytes`)
+DTYPE_BYTES = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "int8": 1}
+EMBEDDING_DTYPES = ("fp32", "fp16", "bf16", "int8")
+DENSE_DTYPES = ("fp32", "tf32", "fp16", "bf16")
+COMM_DTYPES = ("fp32", "fp16", "bf16")
+#: optimizer state: (values per element, values per row), each a 4-byte float
+EMBEDDING_OPTIMIZERS = {"sgd": (0, 0), "adagrad": (1, 0), "rowwise_adagrad": (0, 1), "adam": (2, 0)}
+DENSE_OPTIMIZERS = {"sgd": 0, "adagrad": 1, "adam": 2, "lamb": 2}
+INTERACTIONS = ("dot", "concat", "dcn")
+WORKLOAD_KEYS = {
+    "sync",
+    "zipf_alpha",
+    "batch_per_gpu",
+    "dense_features",
+    "precision",
+    "optimizer",
+    "tables",
+    "bottom_mlp",
+    "top_mlp",
+    "interaction",
+    "index_bytes",
+}
+TOP_KEYS = WORKLOAD_KEYS | {"name", "description", "references"}
+
+
+@dataclass(frozen=True)
+class Table:
+    """One embedding table; ``index`` is its feature position in the model."""
+
+    index: int
+    name: str
+    rows: int
+    dim: int
+    pooling: float
+
+
+@dataclass(frozen=True)
+class WorkloadSpec:
+    name: str
+    description: str
+    batch_per_gpu: int
+    dense_features: int
+    precision: dict[str, str]
+    optimizer: dict[str, str]
+    tables: tuple[Table, ...]
+    bottom_mlp: tuple[int, ...]
+    top_mlp: tuple[int, ...]
+    interaction: str
+    dcn_layers: int = 0
+    dcn_low_rank: int = 0
+    index_bytes: int = 8
+    #: skew of row accesses (Zipf exponent), for the HBM cache of UVM tables (``cache.py``)
+    zipf_alpha: float = 1.0
+    #: dense-parameter sync (``sync.py``): mode, every, servers, period_s, trainer
+    sync: dict = field(default_factory=dict, compare=False)
+    file: str = ""
+    raw: dict = field(default_factory=dict, compare=False, repr=False)
+
+    @cached_property
+    def embedding_width(self) -> int:
+        """Sum of all table widths (elements)."""
+        return sum(t.dim for t in self.tables)
+
+    @cached_property
+    def top_input_width(self) -> int:
+        d, n_feat = self.bottom_mlp[-1], len(self.tables) + 1
+        if self.interaction == "dot":
+            return d + n_feat * (n_feat - 1) // 2
+        return d + self.embedding_width
+
+    def top_layers(self) -> list[tuple[int, int]]:
+        """(in, out) of each top-MLP layer."""
+        widths = [self.top_input_width, *self.top_mlp]
+        return list(zip(widths[:-1], widths[1:], strict=True))
+
+    def bottom_layers(self) -> list[tuple[int, int]]:
+        return list(zip(self.bottom_mlp[:-1], self.bottom_mlp[1:], strict=True))
+
+    @cached_property
+    def dense_params(self) -> int:
+        """Weights and biases of both MLPs and the DCN layers."""
+        mlp = sum(i * o + o for i, o in self.bottom_layers() + self.top_layers())
+        n = self.bottom_mlp[-1] + self.embedding_width
+        dcn = self.dcn_layers * (2 * n * self.dcn_low_rank + n) if self.interaction == "dcn" else 0
+        return mlp + dcn
+
+    @cached_property
+    def embedding_params(self) -> int:
+        return sum(t.rows * t.dim for t in self.tables)
+
+
+def row_bytes(dim: int, dtype: str) -> int:
+    """Stored bytes of one embedding row; INT8 rows carry an FP16 scale and bias (FBGEMM's
+    fused 8-bit row-wise format)."""
+    return dim * DTYPE_BYTES[dtype] + (4 if dtype == "int8" else 0)
+
+
+def load_workload(
+    name_or_path: str | Path,
+    *,
+    overrides: dict[str, Any] | list[str] | None = None,
+    batch_per_gpu: int | None = None,
+) -> WorkloadSpec:
+    """Load a built-in workload by name, or a YAML path, with ``--set`` overrides.
+
+    >>> load_workload("tiny").top_input_width
+    26
+    """
+    data, file = load_with_overrides(name_or_path, "workloads", overrides)
+    if batch_per_gpu is not None:
+        data["batch_per_gpu"] = batch_per_gpu
+    return workload_from_dict(data, file)
+
+
+def workload_from_dict(data: dict, file: str = "<workload>") -> WorkloadSpec:
+    """Validate a workload mapping; every error names the file and the field."""
+    f = Fields(data, file)
+    f.check_keys(TOP_KEYS)
+    p, o = f.sub("precision"), f.sub("optimizer")
+    p.check_keys({"embedding", "dense", "communication"})
+    o.check_keys({"embedding", "dense"})
+    inter = f.sub("interaction")
+    kind = inter.choice("kind", INTERACTIONS)
+    inter.check_keys({"kind", "layers", "low_rank"} if kind == "dcn" else {"kind"})
+    bottom, top = _widths(f, "bottom_mlp", 2), _widths(f, "top_mlp", 1)
+    spec = WorkloadSpec(
+        name=str(f.raw("name", Path(file).stem)),
+        description=str(f.raw("description", "")),
+        batch_per_gpu=f.integer("batch_per_gpu"),
+        dense_features=f.integer("dense_features"),
+        precision={
+            "embedding": p.choice("embedding", EMBEDDING_DTYPES),
+            "dense": p.choice("dense", DENSE_DTYPES),
+            "communication": p.choice("communication", COMM_DTYPES),
+        },
+        optimizer={
+            "embedding": o.choice("embedding", tuple(EMBEDDING_OPTIMIZERS)),
+            "dense": o.choice("dense", tuple(DENSE_OPTIMIZERS)),
+        },
+        tables=_tables(f),
+        bottom_mlp=bottom,
+        top_mlp=top,
+        interaction=kind,
+        dcn_layers=inter.integer("layers") if kind == "dcn" else 0,
+        dcn_low_rank=inter.integer("low_rank") if kind == "dcn" else 0,
+        index_bytes=f.integer("index_bytes", 8),
+        zipf_alpha=f.quantity("zipf_alpha", "fraction", 1.0, strict=False),
+        sync=sync_spec(base=f.raw("sync", {}), file=file).to_dict(),
+        file=file,
+        raw=data,
+    )
+    if spec.dense_features != bottom[0]:
+        raise f.error(
+            "bottom_mlp", f"first width {bottom[0]} must equal dense_features {spec.dense_features}"
+        )
+    if kind == "dot":
+        bad = [t for t in spec.tables if t.dim != bottom[-1]]
+        if bad:
+            raise f.error(
+                "tables",
+                f"table {bad[0].name!r} has dim {bad[0].dim}, but dot "
+                f"interaction needs every dim equal to bottom_mlp[-1] = {bottom[-1]}",
+            )
+    return spec
+
+
+def _widths(f: Fields, key: str, minimum: int) -> tuple[int, ...]:
+    value = f.raw(key)
+    if (
+        not isinstance(value, list)
+        or len(value) < minimum
+        or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in value)
+    ):
+        raise f.error(
+            key, f"expected a list of at least {minimum} positive integers, got {value!r}"
+        )
+    return tuple(value)
+
+
+def _tables(f: Fields) -> tuple[Table, ...]:
+    items = f.raw("tables")
+    if not isinstance(items, list) or not items:
+        raise f.error("tables", "expected a non-empty list of tables")
+    out: list[Table] = []
+    names: set[str] = set()
+    for i, item in enumerate(items):
+        t = Fields(item, f.file, f"tables[{i}]")
+        t.check_keys({"name", "count", "rows", "dim", "pooling"})
+        name, count = str(t.raw("name", f"t{i}")), t.integer("count", 1)
+        if name in names:
+            raise t.error("name", f"duplicate table name {name!r}")
+        names.add(name)
+        rows, dim = t.integer("rows"), t.integer("dim")
+        pooling = t.quantity("pooling", "fraction")
+        for c in range(count):
+            out.append(Table(len(out), name if count == 1 else f"{name}_{c}", rows, dim, pooling))
+    return tuple(out)
+
+
+def with_global_batch(spec: WorkloadSpec, global_batch: int, gpus: int) -> WorkloadSpec:
+    """``spec`` with the per-GPU batch implied by ``global_batch`` on ``gpus`` GPUs."""
+    if global_batch % gpus:
+        raise InputError(
+            f"global batch {global_batch} is not a multiple of {gpus} GPUs", field="--global-batch"
+        )
+    return workload_from_dict({**spec.raw, "batch_per_gpu": global_batch // gpus}, spec.file)

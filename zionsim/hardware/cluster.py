@@ -1,0 +1,46 @@
+"""A built cluster: spec + hardware graph + router, the object every simulation runs on."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import networkx as nx
+import numpy as np
+
+from zionsim.hardware.graph import build_graph
+from zionsim.hardware.routing import Router
+from zionsim.hardware.topology import ClusterSpec, load_topology
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """``spec`` built into its ``graph`` with a ``router``.
+
+    ``gpus`` are the GPU device ids in rank order.
+    """
+
+    spec: ClusterSpec
+    graph: nx.DiGraph
+    router: Router
+
+    @classmethod
+    def build(cls, spec: ClusterSpec) -> Cluster:
+        graph = build_graph(spec)
+        return cls(spec, graph, Router(graph))
+
+    @classmethod
+    def load(cls, topology: str, **kwargs) -> Cluster:
+        """Build a cluster from a topology name or path (``nodes=``, ``overrides=`` …)."""
+        return cls.build(load_topology(topology, **kwargs))
+
+    @cached_property
+    def gpus(self) -> np.ndarray:
+        return self.router.gpus()
+
+    def node_of(self, devices: np.ndarray) -> np.ndarray:
+        return np.asarray(devices) // self.router.per_node
+
+    def local_of(self, devices: np.ndarray) -> np.ndarray:
+        """Local GPU index of GPU device ids."""
+        return self.router.local_gpu_index[np.asarray(devices) % self.router.per_node]

@@ -1,0 +1,316 @@
+"""Per-GPU compute cost models: GEMMs, pooled embedding lookups and updates, memory-bound kernels.
+
+Every function is pure and returns seconds for one kernel (or one fused group of kernels) on one
+GPU, from a :class:`~zionsim.hardware.topology.GpuSpec` (peak FLOP/s per dtype, HBM bandwidth) and a
+:class:`ComputeModel` (per-architecture efficiencies).  The parameters, with their sources, live
+in ``zionsim/data/compute_model.yaml``; the fitted ones are written by
+``tools/calibrate_compute.py``.
+
+Modelling assumptions:
+
+1. A kernel costs a fixed launch overhead plus its work; kernels of one stream run one at a time.
+2. GEMM ``C[m,n] = A[m,k] @ B[k,n]`` is a roofline: ``max(2mnk / (peak[dtype] * eff), bytes /
+   (hbm_bw * stream_eff))``.  ``eff = e_max * x / (1 + x)``, ``x = (W / (peak[dtype] * t_half))^a``,
+   ``W = 2mnk``: efficiency rises with the work and saturates at ``e_max`` (small GEMMs fill few
+   SMs and pay tile prologues); it is half of ``e_max`` when the work would take ``t_half`` at
+   peak.  One curve per architecture, fitted to FP16/BF16 measurements, serves every dtype, so a
+   slower dtype (FP32) saturates at less work.
+3. ``tf32`` runs at the FP32 peak on a GPU that lists no TF32 rate (Volta has no TF32 units).
+4. The GEMM memory floor reads A and B once and writes C once (tiles re-read from L2/shared
+   memory cost nothing), all elements ``dtype`` wide (INT8 GEMMs are assumed to write INT8).
+5. Memory-bound kernels (concat, loss, optimizer steps) stream at STREAM-triad efficiency.
+6. An embedding row access is random: it moves its payload rounded up to 32-byte DRAM sectors
+   plus a fixed per-access overhead (fitted to TorchRec's block-size penalties) at the
+   architecture's large-row gather efficiency.  Indices (int64) and pooled outputs stream.
+7. Every lookup reaches HBM (no L2 reuse of hot rows) and, in the backward pass, every lookup
+   updates its own row (no merging of duplicate indices): upper bounds for skewed access.
+8. Unfused (one kernel per table) embedding kernels reach half the bandwidth of the fused TBE
+   kernel (TorchRec planner) and pay one launch per table; the unfused backward writes a sparse
+   gradient that a separate optimizer kernel reads back.
+9. Volta, Ampere and Hopper each have their own GEMM fit; Volta and Ampere gather efficiencies are
+   derived from Hopper's gather/STREAM ratio (no public TBE bandwidth found for them).
+10. A topology's ``compute:`` section (``GpuSpec.compute``, e.g. written by ``zionsim calibrate``
+    from measured kernels) replaces its architecture's parameters for that cluster's GPU.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, replace
+from functools import lru_cache
+from pathlib import Path
+
+import yaml
+
+from zionsim.base.config import Fields
+from zionsim.base.errors import InputError
+from zionsim.hardware.topology import GpuSpec
+
+GEMM_DTYPES = ("fp32", "tf32", "fp16", "bf16", "int8")
+ELEMENT_BYTES = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "int8": 1}
+OPTIMIZERS = ("sgd", "adagrad", "rowwise_adagrad", "adam")
+ARCHITECTURES = ("volta", "ampere", "hopper")
+#: GPU families recognised in ``GpuSpec.model`` and their architecture
+FAMILIES = {
+    "V100": "volta",
+    "A100": "ampere",
+    "A800": "ampere",
+    "H100": "hopper",
+    "H800": "hopper",
+    "H200": "hopper",
+}
+MODEL_FILE = Path(__file__).resolve().parent.parent / "data" / "compute_model.yaml"
+_FAMILY = re.compile(r"(?<![A-Z0-9])(" + "|".join(FAMILIES) + r")", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class GemmFit:
+    """GEMM efficiency ``eff_max * x / (1 + x)``, ``x = (W / (peak * half_time_s))^exponent``."""
+
+    eff_max: float
+    half_time_s: float
+    exponent: float
+
+
+@dataclass(frozen=True)
+class ArchModel:
+    """Parameters of one GPU architecture (fractions of peak; seconds)."""
+
+    launch_s: float
+    stream_eff: float
+    gather_eff: float
+    gemm: GemmFit
+
+
+@dataclass(frozen=True)
+class ComputeModel:
+    """Per-architecture parameters (volta / ampere / hopper) and embedding-kernel constants."""
+
+    arch: dict[str, ArchModel]
+    sector_bytes: float
+    access_overhead_bytes: float
+    index_bytes: float
+    backward_index_bytes: float
+    backward_kernels: int
+    unfused_bw_factor: float
+
+    def for_gpu(self, gpu: GpuSpec) -> ArchModel:
+        """The parameters of ``gpu``'s architecture, with the GPU's own fitted ones over them."""
+        a = self.arch[architecture(gpu)]
+        if not gpu.compute:
+            return a
+        own = {k: v for k, v in gpu.compute.items() if k != "gemm"}
+        gemm = replace(a.gemm, **gpu.compute.get("gemm", {}))
+        return replace(a, gemm=gemm, **own)
+
+    def with_gemm(self, arch: str, fit: GemmFit) -> ComputeModel:
+        """A copy with another GEMM fit for ``arch`` (used by the calibration)."""
+        return replace(self, arch={**self.arch, arch: replace(self.arch[arch], gemm=fit)})
+
+
+@lru_cache(maxsize=4)
+def load_compute_model(path: str | None = None) -> ComputeModel:
+    """The compute model in ``path`` (default: the built-in calibrated one)."""
+    file = str(path or MODEL_FILE)
+    f = Fields(yaml.safe_load(Path(file).read_text()), file)
+    emb, fitted = f.sub("embedding"), f.sub("fitted")
+    return ComputeModel(
+        arch={
+            a: _arch(f.sub("architectures").sub(a), fitted.sub("gemm").sub(a))
+            for a in ARCHITECTURES
+        },
+        sector_bytes=emb.quantity("sector_bytes", "bytes"),
+        access_overhead_bytes=fitted.quantity("access_overhead_bytes", "bytes", strict=False),
+        index_bytes=emb.quantity("index_bytes_per_lookup", "bytes"),
+        backward_index_bytes=emb.quantity("backward_index_bytes_per_lookup", "bytes"),
+        backward_kernels=emb.integer("backward_kernels"),
+        unfused_bw_factor=emb.fraction("unfused_bandwidth_factor"),
+    )
+
+
+def _arch(f: Fields, g: Fields) -> ArchModel:
+    return ArchModel(
+        launch_s=f.quantity("launch_overhead_us", "time") * 1e-6,
+        stream_eff=f.fraction("stream_efficiency"),
+        gather_eff=f.fraction("gather_efficiency"),
+        gemm=GemmFit(
+            eff_max=g.fraction("eff_max"),
+            half_time_s=g.quantity("half_time_us", "time") * 1e-6,
+            exponent=g.quantity("exponent", "fraction"),
+        ),
+    )
+
+
+def architecture(gpu: GpuSpec) -> str:
+    """``"volta"``, ``"ampere"`` or ``"hopper"``, from the family named in ``gpu.model``."""
+    found = _FAMILY.search(gpu.model)
+    if not found:
+        raise InputError(
+            f"unknown GPU family in {gpu.model!r}",
+            field="gpu.model",
+            allowed="a model naming one of " + ", ".join(FAMILIES),
+        )
+    return FAMILIES[found.group(1).upper()]
+
+
+def launch_overhead_s(gpu: GpuSpec, model: ComputeModel | None = None) -> float:
+    """Seconds one kernel launch adds on ``gpu``."""
+    return _arch_of(gpu, model).launch_s
+
+
+def memory_time_s(gpu: GpuSpec, nbytes: float, model: ComputeModel | None = None) -> float:
+    """Seconds of a memory-bound kernel moving ``nbytes`` bytes (reads plus writes)."""
+    _non_negative("nbytes", nbytes)
+    a = _arch_of(gpu, model)
+    return a.launch_s + nbytes / (gpu.hbm_bw_Bps * a.stream_eff)
+
+
+def gemm_flops(m: int, n: int, k: int) -> float:
+    """FLOPs of ``C[m,n] = A[m,k] @ B[k,n]``: one multiply and one add per term."""
+    return 2.0 * m * n * k
+
+
+def gemm_bytes(m: int, n: int, k: int, dtype: str) -> float:
+    """Bytes of the GEMM memory floor: A and B read once, C written once."""
+    return float(_element_bytes(dtype) * (m * k + k * n + m * n))
+
+
+def gemm_efficiency(
+    gpu: GpuSpec, m: int, n: int, k: int, dtype: str, model: ComputeModel | None = None
+) -> float:
+    """Fraction of the ``dtype`` peak a GEMM of this shape reaches (compute-bound part only)."""
+    g = _arch_of(gpu, model).gemm
+    x = (gemm_flops(m, n, k) / (peak_flops(gpu, dtype) * g.half_time_s)) ** g.exponent
+    return g.eff_max * x / (1.0 + x)
+
+
+def gemm_time_s(
+    gpu: GpuSpec, m: int, n: int, k: int, dtype: str, model: ComputeModel | None = None
+) -> float:
+    """Seconds of ``C[m,n] = A[m,k] @ B[k,n]`` in ``dtype``: launch + max(compute, memory)."""
+    for name, v in (("m", m), ("n", n), ("k", k)):
+        if v < 1:
+            raise InputError(f"GEMM dimension must be >= 1, got {v!r}", field=name)
+    a = _arch_of(gpu, model)
+    eff = gemm_efficiency(gpu, m, n, k, dtype, model)
+    compute = gemm_flops(m, n, k) / (peak_flops(gpu, dtype) * eff)
+    memory = gemm_bytes(m, n, k, dtype) / (gpu.hbm_bw_Bps * a.stream_eff)
+    return a.launch_s + max(compute, memory)
+
+
+def peak_flops(gpu: GpuSpec, dtype: str) -> float:
+    """Dense peak FLOP/s of ``gpu`` in ``dtype`` (``tf32`` falls back to ``fp32``)."""
+    _element_bytes(dtype)
+    if dtype == "tf32" and "tf32" not in gpu.flops:
+        dtype = "fp32"
+    if dtype not in gpu.flops:
+        raise InputError(
+            f"the GPU lists no {dtype} rate",
+            field=f"gpu.flops.{dtype}",
+            allowed=", ".join(gpu.flops),
+        )
+    return gpu.flops[dtype]
+
+
+def access_bytes(payload: float, model: ComputeModel | None = None) -> float:
+    """Bytes-equivalent of one random access of ``payload`` bytes: sectors plus fixed overhead."""
+    m = model or load_compute_model()
+    if payload <= 0:
+        return 0.0
+    return math.ceil(payload / m.sector_bytes) * m.sector_bytes + m.access_overhead_bytes
+
+
+def gather_efficiency(gpu: GpuSpec, row_bytes: float, model: ComputeModel | None = None) -> float:
+    """Useful fraction of HBM bandwidth when gathering rows of ``row_bytes`` bytes."""
+    m = model or load_compute_model()
+    return m.for_gpu(gpu).gather_eff * row_bytes / access_bytes(row_bytes, m)
+
+
+def embedding_forward_time_s(
+    gpu: GpuSpec,
+    lookups: float,
+    row_bytes: float,
+    tables: int,
+    fused: bool,
+    out_bytes: float,
+    model: ComputeModel | None = None,
+) -> float:
+    """Seconds of a pooled lookup: ``lookups`` rows gathered, ``out_bytes`` of pooled output.
+
+    Per lookup: one random row access and an 8-byte index read; the output streams once.
+    """
+    m = _checked_embedding(lookups, row_bytes, tables, model)
+    _non_negative("out_bytes", out_bytes)
+    a, factor = m.for_gpu(gpu), 1.0 if fused else m.unfused_bw_factor
+    scattered = lookups * access_bytes(row_bytes, m)
+    streamed = lookups * m.index_bytes + out_bytes
+    launches = 1 if fused else tables
+    return launches * a.launch_s + _transfer_s(gpu, a, scattered, streamed) / factor
+
+
+def embedding_backward_time_s(
+    gpu: GpuSpec,
+    lookups: float,
+    row_bytes: float,
+    tables: int,
+    fused: bool,
+    optimizer: str,
+    state_bytes_per_row: float,
+    model: ComputeModel | None = None,
+) -> float:
+    """Seconds of the embedding backward with the optimizer update (FBGEMM "exact" TBE).
+
+    Per lookup, random accesses: the pooled gradient of its bag (``row_bytes`` assumed), the row
+    read and written, the optimizer state read and written (none for ``sgd``); streamed: the index
+    sort of the backward setup.  Unfused adds a sparse gradient written and read back (2 ×
+    ``row_bytes``), a separate optimizer kernel per table and the unfused bandwidth factor.
+    """
+    m = _checked_embedding(lookups, row_bytes, tables, model)
+    if optimizer not in OPTIMIZERS:
+        raise InputError(
+            f"unknown optimizer {optimizer!r}", field="optimizer", allowed=", ".join(OPTIMIZERS)
+        )
+    _non_negative("state_bytes_per_row", state_bytes_per_row)
+    state = 0.0 if optimizer == "sgd" else state_bytes_per_row
+    a = m.for_gpu(gpu)
+    scattered = lookups * (3 * access_bytes(row_bytes, m) + 2 * access_bytes(state, m))
+    streamed = lookups * m.backward_index_bytes
+    if fused:
+        return m.backward_kernels * a.launch_s + _transfer_s(gpu, a, scattered, streamed)
+    streamed += lookups * 2 * row_bytes
+    launches = tables * (m.backward_kernels + 1)
+    return launches * a.launch_s + _transfer_s(gpu, a, scattered, streamed) / m.unfused_bw_factor
+
+
+def _transfer_s(gpu: GpuSpec, a: ArchModel, scattered: float, streamed: float) -> float:
+    """Seconds to move ``scattered`` random-access bytes and ``streamed`` sequential bytes."""
+    return (scattered / a.gather_eff + streamed / a.stream_eff) / gpu.hbm_bw_Bps
+
+
+def _arch_of(gpu: GpuSpec, model: ComputeModel | None) -> ArchModel:
+    return (model or load_compute_model()).for_gpu(gpu)
+
+
+def _element_bytes(dtype: str) -> int:
+    if dtype not in ELEMENT_BYTES:
+        raise InputError(
+            f"unknown GEMM dtype {dtype!r}", field="dtype", allowed=", ".join(GEMM_DTYPES)
+        )
+    return ELEMENT_BYTES[dtype]
+
+
+def _checked_embedding(
+    lookups: float, row_bytes: float, tables: int, model: ComputeModel | None
+) -> ComputeModel:
+    _non_negative("lookups", lookups)
+    if row_bytes <= 0:
+        raise InputError(f"must be > 0, got {row_bytes!r}", field="row_bytes")
+    if tables < 1:
+        raise InputError(f"must be >= 1, got {tables!r}", field="tables")
+    return model or load_compute_model()
+
+
+def _non_negative(name: str, value: float) -> None:
+    if not value >= 0:
+        raise InputError(f"must be >= 0, got {value!r}", field=name)

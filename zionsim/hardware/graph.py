@@ -1,0 +1,247 @@
+"""Hardware graph: a :class:`~zionsim.hardware.topology.ClusterSpec` → ``networkx.DiGraph``.
+
+Nodes are devices, named ``n<k>/<device>`` inside node ``k`` (``gpu<i>``, ``nvswitch``,
+``cpu<s>``, ``dram<s>``, ``pcie<p>``, ``nic<j>``) and ``leaf<l>``, ``t2.<p>``, ``t3`` for the
+scale-out switches.  Each carries ``kind`` and its device attributes.  A full-duplex link is two
+directed edges with ``kind``, ``bw_Bps`` (line rate), ``capacity_Bps`` (line rate × the kind's
+achieved efficiency), ``latency_s`` and an integer ``id`` in creation order (the index into the
+network's arrays).
+
+Modelling assumptions:
+
+1. An NVSwitch baseboard is one switch node; each GPU has ``links_per_gpu × link_bw`` to it.
+2. GPUs and NICs are spread evenly over the PCIe switches; switch ``p`` hangs off socket
+   ``p × sockets // switches``.  With no PCIe switches, devices hang off the sockets directly.
+3. CPU sockets are fully connected by socket links (UPI); each socket owns an equal share of
+   the node's DRAM, modelled as a ``dram<s>`` node whose edge to the socket is the memory bandwidth.
+4. The scale-out fabric is a folded Clos.  Leaves give ``radix·o/(1+o)`` ports to NICs and the
+   rest to the tier above (oversubscription ``o``).  Equal-cost spines are merged into one node per
+   pod (``t2.<p>``) and one core (``t3``), i.e. ECMP is treated as ideal fluid spreading over the
+   spines; per-flow hash collisions are not modelled.  Ports run at the NIC speed.
+5. Edges of every node are created in the same order, so edge ``e`` of node 0 is edge
+   ``e + k·edges_per_node`` of node ``k`` (the router relies on this).
+"""
+
+from __future__ import annotations
+
+import math
+
+import networkx as nx
+
+from zionsim.base.errors import InputError
+from zionsim.hardware.topology import ClusterSpec
+
+
+def build_graph(spec: ClusterSpec) -> nx.DiGraph:
+    """The cluster as a directed graph; ``G.graph`` holds ``spec``, ``edges_per_node`` and the
+    per-node ``local_devices`` order."""
+    g = nx.DiGraph(spec=spec, n_edges=0)
+    for k in range(spec.nodes):
+        _add_node_devices(g, spec, k)
+        if k == 0:
+            g.graph["edges_per_node"] = g.number_of_edges()
+            g.graph["local_devices"] = [n.split("/", 1)[1] for n in g.nodes]
+    _add_fabric(g, spec)
+    _check_connected(g, spec)
+    return g
+
+
+def _link(
+    g: nx.DiGraph, spec: ClusterSpec, a: str, b: str, kind: str, bw_Bps: float, count: int = 1
+) -> None:
+    link = spec.links[kind]
+    for u, v in ((a, b), (b, a)):
+        g.add_edge(
+            u,
+            v,
+            kind=kind,
+            bw_Bps=bw_Bps,
+            capacity_Bps=bw_Bps * link.efficiency,
+            latency_s=link.latency_s,
+            count=count,
+            id=g.graph["n_edges"],
+        )
+        g.graph["n_edges"] += 1
+
+
+def _add_node_devices(g: nx.DiGraph, spec: ClusterSpec, k: int) -> None:
+    p = f"n{k}/"
+    host, pcie, su, so = spec.host, spec.pcie, spec.scale_up, spec.scale_out
+    n_gpu = spec.gpus_per_node
+    for i in range(n_gpu):
+        g.add_node(
+            f"{p}gpu{i}",
+            kind="gpu",
+            node=k,
+            local=i,
+            model=spec.gpu.model,
+            flops=spec.gpu.flops,
+            hbm_bytes=spec.gpu.hbm_bytes,
+            hbm_bw_Bps=spec.gpu.hbm_bw_Bps,
+        )
+    for s in range(host.sockets):
+        g.add_node(
+            f"{p}dram{s}",
+            kind="dram",
+            node=k,
+            local=s,
+            dram_bytes=host.dram_bytes / host.sockets,
+            dram_bw_Bps=host.dram_bw_Bps,
+        )
+    for s in range(host.sockets):
+        g.add_node(f"{p}cpu{s}", kind="cpu", node=k, local=s)
+    if su.kind == "nvswitch":
+        g.add_node(
+            f"{p}nvswitch", kind="nvswitch", node=k, local=0, generation=su.nvswitch_generation
+        )
+    for q in range(pcie.switches):
+        g.add_node(f"{p}pcie{q}", kind="pcie_switch", node=k, local=q)
+    for j in range(so.nics_per_node):
+        g.add_node(f"{p}nic{j}", kind="nic", node=k, local=j, bw_Bps=so.nic_bw_Bps)
+    # memory and socket links
+    for s in range(host.sockets):
+        _link(g, spec, f"{p}dram{s}", f"{p}cpu{s}", "dram", host.dram_bw_Bps)
+    for s in range(host.sockets):
+        for t in range(s + 1, host.sockets):
+            _link(g, spec, f"{p}cpu{s}", f"{p}cpu{t}", "upi", host.socket_link_bw_Bps)
+    # scale-up fabric
+    if su.kind == "nvswitch":
+        for i in range(n_gpu):
+            _link(
+                g,
+                spec,
+                f"{p}gpu{i}",
+                f"{p}nvswitch",
+                "nvlink",
+                su.links_per_gpu * su.link_bw_Bps,
+                count=su.links_per_gpu,
+            )
+    elif su.kind == "mesh":
+        for a, b, n in su.mesh:
+            _link(g, spec, f"{p}gpu{a}", f"{p}gpu{b}", "nvlink", n * su.link_bw_Bps, count=n)
+    # PCIe tree
+    for q in range(pcie.switches):
+        _link(
+            g,
+            spec,
+            f"{p}pcie{q}",
+            f"{p}cpu{q * host.sockets // pcie.switches}",
+            "pcie",
+            pcie.uplink_bw_Bps,
+        )
+    for i in range(n_gpu):
+        _link(g, spec, f"{p}gpu{i}", _pcie_parent(spec, p, i, n_gpu), "pcie", pcie.bw_Bps)
+    for j in range(so.nics_per_node):
+        parent = (
+            f"{p}cpu{j * host.sockets // so.nics_per_node}"
+            if so.nic_attach == "host"
+            else _pcie_parent(spec, p, j, so.nics_per_node)
+        )
+        _link(g, spec, f"{p}nic{j}", parent, "pcie", pcie.bw_Bps)
+
+
+def _pcie_parent(spec: ClusterSpec, p: str, i: int, count: int) -> str:
+    """PCIe switch (or socket, when there is none) of device ``i`` of ``count`` of its kind."""
+    if spec.pcie.switches:
+        return f"{p}pcie{i * spec.pcie.switches // count}"
+    return f"{p}cpu{i * spec.host.sockets // count}"
+
+
+def fabric_shape(spec: ClusterSpec) -> dict:
+    """Switch counts of the scale-out Clos: leaves, pods, ports (see assumption 4)."""
+    so = spec.scale_out
+    nics = spec.nodes * so.nics_per_node
+    radix = so.switch_radix
+    if so.tiers == 1:
+        if nics > radix:
+            raise InputError(
+                f"{nics} NICs do not fit on one {radix}-port switch",
+                file=spec.file,
+                field="scale_out.tiers",
+                allowed="tiers: 2 or 3",
+            )
+        return {"leaves": 1, "down": radix, "up": 0, "pods": 0, "leaves_per_pod": 1}
+    down = max(1, math.floor(radix * so.oversubscription / (1 + so.oversubscription)))
+    up = radix - down
+    if so.rail_optimized:
+        per_rail = math.ceil(spec.nodes / down)
+        leaves = per_rail * so.nics_per_node
+    else:
+        leaves = math.ceil(nics / down)
+    if so.tiers == 2:
+        if leaves > radix:
+            raise InputError(
+                f"{leaves} leaf switches exceed a 2-tier Clos of radix {radix}",
+                file=spec.file,
+                field="scale_out.tiers",
+                allowed="tiers: 3",
+            )
+        return {"leaves": leaves, "down": down, "up": up, "pods": 1, "leaves_per_pod": leaves}
+    per_pod = radix // 2
+    return {
+        "leaves": leaves,
+        "down": down,
+        "up": up,
+        "pods": math.ceil(leaves / per_pod),
+        "leaves_per_pod": per_pod,
+    }
+
+
+def nic_leaf(spec: ClusterSpec, node: int, nic: int, shape: dict) -> int:
+    """Leaf switch of NIC ``nic`` of node ``node``."""
+    so = spec.scale_out
+    if so.tiers == 1:
+        return 0
+    if so.rail_optimized:
+        per_rail = math.ceil(spec.nodes / shape["down"])
+        return nic * per_rail + node // shape["down"]
+    return (node * so.nics_per_node + nic) // shape["down"]
+
+
+def _add_fabric(g: nx.DiGraph, spec: ClusterSpec) -> None:
+    so = spec.scale_out
+    if spec.nodes == 1 and so.tiers >= 1:
+        # a single node has no scale-out traffic; keep its NICs but add no switches
+        return
+    shape = fabric_shape(spec)
+    kind, port = so.kind, so.nic_bw_Bps
+    for leaf in range(shape["leaves"]):
+        g.add_node(f"leaf{leaf}", kind="switch", tier=1, node=-1, local=leaf)
+    for k in range(spec.nodes):
+        for j in range(so.nics_per_node):
+            _link(g, spec, f"n{k}/nic{j}", f"leaf{nic_leaf(spec, k, j, shape)}", kind, port)
+    if so.tiers == 1:
+        return
+    for pod in range(shape["pods"]):
+        members = range(
+            pod * shape["leaves_per_pod"], min(shape["leaves"], (pod + 1) * shape["leaves_per_pod"])
+        )
+        physical = math.ceil(len(members) * shape["up"] / so.switch_radix)
+        g.add_node(f"t2.{pod}", kind="switch", tier=2, node=-1, local=pod, count=physical)
+        for leaf in members:
+            _link(g, spec, f"leaf{leaf}", f"t2.{pod}", kind, shape["up"] * port, count=shape["up"])
+    if so.tiers == 3:
+        g.add_node("t3", kind="switch", tier=3, node=-1, local=0)
+        for pod in range(shape["pods"]):
+            n_leaves = min(shape["leaves_per_pod"], shape["leaves"] - pod * shape["leaves_per_pod"])
+            _link(
+                g,
+                spec,
+                f"t2.{pod}",
+                "t3",
+                kind,
+                n_leaves * shape["up"] * port,
+                count=n_leaves * shape["up"],
+            )
+
+
+def _check_connected(g: nx.DiGraph, spec: ClusterSpec) -> None:
+    if not nx.is_strongly_connected(g):
+        parts = sorted(nx.strongly_connected_components(g), key=len)
+        lonely = sorted(parts[0])[0]
+        raise InputError(
+            f"the hardware graph is disconnected: {lonely} cannot reach the rest",
+            file=spec.file,
+            field="scale_up/pcie/scale_out",
+            allowed="every device connected (check mesh, pcie.switches, nics)",
+        )

@@ -1,0 +1,370 @@
+"""Cluster specifications: a topology YAML → :class:`ClusterSpec`.
+
+A topology file holds one node type plus the scale-out fabric that joins the nodes.
+
+The file format is documented in ``docs/topologies.md``; ``topologies/zionex.yaml`` is the
+reference example.  Everything here is validated once, at load, and stored in SI units.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from zionsim.base.config import Fields, load_with_overrides
+
+DTYPES = ("fp32", "tf32", "fp16", "bf16", "int8", "fp8")
+SCALE_UP_KINDS = ("nvswitch", "mesh", "none")
+SCALE_OUT_KINDS = ("roce", "infiniband", "ethernet")
+NIC_ATTACH = ("pcie_switch", "host")
+LINK_KINDS = ("nvlink", "pcie", "upi", "dram") + SCALE_OUT_KINDS
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    """One accelerator: peak FLOP/s per dtype, HBM capacity and bandwidth."""
+
+    model: str
+    flops: dict[str, float]
+    hbm_bytes: float
+    hbm_bw_Bps: float
+    #: compute-model parameters fitted for this GPU (topology ``compute:``), over its
+    #: architecture's defaults: ``launch_s``, ``stream_eff``, ``gather_eff`` and ``gemm``
+    #: (``eff_max``, ``half_time_s``, ``exponent``); empty = the defaults
+    compute: dict = field(default_factory=dict, compare=False)
+
+
+@dataclass(frozen=True)
+class HostSpec:
+    """CPU sockets of one node; ``dram_bytes`` is the node total, bandwidths are per socket."""
+
+    sockets: int
+    dram_bytes: float
+    dram_bw_Bps: float
+    socket_link_bw_Bps: float
+
+
+@dataclass(frozen=True)
+class ScaleUpSpec:
+    """Intra-node GPU fabric: an NVSwitch, a point-to-point NVLink mesh, or none (PCIe only)."""
+
+    kind: str
+    link_bw_Bps: float = 0.0
+    links_per_gpu: int = 0
+    nvswitch_generation: int = 0
+    mesh: tuple[tuple[int, int, int], ...] = ()
+
+
+@dataclass(frozen=True)
+class PcieSpec:
+    bw_Bps: float
+    switches: int
+    uplink_bw_Bps: float
+
+
+@dataclass(frozen=True)
+class ScaleOutSpec:
+    """Scale-out fabric: NICs per node and a folded-Clos of ``tiers`` switch levels."""
+
+    kind: str
+    nic_bw_Bps: float
+    nics_per_node: int
+    nic_attach: str
+    switch_radix: int
+    tiers: int
+    oversubscription: float
+    rail_optimized: bool
+
+
+@dataclass(frozen=True)
+class LinkSpec:
+    """Achieved fraction of line rate and per-hop latency of one link kind."""
+
+    efficiency: float
+    latency_s: float
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    """A whole cluster: ``nodes`` identical nodes on one scale-out fabric."""
+
+    name: str
+    description: str
+    nodes: int
+    gpus_per_node: int
+    gpu: GpuSpec
+    host: HostSpec
+    scale_up: ScaleUpSpec
+    pcie: PcieSpec
+    scale_out: ScaleOutSpec
+    links: dict[str, LinkSpec]
+    #: multiplies every software latency of the collective model (1 = as calibrated)
+    collective_latency_scale: float = 1.0
+    #: NCCL protocol parameters fitted for this cluster (``collectives.protocols``), over the
+    #: built-in model: overhead (s) and payload efficiency per protocol; empty = built-in
+    collective_overhead_s: dict[str, float] = field(default_factory=dict)
+    collective_efficiency: dict[str, float] = field(default_factory=dict)
+    file: str = ""
+    raw: dict = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def gpus(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+    def with_nodes(self, nodes: int) -> ClusterSpec:
+        """The same cluster with another node count (validated like a file value)."""
+        return cluster_from_dict({**self.raw, "nodes": nodes}, self.file)
+
+
+TOP_KEYS = {
+    "name",
+    "collectives",
+    "compute",
+    "description",
+    "references",
+    "nodes",
+    "gpus_per_node",
+    "gpu",
+    "host",
+    "scale_up",
+    "pcie",
+    "scale_out",
+    "links",
+}
+
+
+def load_topology(
+    name_or_path: str | Path,
+    *,
+    nodes: int | None = None,
+    gpus_per_node: int | None = None,
+    overrides: dict[str, Any] | list[str] | None = None,
+) -> ClusterSpec:
+    """Load a built-in topology by name, or a YAML path, with run options and ``--set`` overrides.
+
+    >>> load_topology("zionex", nodes=2).gpus
+    16
+    """
+    data, file = load_with_overrides(
+        name_or_path, "topologies", overrides, defaults={"collectives": {"latency_scale": 1.0}}
+    )
+    if nodes is not None:
+        data["nodes"] = nodes
+    if gpus_per_node is not None:
+        data["gpus_per_node"] = gpus_per_node
+    return cluster_from_dict(data, file)
+
+
+def cluster_from_dict(data: dict, file: str = "<topology>") -> ClusterSpec:
+    """Validate a topology mapping; every error names the file and the field."""
+    f = Fields(data, file)
+    f.check_keys(TOP_KEYS)
+    gpus_per_node = f.integer("gpus_per_node")
+    coll = f.sub("collectives", {})
+    spec = ClusterSpec(
+        name=str(f.raw("name", Path(file).stem)),
+        description=str(f.raw("description", "")),
+        nodes=f.integer("nodes"),
+        gpus_per_node=gpus_per_node,
+        gpu=replace(_gpu(f.sub("gpu")), compute=_compute(f.sub("compute", {}))),
+        host=_host(f.sub("host")),
+        scale_up=_scale_up(f.sub("scale_up"), gpus_per_node),
+        pcie=_pcie(f.sub("pcie")),
+        scale_out=_scale_out(f.sub("scale_out")),
+        links=_links(f.sub("links")),
+        collective_latency_scale=_collectives(coll),
+        collective_overhead_s=_protocols(coll, "overhead"),
+        collective_efficiency=_protocols(coll, "efficiency"),
+        file=file,
+        raw=data,
+    )
+    _check_link_kinds(spec, f)
+    return spec
+
+
+def _gpu(f: Fields) -> GpuSpec:
+    f.check_keys({"model", "flops", "hbm", "hbm_bw"})
+    flops_f = f.sub("flops")
+    flops_f.check_keys(DTYPES)
+    flops = {k: flops_f.quantity(k, "flops") for k in flops_f.data}
+    if not flops:
+        raise f.error("flops", "needs at least one dtype", allowed=", ".join(DTYPES))
+    return GpuSpec(
+        model=str(f.raw("model", "gpu")),
+        flops=flops,
+        hbm_bytes=f.quantity("hbm", "bytes"),
+        hbm_bw_Bps=f.quantity("hbm_bw", "bandwidth"),
+    )
+
+
+def _host(f: Fields) -> HostSpec:
+    f.check_keys({"sockets", "dram", "dram_bw", "socket_link_bw"})
+    sockets = f.integer("sockets")
+    link = f.quantity("socket_link_bw", "bandwidth", 1.0 if sockets == 1 else ...)
+    return HostSpec(
+        sockets=sockets,
+        dram_bytes=f.quantity("dram", "bytes"),
+        dram_bw_Bps=f.quantity("dram_bw", "bandwidth"),
+        socket_link_bw_Bps=link,
+    )
+
+
+def _scale_up(f: Fields, gpus_per_node: int) -> ScaleUpSpec:
+    kind = f.choice("kind", SCALE_UP_KINDS)
+    if kind == "none":
+        f.check_keys({"kind"})
+        return ScaleUpSpec(kind)
+    if kind == "nvswitch":
+        f.check_keys({"kind", "link_bw", "links_per_gpu", "nvswitch_generation"})
+        return ScaleUpSpec(
+            kind,
+            link_bw_Bps=f.quantity("link_bw", "bandwidth"),
+            links_per_gpu=f.integer("links_per_gpu"),
+            nvswitch_generation=f.integer("nvswitch_generation"),
+        )
+    f.check_keys({"kind", "link_bw", "mesh"})
+    mesh = f.raw("mesh")
+    triples = []
+    if not isinstance(mesh, list):
+        raise f.error("mesh", "expected a list of [gpu_a, gpu_b, n_links]")
+    for i, item in enumerate(mesh):
+        ok = (
+            isinstance(item, list)
+            and len(item) == 3
+            and all(isinstance(v, int) and not isinstance(v, bool) for v in item)
+        )
+        if (
+            not ok
+            or not (0 <= item[0] < gpus_per_node and 0 <= item[1] < gpus_per_node)
+            or item[0] == item[1]
+            or item[2] < 1
+        ):
+            raise f.error(
+                f"mesh[{i}]",
+                f"bad entry {item!r}",
+                allowed=f"[a, b, n] with a != b in 0..{gpus_per_node - 1}, n >= 1",
+            )
+        triples.append((item[0], item[1], item[2]))
+    return ScaleUpSpec(kind, link_bw_Bps=f.quantity("link_bw", "bandwidth"), mesh=tuple(triples))
+
+
+def _pcie(f: Fields) -> PcieSpec:
+    f.check_keys({"bw", "switches", "uplink_bw"})
+    return PcieSpec(
+        bw_Bps=f.quantity("bw", "bandwidth"),
+        switches=f.integer("switches", minimum=0),
+        uplink_bw_Bps=f.quantity("uplink_bw", "bandwidth"),
+    )
+
+
+def _scale_out(f: Fields) -> ScaleOutSpec:
+    f.check_keys(
+        {
+            "kind",
+            "nic_bw",
+            "nics_per_node",
+            "nic_attach",
+            "switch_radix",
+            "tiers",
+            "oversubscription",
+            "rail_optimized",
+        }
+    )
+    tiers = f.integer("tiers")
+    if tiers > 3:
+        raise f.error("tiers", f"must be 1, 2 or 3, got {tiers}")
+    over = f.quantity("oversubscription", "fraction", 1.0)
+    if over < 1.0:
+        raise f.error("oversubscription", f"must be >= 1 (down:up ratio), got {over:g}")
+    return ScaleOutSpec(
+        kind=f.choice("kind", SCALE_OUT_KINDS),
+        nic_bw_Bps=f.quantity("nic_bw", "bandwidth"),
+        nics_per_node=f.integer("nics_per_node"),
+        nic_attach=f.choice("nic_attach", NIC_ATTACH),
+        switch_radix=f.integer("switch_radix", minimum=2),
+        tiers=tiers,
+        oversubscription=over,
+        rail_optimized=f.flag("rail_optimized", False),
+    )
+
+
+def _links(f: Fields) -> dict[str, LinkSpec]:
+    f.check_keys(LINK_KINDS)
+    out = {}
+    for kind in f.data:
+        lf = f.sub(kind)
+        lf.check_keys({"efficiency", "latency"})
+        out[kind] = LinkSpec(
+            efficiency=lf.fraction("efficiency"),
+            latency_s=lf.quantity("latency", "time", strict=False),
+        )
+    return out
+
+
+def _collectives(f: Fields) -> float:
+    f.check_keys({"latency_scale", "protocols"})
+    return f.quantity("latency_scale", "fraction", 1.0, strict=False)
+
+
+#: NCCL protocols whose parameters ``collectives.protocols`` may set (as ``nccl.PROTOCOLS``)
+PROTOCOLS = ("LL", "LL128", "Simple")
+
+
+def _protocols(f: Fields, what: str) -> dict[str, float]:
+    """``collectives.protocols.<P>.overhead`` (s) or ``.efficiency`` of each protocol given."""
+    pf = f.sub("protocols", {})
+    pf.check_keys(PROTOCOLS)
+    out = {}
+    for p in pf.data:
+        one = pf.sub(p)
+        one.check_keys({"overhead", "efficiency"})
+        if what in one.data:
+            if what == "efficiency":
+                out[p] = one.fraction(what)
+            else:
+                out[p] = one.quantity(what, "time", strict=False)
+    return out
+
+
+def _compute(f: Fields) -> dict:
+    """Compute-model parameters of ``compute:`` in the keys of ``compute.ArchModel`` (SI)."""
+    f.check_keys({"launch_overhead", "stream_efficiency", "gather_efficiency", "gemm"})
+    out: dict = {}
+    if "launch_overhead" in f.data:
+        out["launch_s"] = f.quantity("launch_overhead", "time", strict=False)
+    for key, name in (("stream_efficiency", "stream_eff"), ("gather_efficiency", "gather_eff")):
+        if key in f.data:
+            out[name] = f.fraction(key)
+    if "gemm" in f.data:
+        g = f.sub("gemm")
+        g.check_keys({"eff_max", "half_time", "exponent"})
+        gemm = {}
+        if "eff_max" in g.data:
+            gemm["eff_max"] = g.fraction("eff_max")
+        if "half_time" in g.data:
+            gemm["half_time_s"] = g.quantity("half_time", "time")
+        if "exponent" in g.data:
+            gemm["exponent"] = g.quantity("exponent", "fraction")
+        out["gemm"] = gemm
+    return out
+
+
+def _check_link_kinds(spec: ClusterSpec, f: Fields) -> None:
+    needed = {"pcie", "dram", spec.scale_out.kind}
+    if spec.scale_up.kind != "none":
+        needed.add("nvlink")
+    if spec.host.sockets > 1:
+        needed.add("upi")
+    missing = sorted(needed - set(spec.links))
+    if missing:
+        raise f.error(
+            f"links.{missing[0]}",
+            "missing: every link kind in use needs an efficiency and a latency",
+            allowed=", ".join(sorted(needed)),
+        )
+
+
+def scaled(spec: ClusterSpec, **changes: Any) -> ClusterSpec:
+    """A copy of ``spec`` with top-level fields replaced (no re-validation: for tests)."""
+    return replace(spec, **changes)

@@ -1,0 +1,504 @@
+"""nccl-tests logs: parse them, write them, and refit the NCCL protocol parameters to them.
+
+Pure: text in, data out (``read_nccl_log`` is the one wrapper that opens a file).
+
+The format is what NVIDIA/nccl-tests ``src/common.cu`` prints (read through our search tool in
+several versions of the file):
+
+* header: ``# nccl-tests version 2.13.8 nccl-headers=… nccl-library=…`` and ``# Collective test
+  starting: all_reduce_perf`` (recent versions only), ``# nThread 1 nGpus 1 minBytes 8 maxBytes …
+  step: 2(factor) warmup iters: 5 iters: 20 agg iters: 1 validation: 1 graph: 0``, ``# Using
+  devices`` and one ``#  Rank %2d Group %2d Pid %6d on %10s device %2d [%s] %s`` line per rank;
+* two column rows, ``# size count type redop root time algbw busbw #wrong time algbw busbw
+  #wrong`` and a units row (``(B) (elements) (us) (GB/s) (GB/s)``); the first
+  ``time algbw busbw #wrong`` group is the out-of-place run, the second the in-place run.  Old
+  versions name the error column ``error`` and print no ``root`` for all-to-all;
+* one row per size: ``%12li  %12li  %8s  %6s  %6i`` (size in bytes, element count, type, redop,
+  root), then per run ``  %7s  %6.2f  %6.2f  %5s``: time in µs (``%7.2f`` below 100 µs,
+  ``%7.1f`` below 10 ms, ``%7.0f`` above), algbw and busbw in GB/s (1e9 B/s), and the number of
+  wrong elements, ``N/A`` where not checked (``-c 0``, in-place all-to-all).  all_gather and
+  all_to_all print ``none`` and ``-1`` as redop and root;
+* footer: ``# Out of bounds values : 0 OK`` and ``# Avg bus bandwidth    : %g`` (the mean busbw of
+  every out-of-place and in-place result).
+
+Sizes follow nccl-tests: all_reduce the buffer, all_gather the total output, reduce_scatter the
+total input, all_to_all the per-rank send buffer — zionsim's own convention (``collectives.py``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from scipy.optimize import minimize
+
+from zionsim.base.errors import InputError
+from zionsim.measure.fitting import bare_cluster, fit_protocols, predicted_busbw
+from zionsim.network import nccl
+from zionsim.network.collectives import OPS, busbw_factor
+
+#: nccl-tests binary (``<name>_perf``) → collective name
+BINARIES = {
+    "all_reduce": "all_reduce",
+    "all_gather": "all_gather",
+    "reduce_scatter": "reduce_scatter",
+    "alltoall": "all_to_all",
+    "alltoallv": "all_to_all",
+    "sendrecv": "send_recv",
+    "broadcast": "broadcast",
+    "reduce": "reduce",
+    "gather": "gather",
+    "scatter": "scatter",
+    "hypercube": "hypercube",
+}
+#: nccl-tests type names → bytes per element (``test_typenames`` in src/common.cu)
+TYPE_BYTES = {
+    "int8": 1, "uint8": 1, "char": 1, "int32": 4, "uint32": 4, "int": 4, "int64": 8,
+    "uint64": 8, "half": 2, "float": 4, "double": 8, "bfloat16": 2,
+    "f8e4m3": 1, "f8e5m2": 1,
+}  # fmt: skip
+RUN_FIELDS = ("time_us", "algbw_GBps", "busbw_GBps", "wrong")
+_TAG = re.compile(r"^\[\d+,\d+\]<std(?:out|err)>:\s?")  # mpirun --tag-output prefix
+_BINARY = re.compile(r"\b([a-z_]+?)_perf\b")
+_RANK = re.compile(
+    r"#\s*Rank\s+(\d+)\s+(?:Group\s+(\d+)\s+)?Pid\s+(\d+)\s+on\s+(\S+)\s+"
+    r"device\s+(\d+)\s+\[([^\]]*)\]\s*(.*)"
+)
+_FAILED = re.compile(r"Test (?:NCCL |CUDA )?failure|Test timeout", re.IGNORECASE)
+_RUN_COLUMNS = ["time", "algbw", "busbw", "#wrong"]
+_DEFAULT_COLUMNS = ["size", "count", "type", "redop", "root"] + 2 * _RUN_COLUMNS
+
+
+def read_nccl_log(path: str | Path, op: str | None = None) -> pd.DataFrame:
+    """:func:`parse_nccl_tests` of the file at ``path``."""
+    return parse_nccl_tests(Path(path).read_text(errors="replace"), str(path), op)
+
+
+def parse_nccl_tests(text: str, source: str = "<log>", op: str | None = None) -> pd.DataFrame:
+    """One row per size of an nccl-tests log (see the module docstring for the format).
+
+    Columns: ``op``, ``size_bytes``, ``count``, ``type``, ``redop``, ``root``, ``oop_time_us``,
+    ``oop_algbw_GBps``, ``oop_busbw_GBps``, ``oop_wrong`` and the same ``ip_*`` for the in-place
+    run (NaN where absent or ``N/A``), ``time_s``, ``algbw_GBps``, ``busbw_GBps`` (the
+    out-of-place run), ``ranks`` and ``line``.  ``op`` comes from the binary name in the log
+    (``# Collective test starting: X_perf`` or an echoed command line), else from ``op``.
+    ``df.attrs`` holds ``avg_busbw_GBps``, ``devices`` (one dict per ``# Rank`` line) and
+    ``params`` (the ``# nThread`` line).  Bad text raises :class:`InputError` naming ``source``
+    and the line.
+    """
+    rows, devices, attrs = [], [], {"source": source, "params": {}}
+    columns, current = None, op
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = _TAG.sub("", raw).strip()
+        if not line:
+            continue
+        where = f"line {number}"
+        if line.startswith("#"):
+            columns = _header(line, columns)
+            if m := _RANK.match(line):
+                devices.append(_device(m))
+            elif "Collective test starting" in line or "nThread" in line:
+                current = _binary_op(line) or current
+                attrs["params"].update(_params(line))
+            elif m := re.match(r"#\s*Avg bus bandwidth\s*:\s*(\S+)", line):
+                attrs["avg_busbw_GBps"] = _number(m.group(1), source, where)
+            continue
+        if _FAILED.search(line):
+            raise InputError(f"the run failed: {line[:120]}", file=source, field=where)
+        if not re.match(r"\d+\s", line):
+            current = _binary_op(line) or current  # an echoed command line, or noise
+            continue
+        if current is None:
+            raise InputError(
+                "cannot tell which collective this log measures (no X_perf binary name in it)",
+                file=source,
+                field=where,
+                allowed="pass op=" + "/".join(sorted(set(BINARIES.values()))),
+            )
+        rows.append({"op": current, **_row(line.split(), columns, source, where), "line": number})
+    if not rows:
+        raise InputError(
+            "no nccl-tests result rows (lines that start with a size in bytes)",
+            file=source,
+            field=f"lines 1-{max(1, len(text.splitlines()))}",
+        )
+    df = pd.DataFrame(rows)
+    df["time_s"] = df["oop_time_us"] * 1e-6
+    df["algbw_GBps"] = df["oop_algbw_GBps"]
+    df["busbw_GBps"] = df["oop_busbw_GBps"]
+    df["ranks"] = len({d["rank"] for d in devices}) if devices else np.nan
+    df = df[[c for c in df.columns if c != "line"] + ["line"]]
+    df.attrs.update(attrs, devices=devices)
+    df.attrs.setdefault("avg_busbw_GBps", float("nan"))
+    return df
+
+
+def _header(line: str, columns: list[str] | None) -> list[str] | None:
+    """The column names if ``line`` is the ``# size count …`` row, else the ones we had."""
+    words = line.lstrip("#").split()
+    if words[:2] == ["size", "count"]:
+        return ["#wrong" if w == "error" else w for w in words]
+    return columns
+
+
+def _row(tokens: list[str], columns: list[str] | None, source: str, where: str) -> dict:
+    """A result row, laid out by the column header (the modern layout if none was seen)."""
+    columns = columns or _DEFAULT_COLUMNS
+    front = columns[: columns.index("time")] if "time" in columns else columns[:5]
+    runs = sum(c in ("time", "cputime") for c in columns) or 2
+    n_front = len(tokens) - 4 * runs
+    if "redop" in front and n_front == len(front) - 1:
+        tokens = tokens[:3] + ["none"] + tokens[3:]  # old all-to-all prints an empty redop
+        n_front += 1
+    if n_front != len(front) or n_front < 3:
+        raise InputError(
+            f"expected {len(front) + 4 * runs} fields "
+            f"({' '.join(front)} + {runs} x time algbw busbw #wrong), got {len(tokens)}",
+            file=source,
+            field=where,
+        )
+    head = dict(zip(front, tokens, strict=False))
+    row = {
+        "size_bytes": _integer(head["size"], source, where),
+        "count": _integer(head["count"], source, where),
+        "type": head["type"],
+        "redop": head.get("redop", "none"),
+        "root": _integer(head.get("root", "-1"), source, where),
+    }
+    values = tokens[n_front:]
+    for i, prefix in enumerate(("oop", "ip")):
+        group = values[4 * i : 4 * i + 4] if i < runs else ["N/A"] * 4
+        for name, value in zip(RUN_FIELDS, group, strict=True):
+            row[f"{prefix}_{name}"] = _number(value, source, where, na_ok=name != "time_us")
+    return row
+
+
+def _number(text: str, source: str, where: str, na_ok: bool = True) -> float:
+    text = text.rstrip("*")  # old versions flag a failed check with a trailing '*'
+    if na_ok and text in ("N/A", "-"):
+        return float("nan")
+    try:
+        return float(text)
+    except ValueError:
+        raise InputError(f"expected a number, got {text!r}", file=source, field=where) from None
+
+
+def _integer(text: str, source: str, where: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise InputError(f"expected an integer, got {text!r}", file=source, field=where) from None
+
+
+def _binary_op(line: str) -> str | None:
+    m = _BINARY.search(line)
+    return BINARIES.get(m.group(1)) if m else None
+
+
+def _device(m: re.Match) -> dict:
+    rank, group, pid, host, device, bus, name = m.groups()
+    return {
+        "rank": int(rank),
+        "group": int(group or 0),
+        "pid": int(pid),
+        "host": host,
+        "device": int(device),
+        "bus": bus,
+        "name": name.strip(),
+    }
+
+
+def _params(line: str) -> dict:
+    """Numbers of the ``# nThread …`` line: ``{"nThread": 1, "minBytes": 8, "iters": 20, …}``."""
+    return {k.strip(): int(v) for k, v in re.findall(r"([A-Za-z][A-Za-z ]*?):? (-?\d+)\b", line)}
+
+
+# ------------------------------------------------------------------------------ writing
+def format_nccl_tests(
+    rows: pd.DataFrame,
+    op: str,
+    ranks: int,
+    *,
+    dtype: str = "float",
+    redop: str = "sum",
+    comment: str | None = None,
+    host: str = "node0",
+    device_name: str = "GPU",
+) -> str:
+    """An nccl-tests log of ``rows`` (``size_bytes``, ``time_s``; ``ip_time_s`` optional).
+
+    Numbers are printed with nccl-tests' own formats, so parsing the text back loses what
+    nccl-tests' output loses (busbw to 0.01 GB/s, time to 0.01 µs or coarser).
+    """
+    binary = {v: k for k, v in reversed(BINARIES.items())}[op]
+    rooted = op in ("broadcast", "reduce")
+    reduces = op in ("all_reduce", "reduce_scatter", "reduce")
+    elem = TYPE_BYTES[dtype]
+    per_rank = op in ("all_gather", "reduce_scatter", "all_to_all", "gather", "scatter")
+    sizes = rows["size_bytes"].to_numpy(dtype=float)
+    out = [f"# {line}" for line in (comment or "").splitlines()]
+    out += [
+        "# nccl-tests version 2.13.8 nccl-headers=21805 nccl-library=21805",
+        f"# Collective test starting: {binary}_perf",
+        f"# nThread 1 nGpus 1 minBytes {int(sizes.min())} maxBytes {int(sizes.max())} "
+        "step: 2(factor) warmup iters: 5 iters: 20 agg iters: 1 validation: 1 graph: 0",
+        "#",
+        "# Using devices",
+    ]
+    out += [
+        f"#  Rank {r:2d} Group  0 Pid {1000 + r:6d} on {host:>10s} device {r:2d} "
+        f"[0000:{r + 7:02x}:00] {device_name}"
+        for r in range(ranks)
+    ]
+    out += [
+        "#",
+        f"# {'':>10s}  {'':>12s}  {'':>8s}  {'':>6s}  {'':>6s}           out-of-place"
+        "                       in-place          ",
+        f"# {'size':>10s}  {'count':>12s}  {'type':>8s}  {'redop':>6s}  {'root':>6s}  "
+        f"{'time':>7s}  {'algbw':>6s}  {'busbw':>6s} {'#wrong':>6s}  {'time':>7s}  "
+        f"{'algbw':>6s}  {'busbw':>6s} {'#wrong':>6s}",
+        f"# {'(B)':>10s}  {'(elements)':>12s}  {'':>8s}  {'':>6s}  {'':>6s}  {'(us)':>7s}  "
+        f"{'(GB/s)':>6s}  {'(GB/s)':>6s}  {'':>5s}  {'(us)':>7s}  {'(GB/s)':>6s}  "
+        f"{'(GB/s)':>6s}  {'':>5s}",
+    ]
+    factor, busbws = busbw_factor(op, ranks), []
+    ip = rows["ip_time_s"] if "ip_time_s" in rows else rows["time_s"]
+    for size, t_oop, t_ip in zip(sizes, rows["time_s"], ip, strict=True):
+        count = int(size // elem // (ranks if per_rank else 1))
+        line = (
+            f"{int(size):12d}  {count:12d}  {dtype:>8s}  {redop if reduces else 'none':>6s}  "
+            f"{0 if rooted else -1:6d}"
+        )
+        for t, wrong in ((t_oop, "0"), (t_ip, "N/A" if op == "all_to_all" else "0")):
+            algbw = size / t / 1e9
+            busbws.append(algbw * factor)
+            line += f"  {_time_text(t * 1e6):>7s}  {algbw:6.2f}  {algbw * factor:6.2f}  {wrong:>5s}"
+        out.append(line)
+    out += [
+        "# Out of bounds values : 0 OK",
+        f"# Avg bus bandwidth    : {float(np.mean(busbws)):g} ",
+        "#",
+    ]
+    return "\n".join(out) + "\n"
+
+
+def _time_text(us: float) -> str:
+    """nccl-tests' time column: 2 decimals below 100 µs, 1 below 10 ms, none above."""
+    return f"{us:7.0f}" if us >= 10000.0 else f"{us:7.1f}" if us >= 100.0 else f"{us:7.2f}"
+
+
+# ------------------------------------------------------------------------------ fitting
+RING_OPS = ("all_reduce", "reduce_scatter", "all_gather")
+
+
+def fit_from_nccl_logs(
+    cluster,
+    frames: list[pd.DataFrame],
+    base: nccl.CollectiveModel | None = None,
+    algorithm: str = "ring",
+    min_bytes: float = 1024,
+) -> tuple[nccl.CollectiveModel, pd.DataFrame]:
+    """Refit the protocol overheads and efficiencies to parsed nccl-tests logs.
+
+    ``base`` defaults to the cluster's model (its topology's ``collectives.protocols`` over the
+    built-in one).  The out-of-place busbw of every size ≥ ``min_bytes`` is the measurement
+    (sizes whose busbw prints as 0.00 are left out).  The fitted operation is all_reduce if a
+    log has it, else the first ring-family operation (reduce_scatter, all_gather):
+    :func:`fitting.fit_protocols` fits it with ``algorithm``, then :func:`_refine` searches
+    the same objective exactly (see there) and the better of the two is kept.  Every other log
+    is *held out*: predicted with the fitted model and reported, not fitted.  all_to_all runs
+    NCCL's point-to-point kernels, which in zionsim's model (``nccl.fixed_latency_s``) depend
+    only on the Simple efficiency and the LL overhead (the launch floor); it is evaluated with
+    ``pxn`` when the cluster spans nodes and ``direct`` inside one, and fitted (those two
+    parameters only) when no ring-family log is given.  Operations zionsim does not model are
+    skipped, with a note in ``report.attrs["notes"]``.
+
+    Returns the model and a report, one row per point: ``source``, ``op``, ``role`` (fit /
+    held_out), ``size_bytes``, ``measured_GBps``, ``simulated_GBps``, ``error_pct``,
+    ``algorithm``, ``protocol``.
+    """
+    base = base or nccl.fitted_model(cluster)  # the cluster's own fitted protocols, if any
+    cluster = bare_cluster(cluster)  # candidates are not overridden by the topology's
+    n, notes = len(cluster.gpus), []
+    points = []
+    for df in frames:
+        source = df.attrs.get("source", "<log>")
+        ranks = df["ranks"].iloc[0] if "ranks" in df and len(df) else np.nan
+        if not np.isnan(ranks) and int(ranks) != n:
+            raise InputError(
+                f"the log has {int(ranks)} ranks but the cluster has {n} GPUs",
+                file=source,
+                field="# Rank lines",
+                allowed=f"a cluster of {int(ranks)} GPUs",
+            )
+        for op, part in df.groupby("op", sort=False):
+            if op not in OPS or op == "send_recv":
+                notes.append(f"{source}: {op} skipped (zionsim does not model it as a group op)")
+                continue
+            keep = (part["size_bytes"] >= min_bytes) & (part["busbw_GBps"] > 0)
+            points.append(part.loc[keep, ["op", "size_bytes", "busbw_GBps"]].assign(source=source))
+    if not points:
+        raise InputError("no usable nccl-tests points to fit", field="frames")
+    pts = pd.concat(points, ignore_index=True)
+    ops = list(dict.fromkeys(pts["op"]))
+    fitted = "all_reduce" if "all_reduce" in ops else next((o for o in ops if o in RING_OPS), None)
+    p2p_alg = "pxn" if cluster.spec.nodes > 1 else "direct"
+    alg_of = {o: (p2p_alg if o == "all_to_all" else algorithm) for o in ops}
+    fitted = fitted or "all_to_all"
+    mine = pts[pts["op"] == fitted]
+    sizes, meas = mine["size_bytes"].to_numpy(float), mine["busbw_GBps"].to_numpy(float)
+    start = base
+    if fitted != "all_to_all":
+        start = fit_protocols(cluster, fitted, sizes, meas, base, alg_of[fitted]).model
+    else:
+        notes.append("all_to_all fitted alone: only the Simple efficiency and LL overhead move")
+    model = _refine(cluster, fitted, sizes, meas, start, alg_of[fitted])
+    report = []
+    for (source, op), part in pts.groupby(["source", "op"], sort=False):
+        s = part["size_bytes"].to_numpy(float)
+        sim, protos = predicted_busbw(cluster, op, s, model, alg_of[op])
+        report.append(
+            pd.DataFrame(
+                {
+                    "source": source,
+                    "op": op,
+                    "role": "fit" if op == fitted else "held_out",
+                    "size_bytes": s.astype(np.int64),
+                    "measured_GBps": part["busbw_GBps"].to_numpy(float),
+                    "simulated_GBps": sim,
+                    "algorithm": alg_of[op],
+                    "protocol": protos,
+                }
+            )
+        )
+    out = pd.concat(report, ignore_index=True)
+    out.insert(6, "error_pct", 100.0 * (out["simulated_GBps"] / out["measured_GBps"] - 1.0))
+    out.attrs["notes"] = notes
+    return model, out
+
+
+def _objective(err: np.ndarray) -> float:
+    """``fitting.fit_protocols``' objective of log errors (its 6 % penalty included)."""
+    return float(np.sum(err**2) + 20.0 * np.sum(np.maximum(0.0, np.abs(err) - 0.06) ** 2))
+
+
+def _refine(
+    cluster, op: str, sizes, meas, start: nccl.CollectiveModel, algorithm: str
+) -> nccl.CollectiveModel:
+    """The best model found by an exact search of ``fit_protocols``' objective, or ``start``.
+
+    NCCL's cost model is affine in each protocol's overhead and inverse efficiency: with the
+    algorithm fixed, the estimate of protocol ``p`` at size ``s`` is ``k·o[p] + C[p](s) +
+    B[p](s)/e[p]`` (``k`` the cluster's latency scale), and the tuner takes the fastest
+    protocol.  ``C`` and ``B`` are read off ``nccl.choose`` at two efficiencies.  For a given
+    assignment of sizes to protocols the fit of (o, 1/e) is linear least squares in relative
+    time error; every contiguous assignment (LL, then LL128, then Simple as sizes grow) is
+    tried, each refined by reassigning sizes to the protocol the tuner picks, and the best
+    polished by Nelder–Mead.  ``fit_protocols`` alone can stop in a local minimum where the
+    tuner never picks a protocol (a protocol with no points keeps ``start``'s values).
+    """
+    gpus, k = cluster.gpus, cluster.spec.collective_latency_scale
+    protos = start.protocols(algorithm)
+    family_p2p = nccl.FAMILY[algorithm] == "p2p"
+    okey = {p: "LL" if family_p2p else p for p in protos}
+    zero = {p: 0.0 for p in nccl.PROTOCOLS}
+    t1, t2 = (
+        _estimates(cluster, op, sizes, start.with_fit(zero, dict.fromkeys(zero, e)), algorithm)
+        for e in (1.0, 0.5)
+    )
+    B = t2 - t1
+    C = t1 - B
+    t_meas = sizes * busbw_factor(op, len(gpus)) / (np.asarray(meas) * 1e9)
+
+    def times(over: dict, eff: dict) -> np.ndarray:
+        o = np.array([k * over[okey[p]] for p in protos])
+        w = np.array([1.0 / eff[p] for p in protos])
+        return o + C + B * w
+
+    def loss(over: dict, eff: dict) -> float:
+        return _objective(np.log(t_meas / times(over, eff).min(axis=1)))
+
+    def fit_assignment(pick: np.ndarray) -> tuple[dict, dict]:
+        over, eff = dict(start.overhead_s), dict(start.efficiency)
+        for j, p in enumerate(protos):
+            sel = pick == j
+            if not sel.any():
+                continue
+            a = np.c_[np.full(sel.sum(), k), B[sel, j]] / t_meas[sel, None]
+            y = 1.0 - C[sel, j] / t_meas[sel]
+            if sel.sum() == 1:
+                w = max(1.0, float((y - a[:, 0] * over[okey[p]]) @ a[:, 1] / (a[:, 1] @ a[:, 1])))
+                eff[p] = 1.0 / w
+                continue
+            (o, w), *_ = np.linalg.lstsq(a, y, rcond=None)
+            if o < 0:
+                o = 0.0
+                w = float(y @ a[:, 1] / (a[:, 1] @ a[:, 1]))
+            over[okey[p]], eff[p] = float(o), 1.0 / max(1.0, float(w))
+        return over, eff
+
+    n, m = len(sizes), len(protos)
+    order = np.argsort(sizes)
+    candidates = [(dict(start.overhead_s), dict(start.efficiency))]
+    cuts = list(itertools.combinations_with_replacement(range(n + 1), m - 1))
+    for cut in cuts:
+        pick = np.empty(n, dtype=int)
+        pick[order] = np.searchsorted(np.array(cut, dtype=int), np.arange(n), side="right")
+        candidates.append(fit_assignment(pick))
+    best = min(candidates, key=lambda c: loss(*c))
+    for _ in range(20):  # reassign to the tuner's pick until stable
+        again = fit_assignment(times(*best).argmin(axis=1))
+        if loss(*again) >= loss(*best) - 1e-15:
+            break
+        best = again
+    x0 = np.r_[
+        [np.log(max(best[0][okey[p]], 1e-9)) for p in protos],
+        [np.log(best[1][p] / (1 - best[1][p] + 1e-12)) for p in protos],
+    ]
+
+    def unpack(x):
+        over, eff = dict(best[0]), dict(best[1])
+        for j, p in enumerate(protos):
+            over[okey[p]] = float(np.exp(x[j]))
+            eff[p] = float(1.0 / (1.0 + np.exp(-x[m + j])))
+        return over, eff
+
+    options = {"maxiter": 4000, "xatol": 1e-6, "fatol": 1e-12}
+    res = minimize(lambda x: loss(*unpack(x)), x0, method="Nelder-Mead", options=options)
+    polished = unpack(res.x)
+    best = min((best, polished), key=lambda c: loss(*c))
+    if loss(*best) >= loss(start.overhead_s, start.efficiency):
+        return start
+    return start.with_fit(*best)
+
+
+def _estimates(cluster, op, sizes, model, algorithm) -> np.ndarray:
+    """``nccl.choose`` estimates (s), one row per size, one column per protocol."""
+    rows = []
+    for s in sizes:
+        choices = [
+            nccl.choose(cluster, op, cluster.gpus, float(s), model, algorithm, p)
+            for p in model.protocols(algorithm)
+        ]
+        rows.append([c.estimate_s for c in choices])
+    return np.array(rows)
+
+
+def world_of(frames: list[pd.DataFrame]) -> tuple[int, int] | None:
+    """(nodes, GPUs per node) of the logs' ``# Rank`` lines (hosts, ranks per host), if they
+    name the same world in every log and every host runs as many ranks; else None."""
+    worlds = set()
+    for df in frames:
+        devices = df.attrs.get("devices") or []
+        if not devices:
+            return None
+        per_host: dict[str, int] = {}
+        for d in devices:
+            per_host[d["host"]] = per_host.get(d["host"], 0) + 1
+        if len(set(per_host.values())) != 1:
+            return None
+        worlds.add((len(per_host), next(iter(per_host.values()))))
+    return worlds.pop() if len(worlds) == 1 else None

@@ -1,0 +1,340 @@
+"""Validation: simulate published measurements and report the error (``zionsim validate``).
+
+A case (``validation/cases.yaml``) pairs a setup the simulator is configured for with a public
+measurement and its source.  :func:`load_cases` reads and checks the file (the one function here
+that touches the disk); :func:`run_cases` simulates every case and returns one row per case;
+:func:`summarize` gives the geometric mean of |error| per family, calibrated and held-out cases
+apart.  Nothing here prints or writes.
+
+Assumptions:
+
+1. ``error_pct = 100 * (simulated - measured) / measured``, both in the measured unit.
+2. The geometric mean of |error| is taken over cases with a non-zero error (a zero error would
+   make it zero whatever the others are); ``n`` counts every case of the group.
+3. A case is *calibrated* when its very point was used to fit or set a model parameter, so its
+   error measures the fit, not a prediction; held-out cases are the validation proper.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from zionsim.base.config import Fields, builtin_dir, load_yaml
+from zionsim.base.errors import InputError
+from zionsim.base.units import parse_quantity
+
+FAMILIES = ("collectives", "kernels", "end_to_end")
+CASE_KEYS = {
+    "id",
+    "family",
+    "calibrated",
+    "fast",
+    "source",
+    "curve",
+    "note",
+    "simulate",
+    "measured",
+}
+#: measured unit -> (dimension, factor to SI)
+UNITS = {
+    "GB/s": ("bandwidth", 1e9),
+    "TFLOP/s": ("flops", 1e12),
+    "ms": ("time", 1e-3),
+    "us": ("time", 1e-6),
+    "s": ("time", 1.0),
+    "samples/s": ("rate", 1.0),
+}
+#: metric -> dimension of its SI value
+METRICS = {
+    "busbw": "bandwidth",
+    "algbw": "bandwidth",
+    "time": "time",
+    "throughput": "flops",
+    "bandwidth": "bandwidth",
+    "iteration_time": "time",
+    "samples_per_s": "rate",
+}
+#: kind -> (required keys, optional keys, metrics allowed)
+KIND_KEYS = {
+    "collective": (
+        {"topology", "nodes", "op", "size"},
+        {"gpus_per_node", "set", "metric", "algorithm", "protocol"},
+        ("busbw", "algbw", "time"),
+    ),
+    "gemm": ({"topology", "m", "n", "k", "dtype"}, {"metric"}, ("throughput",)),
+    "memory": ({"topology", "bytes"}, {"metric"}, ("bandwidth",)),
+    "run": ({"options"}, {"metric"}, ("iteration_time", "samples_per_s")),
+}
+
+
+@dataclass(frozen=True)
+class Case:
+    """One validation case: what to simulate, what was measured, and where it was published."""
+
+    id: str
+    family: str
+    calibrated: bool
+    fast: bool
+    source: str
+    citation: str
+    kind: str
+    metric: str
+    params: dict
+    measured: float
+    unit: str
+    curve: str = ""
+    note: str = ""
+    file: str = ""
+
+
+def default_cases_file() -> Path:
+    """``validation/cases.yaml`` in the source tree, or its copy inside an installed wheel."""
+    return builtin_dir("validation") / "cases.yaml"
+
+
+def load_cases(path: str | Path | None = None, fast_only: bool = False) -> list[Case]:
+    """The cases of ``path`` (default: the built-in suite), checked; errors name file and field."""
+    data, file = load_yaml(path or default_cases_file(), "validation")
+    top = Fields(data, file)
+    top.check_keys({"sources", "cases"})
+    sources = top.raw("sources")
+    if not isinstance(sources, dict) or not all(isinstance(v, str) for v in sources.values()):
+        raise top.error("sources", "expected a mapping of key to citation text")
+    raw = top.raw("cases")
+    if not isinstance(raw, list) or not raw:
+        raise top.error("cases", "expected a non-empty list of cases")
+    cases = [_case(Fields(c, file, f"cases[{i}]"), sources) for i, c in enumerate(raw)]
+    seen: set[str] = set()
+    for i, c in enumerate(cases):
+        if c.id in seen:
+            raise InputError(f"duplicate case id {c.id!r}", file=file, field=f"cases[{i}].id")
+        seen.add(c.id)
+    return [c for c in cases if c.fast or not fast_only]
+
+
+def _case(f: Fields, sources: dict[str, str]) -> Case:
+    f.check_keys(CASE_KEYS)
+    source = f.choice("source", sorted(sources))
+    sim = f.sub("simulate")
+    kind = sim.choice("kind", sorted(KIND_KEYS))
+    required, optional, metrics = KIND_KEYS[kind]
+    sim.check_keys(required | optional | {"kind"})
+    for key in sorted(required):
+        sim.raw(key)
+    metric = sim.choice("metric", metrics, metrics[0])
+    meas = f.sub("measured")
+    meas.check_keys({"value", "unit"})
+    unit = meas.choice("unit", sorted(UNITS))
+    if UNITS[unit][0] != METRICS[metric]:
+        raise meas.error("unit", f"{unit!r} does not measure {metric}", _units_of(metric))
+    value = meas.raw("value")
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise meas.error("value", f"expected a positive number, got {value!r}")
+    params = {k: v for k, v in sim.data.items() if k not in ("kind", "metric")}
+    _check_params(sim, kind, params)
+    return Case(
+        id=str(f.raw("id")),
+        family=f.choice("family", FAMILIES),
+        calibrated=f.flag("calibrated"),
+        fast=f.flag("fast"),
+        source=source,
+        citation=" ".join(sources[source].split()),
+        kind=kind,
+        metric=metric,
+        params=params,
+        measured=float(value),
+        unit=unit,
+        curve=str(f.raw("curve", "")),
+        note=" ".join(str(f.raw("note", "")).split()),
+        file=f.file,
+    )
+
+
+def _check_params(sim: Fields, kind: str, params: dict) -> None:
+    """Parse the quantities now, so a bad size fails at load with its field named."""
+    if kind == "collective":
+        sim.quantity("size", "bytes")
+        sim.integer("nodes")
+        if "set" in params and not isinstance(params["set"], list):
+            raise sim.error("set", "expected a list of PATH=VALUE strings")
+    elif kind == "gemm":
+        for key in ("m", "n", "k"):
+            sim.integer(key)
+    elif kind == "memory":
+        sim.quantity("bytes", "bytes")
+    elif not isinstance(params["options"], dict):
+        raise sim.error("options", "expected a mapping of run options")
+
+
+def _units_of(metric: str) -> str:
+    return ", ".join(u for u, (d, _) in UNITS.items() if d == METRICS[metric])
+
+
+def simulate_case(case: Case) -> float:
+    """The simulated value of ``case`` in its measured unit."""
+    si = SIMULATORS[case.kind](case.params, case.metric)
+    return si / UNITS[case.unit][1]
+
+
+def _collective(p: dict, metric: str) -> float:
+    from zionsim.network.simulate import simulate_collective
+
+    cluster = _cluster(p["topology"], p["nodes"], p.get("gpus_per_node"), tuple(p.get("set", ())))
+    size = int(parse_quantity(p["size"], "bytes", field="simulate.size"))
+    r = simulate_collective(
+        cluster, p["op"], size, algorithm=p.get("algorithm"), protocol=p.get("protocol")
+    )
+    return {"busbw": r.busbw_GBps * 1e9, "algbw": r.algbw_GBps * 1e9, "time": r.time_s}[metric]
+
+
+def _gemm(p: dict, metric: str) -> float:
+    from zionsim.hardware import compute
+
+    gpu = _gpu(p["topology"])
+    m, n, k = int(p["m"]), int(p["n"]), int(p["k"])
+    return compute.gemm_flops(m, n, k) / compute.gemm_time_s(gpu, m, n, k, p["dtype"])
+
+
+def _memory(p: dict, metric: str) -> float:
+    from zionsim.hardware import compute
+
+    nbytes = parse_quantity(p["bytes"], "bytes", field="simulate.bytes")
+    return nbytes / compute.memory_time_s(_gpu(p["topology"]), nbytes)
+
+
+def _run(p: dict, metric: str) -> float:
+    from zionsim.sim.run import run_point
+
+    s = run_point(dict(p["options"])).summary
+    return s["iteration_time_s"] if metric == "iteration_time" else s["samples_per_s"]
+
+
+SIMULATORS = {"collective": _collective, "gemm": _gemm, "memory": _memory, "run": _run}
+
+
+@lru_cache(maxsize=16)
+def _cluster(topology: str, nodes: int, gpus_per_node: int | None, overrides: tuple[str, ...]):
+    from zionsim.hardware.cluster import Cluster
+
+    return Cluster.load(
+        topology, nodes=int(nodes), gpus_per_node=gpus_per_node, overrides=list(overrides)
+    )
+
+
+def _gpu(topology: str):
+    from zionsim.hardware.topology import load_topology
+
+    return load_topology(topology, nodes=1).gpu
+
+
+def run_cases(cases: list[Case]) -> pd.DataFrame:
+    """One row per case: measured, simulated, error and provenance, in the file's order."""
+    rows = []
+    for c in cases:
+        try:
+            sim = simulate_case(c)
+        except InputError as exc:
+            raise InputError(
+                exc.problem,
+                file=exc.file or c.file,
+                field=f"case {c.id}: simulate" + (f" ({exc.field})" if exc.field else ""),
+                allowed=exc.allowed,
+            ) from None
+        rows.append(
+            {
+                "case": c.id,
+                "family": c.family,
+                "calibrated": c.calibrated,
+                "measured": c.measured,
+                "simulated": sim,
+                "unit": c.unit,
+                "error_pct": 100.0 * (sim - c.measured) / c.measured,
+                "source": c.source,
+                "curve": c.curve,
+                "citation": c.citation,
+            }
+        )
+    return pd.DataFrame(rows, columns=_COLUMNS)
+
+
+_COLUMNS = [
+    "case",
+    "family",
+    "calibrated",
+    "measured",
+    "simulated",
+    "unit",
+    "error_pct",
+    "source",
+    "curve",
+    "citation",
+]
+
+
+def geomean_abs_error(errors_pct) -> float:
+    """Geometric mean of |error| in percent over the non-zero errors (nan when there are none)."""
+    vals = [abs(float(e)) for e in errors_pct if float(e) != 0.0]
+    if not vals:
+        return math.nan
+    return math.exp(sum(math.log(v) for v in vals) / len(vals))
+
+
+def summarize(table: pd.DataFrame) -> pd.DataFrame:
+    """Per family (and ``all``): case count and geomean |error| of calibrated and held-out cases."""
+    rows: list[dict[str, Any]] = []
+    families = [f for f in FAMILIES if f in set(table["family"])] + ["all"]
+    for fam in families:
+        sub = table if fam == "all" else table[table["family"] == fam]
+        cal, held = sub[sub["calibrated"]], sub[~sub["calibrated"]]
+        rows.append(
+            {
+                "family": fam,
+                "n_calibrated": int(len(cal)),
+                "geomean_abs_error_calibrated_pct": geomean_abs_error(cal["error_pct"]),
+                "n_held_out": int(len(held)),
+                "geomean_abs_error_held_out_pct": geomean_abs_error(held["error_pct"]),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def report(table: pd.DataFrame, summary: pd.DataFrame, cases_file: str, fast: bool) -> dict:
+    """The plain mapping behind ``summary.json``: per-family geomeans and every case's error."""
+
+    def plain(v):
+        return None if isinstance(v, float) and math.isnan(v) else v
+
+    return {
+        "cases_file": cases_file,
+        "fast_only": fast,
+        "n_cases": int(len(table)),
+        "summary": [{k: plain(v) for k, v in r.items()} for r in summary.to_dict("records")],
+        "cases": table.drop(columns=["curve"]).to_dict("records"),
+    }
+
+
+def display_rows(table: pd.DataFrame) -> list[dict]:
+    """Rows for the terminal: the table's main columns, error rounded to 0.1 %."""
+    t = table.drop(columns=["curve", "citation"]).copy()
+    t["error_pct"] = t["error_pct"].round(1)
+    return t.to_dict("records")
+
+
+def display_summary(summary: pd.DataFrame) -> list[dict]:
+    """Summary rows for the terminal: geomeans rounded to 0.1 %, ``-`` where a group is empty."""
+    out = []
+    for r in summary.to_dict("records"):
+        out.append(
+            {k: "-" if isinstance(v, float) and math.isnan(v) else _round(v) for k, v in r.items()}
+        )
+    return out
+
+
+def _round(v):
+    return round(v, 1) if isinstance(v, float) else v

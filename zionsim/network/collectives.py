@@ -1,0 +1,317 @@
+"""Collective algorithms: a collective on a group of GPUs → phases of point-to-point flows.
+
+Algorithms know nothing of link rates; the network model (``network.py``) decides how fast the
+flows go.  A :class:`Schedule` is a sequence of :class:`Phase` s; phases run one after another,
+the flows inside a phase run together (NCCL pipelines chunks, so a pipelined ring is one phase
+whose flows stream for the whole operation).  Sizes follow nccl-tests (DESIGN §9): all_reduce the
+buffer, all_gather the total output, reduce_scatter the total input, all_to_all the per-rank send
+buffer.
+
+Modelling assumptions:
+
+1. Ring: ``C`` channels, one per NIC of a node when the group spans nodes (each channel enters a
+   node through one NIC and leaves through the next, so every NIC carries one channel each way),
+   else one channel on an NVSwitch (its GPU↔switch edge already aggregates all NVLinks) and the
+   ring plus its reverse on a point-to-point NVLink mesh.  Each rank streams ``2(n−1)/n·S/C``
+   (all_reduce) or ``(n−1)/n·S/C`` (reduce_scatter, all_gather) to its ring successor.
+2. Tree (all_reduce): NCCL's double binary tree — a chain inside each node and a binary tree over
+   nodes, two trees (mirrored, different head GPUs), each reducing and broadcasting half the buffer.
+3. Hierarchical (2D) all_reduce: intra-node ring reduce-scatter, inter-node ring all_reduce of each
+   shard among same-index GPUs (one rail each), intra-node ring all_gather; three phases.
+4. NVLS (NVSwitch generation ≥ 3): in-switch reduction; each GPU sends ``S(1+1/g)`` to the switch
+   and receives the same (multimem load-reduce of its slice + multicast store).
+5. all_to_all(v) direct: one flow per ordered pair with its bytes.  PXN (rail-aligned): data for
+   GPU ``(b, m)`` first crosses NVLink to GPU ``(a, m)`` on the sender's node, which sends the
+   aggregate of its node over its own rail; both legs stream together (pipelined relay).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from zionsim.base.errors import InputError
+
+OPS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "send_recv")
+
+
+@dataclass(frozen=True)
+class Phase:
+    """Flows that run together: device ids, payload bytes, merge weights and ring steps."""
+
+    src: np.ndarray
+    dst: np.ndarray
+    nbytes: np.ndarray
+    steps: int
+    weight: np.ndarray | None = None
+
+
+@dataclass(frozen=True)
+class Schedule:
+    op: str
+    algorithm: str
+    ranks: np.ndarray
+    size_bytes: float
+    phases: tuple[Phase, ...]
+
+
+def busbw_factor(op: str, n: int) -> float:
+    """nccl-tests' bus-bandwidth factor: busbw = algbw × factor."""
+    if n <= 1:
+        return 0.0 if op != "send_recv" else 1.0
+    return {"all_reduce": 2 * (n - 1) / n, "send_recv": 1.0}.get(op, (n - 1) / n)
+
+
+# ------------------------------------------------------------------------------ ring orders
+def _by_node(cluster, ranks: np.ndarray) -> list[np.ndarray]:
+    nodes = cluster.node_of(ranks)
+    return [ranks[nodes == k] for k in np.unique(nodes)]
+
+
+@lru_cache(maxsize=64)
+def _best_cycle(mesh: tuple, locals_: tuple[int, ...]) -> tuple[int, ...]:
+    """Ring order of ``locals_`` that maximises (min, sum) NVLink links along the cycle."""
+    links = {}
+    for a, b, n in mesh:
+        links[a, b] = links[b, a] = n
+    if len(locals_) > 9:
+        return locals_
+    first, best, best_key = locals_[0], locals_, (-1, -1)
+    for perm in itertools.permutations(locals_[1:]):
+        cyc = (first,) + perm
+        hops = [links.get((cyc[i], cyc[(i + 1) % len(cyc)]), 0) for i in range(len(cyc))]
+        key = (min(hops), sum(hops))
+        if key > best_key:
+            best, best_key = cyc, key
+    return best
+
+
+def _node_order(cluster, members: np.ndarray) -> np.ndarray:
+    su = cluster.spec.scale_up
+    if su.kind != "mesh" or len(members) < 3:
+        return members
+    local = cluster.local_of(members)
+    order = _best_cycle(su.mesh, tuple(int(x) for x in local))
+    pos = {int(l_): i for i, l_ in enumerate(local)}
+    return members[[pos[x] for x in order]]
+
+
+def rings(cluster, ranks: np.ndarray) -> list[np.ndarray]:
+    """Ring orders (one per channel) over ``ranks`` — assumption 1."""
+    groups = [_node_order(cluster, g) for g in _by_node(cluster, np.sort(ranks))]
+    if len(groups) == 1:
+        ring = groups[0]
+        if cluster.spec.scale_up.kind == "mesh" and len(ring) > 2:
+            return [ring, ring[::-1]]
+        return [ring]
+    r = min(len(g) for g in groups)
+    channels = max(1, min(cluster.spec.scale_out.nics_per_node, r))
+    out = []
+    for c in range(channels):
+        offset = c * r // channels
+        out.append(np.concatenate([np.roll(g, -offset) for g in groups]))
+    return out
+
+
+def _ring_phase(cluster, ranks, per_rank_bytes: float, steps: int) -> Phase:
+    chans = rings(cluster, ranks)
+    src = np.concatenate(chans)
+    dst = np.concatenate([np.roll(c, -1) for c in chans])
+    nbytes = np.full(len(src), per_rank_bytes / len(chans))
+    return Phase(src, dst, nbytes, steps)
+
+
+# ------------------------------------------------------------------------------ algorithms
+def ring_all_reduce(cluster, ranks, size, matrix=None):
+    n = len(ranks)
+    return (_ring_phase(cluster, ranks, 2 * (n - 1) / n * size, 2 * (n - 1)),)
+
+
+def ring_reduce_scatter(cluster, ranks, size, matrix=None):
+    n = len(ranks)
+    return (_ring_phase(cluster, ranks, (n - 1) / n * size, n - 1),)
+
+
+ring_all_gather = ring_reduce_scatter
+
+
+def tree_all_reduce(cluster, ranks, size, matrix=None):
+    groups = [np.sort(g) for g in _by_node(cluster, np.sort(ranks))]
+    src, dst = [], []
+    n_nodes = len(groups)
+    for t in range(2):
+        chains = [g if t == 0 else g[::-1] for g in groups]
+        heads = [c[0] for c in chains]
+        order = list(range(n_nodes)) if t == 0 else list(range(n_nodes))[::-1]
+        edges = [(c[i + 1], c[i]) for c in chains for i in range(len(c) - 1)]
+        edges += [(heads[order[i]], heads[order[(i - 1) // 2]]) for i in range(1, n_nodes)]
+        for child, parent in edges:
+            src += [child, parent]
+            dst += [parent, child]
+    depth = int(np.ceil(np.log2(n_nodes + 1))) + max(len(g) for g in groups) - 1
+    return (Phase(np.array(src), np.array(dst), np.full(len(src), size / 2), 2 * depth),)
+
+
+def hierarchical_all_reduce(cluster, ranks, size, matrix=None):
+    groups = _by_node(cluster, np.sort(ranks))
+    g = min(len(x) for x in groups)
+    if len(groups) == 1 or g == 1:
+        return ring_all_reduce(cluster, ranks, size)
+    intra_rs = _merge([_ring_phase(cluster, x, (g - 1) / g * size, g - 1) for x in groups])
+    rails = [np.array([x[i] for x in groups]) for i in range(g)]
+    n = len(groups)
+    inter = _merge(
+        [_ring_phase(cluster, r, 2 * (n - 1) / n * size / g, 2 * (n - 1)) for r in rails]
+    )
+    return (intra_rs, inter, intra_rs)
+
+
+def nvls_all_reduce(cluster, ranks, size, matrix=None):
+    su = cluster.spec.scale_up
+    if su.kind != "nvswitch" or su.nvswitch_generation < 3:
+        raise InputError(
+            "NVLS needs an NVSwitch of generation 3 or later",
+            field="--algorithm",
+            allowed="ring, tree, hierarchical",
+        )
+    groups = _by_node(cluster, np.sort(ranks))
+    g = min(len(x) for x in groups)
+    switch = [cluster.router.local("nvswitch", int(cluster.node_of(x[:1])[0])) for x in groups]
+    if len(groups) == 1:
+        x, sw = groups[0], switch[0]
+        per = size * (1 + 1 / g)
+        src = np.concatenate([x, np.full(len(x), sw)])
+        dst = np.concatenate([np.full(len(x), sw), x])
+        return (Phase(src, dst, np.full(2 * len(x), per), 2),)
+
+    def leg(out_bytes, in_bytes):
+        src = np.concatenate(
+            [np.concatenate([x, np.full(len(x), s)]) for x, s in zip(groups, switch, strict=True)]
+        )
+        dst = np.concatenate(
+            [np.concatenate([np.full(len(x), s), x]) for x, s in zip(groups, switch, strict=True)]
+        )
+        nb = np.concatenate(
+            [
+                np.concatenate([np.full(len(x), out_bytes), np.full(len(x), in_bytes)])
+                for x in groups
+            ]
+        )
+        return Phase(src, dst, nb, 1)
+
+    n = len(groups)
+    rails = [np.array([x[i] for x in groups]) for i in range(g)]
+    inter = _merge(
+        [_ring_phase(cluster, r, 2 * (n - 1) / n * size / g, 2 * (n - 1)) for r in rails]
+    )
+    return (leg(size, size / g), inter, leg(size / g, size))
+
+
+def _uniform_matrix(ranks, size):
+    n = len(ranks)
+    return np.full((n, n), size / n)
+
+
+def direct_all_to_all(cluster, ranks, size, matrix=None):
+    m = _uniform_matrix(ranks, size) if matrix is None else matrix
+    i, j = np.nonzero(~np.eye(len(ranks), dtype=bool) & (m > 0))
+    return (Phase(ranks[i], ranks[j], m[i, j], 1),)
+
+
+def pxn_all_to_all(cluster, ranks, size, matrix=None):
+    m = _uniform_matrix(ranks, size) if matrix is None else matrix
+    if cluster.spec.scale_up.kind == "none" or len(np.unique(cluster.node_of(ranks))) == 1:
+        return direct_all_to_all(cluster, ranks, size, m)
+    node, local = cluster.node_of(ranks), cluster.local_of(ranks)
+    n_nodes = cluster.spec.nodes
+    g = cluster.spec.gpus_per_node
+    # relay leg: sender (a, l) → (a, m) carries everything for GPUs with local index m
+    off = ~np.eye(len(ranks), dtype=bool)
+    relay = np.zeros((len(ranks), g))
+    np.add.at(
+        relay,
+        (np.repeat(np.arange(len(ranks)), len(ranks)), np.tile(local, len(ranks))),
+        np.where(off, m, 0.0).ravel(),
+    )
+    s_idx, m_idx = np.nonzero(relay)
+    per = cluster.router.per_node
+    gpu_slot = np.array([cluster.router.local("gpu", 0, int(x)) for x in range(g)])
+    proxy = node[s_idx] * per + gpu_slot[m_idx]
+    keep = proxy != ranks[s_idx]
+    intra = Phase(ranks[s_idx][keep], proxy[keep], relay[s_idx, m_idx][keep], 1)
+    # network leg: (a, m) → (b, m) carries the data of every sender on node a (assumption 5);
+    # its weight is the number of senders merged into it (network.py assumption 3)
+    cross = node[:, None] != node[None, :]
+    agg = np.zeros((n_nodes, n_nodes, g))
+    senders = np.zeros((n_nodes, n_nodes, g))
+    ii, jj = np.nonzero(cross & (m > 0))
+    np.add.at(agg, (node[ii], node[jj], local[jj]), m[ii, jj])
+    np.add.at(senders, (node[ii], node[jj], local[jj]), 1.0)
+    a, b, r = np.nonzero(agg)
+    net = Phase(
+        a * per + gpu_slot[r], b * per + gpu_slot[r], agg[a, b, r], 1, weight=senders[a, b, r]
+    )
+    return (_merge([intra, net]),)
+
+
+def send_recv(cluster, ranks, size, matrix=None):
+    if len(ranks) != 2:
+        raise InputError(f"send_recv needs 2 ranks, got {len(ranks)}", field="ranks")
+    return (Phase(ranks[:1], ranks[1:], np.array([float(size)]), 1),)
+
+
+def _merge(phases: list[Phase]) -> Phase:
+    """Phases that run together as one (their flows share the network)."""
+    weights = [p.weight if p.weight is not None else np.ones(len(p.src)) for p in phases]
+    return Phase(
+        np.concatenate([p.src for p in phases]),
+        np.concatenate([p.dst for p in phases]),
+        np.concatenate([p.nbytes for p in phases]),
+        max(p.steps for p in phases),
+        np.concatenate(weights),
+    )
+
+
+ALGORITHMS = {
+    "all_reduce": {
+        "ring": ring_all_reduce,
+        "tree": tree_all_reduce,
+        "hierarchical": hierarchical_all_reduce,
+        "nvls": nvls_all_reduce,
+    },
+    "reduce_scatter": {"ring": ring_reduce_scatter},
+    "all_gather": {"ring": ring_all_gather},
+    "all_to_all": {"direct": direct_all_to_all, "pxn": pxn_all_to_all},
+    "send_recv": {"direct": send_recv},
+}
+
+
+def schedule(
+    cluster,
+    op: str,
+    ranks: np.ndarray,
+    size_bytes: float,
+    algorithm: str,
+    matrix: np.ndarray | None = None,
+) -> Schedule:
+    """The phases of ``op`` on ``ranks`` (GPU device ids) with ``algorithm``."""
+    if op not in ALGORITHMS:
+        raise InputError(f"unknown collective {op!r}", field="--op", allowed=", ".join(OPS))
+    if algorithm not in ALGORITHMS[op]:
+        raise InputError(
+            f"unknown algorithm {algorithm!r} for {op}",
+            field="--algorithm",
+            allowed=", ".join(ALGORITHMS[op]),
+        )
+    ranks = np.asarray(ranks, dtype=np.int64)
+    if matrix is not None:
+        matrix = np.asarray(matrix, dtype=float)
+        if matrix.shape != (len(ranks), len(ranks)) or (matrix < 0).any():
+            raise InputError(
+                f"per-peer byte matrix must be {len(ranks)}x{len(ranks)} and >= 0", field="matrix"
+            )
+    phases = ALGORITHMS[op][algorithm](cluster, ranks, float(size_bytes), matrix)
+    return Schedule(op, algorithm, ranks, float(size_bytes), tuple(phases))

@@ -1,0 +1,309 @@
+"""The engine: execute a trace on a cluster with simpy; return plain records (no I/O).
+
+Every rank has three in-order streams (``compute``, ``a2a``, ``allreduce``), each a simpy process
+that walks its ops: wait for the op's dependencies, then run it.  A compute op takes the time its
+cost model gives on this cluster's GPU (``compute.py``).  A collective op is a rendezvous: when the
+last member of its group arrives, the collective runs on the shared network model (flows of every
+concurrent collective contend for links), and every member's op ends when it ends.  Several
+iterations run back to back; the streams carry each iteration's ops after the previous one's.
+
+Assumptions: a stream runs one op at a time in trace order (CUDA-stream semantics); compute ops
+of different streams of one GPU do not slow each other (there is one compute stream); collectives
+that have been launched progress independently of compute (NCCL kernels on their own SMs).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import simpy
+
+from zionsim.base.errors import InputError
+from zionsim.dlrm.sync import server_devices
+from zionsim.dlrm.trace import STREAMS, Trace
+from zionsim.hardware import compute
+from zionsim.network import nccl
+from zionsim.network.flows import NetworkStats, make_network
+from zionsim.network.simulate import CountingEnvironment
+
+
+@dataclass
+class CollectiveRecord:
+    """One collective instance: when the last member arrived, when it ended, how it ran."""
+
+    iteration: int
+    coll: int
+    start_s: float = 0.0
+    end_s: float = 0.0
+    last_rank: int = -1
+    algorithm: str = ""
+    protocol: str = ""
+    arrived: int = 0
+    event: simpy.Event | None = None
+
+
+@dataclass
+class RunRecords:
+    """What a run did: one row per executed op, per collective instance, and network totals."""
+
+    trace: Trace
+    iterations: int
+    durations_s: np.ndarray
+    #: (iteration, op id, stream free time, start, end) per executed op
+    ops: list[tuple[int, int, float, float, float]] = field(default_factory=list)
+    collectives: dict[tuple[int, int], CollectiveRecord] = field(default_factory=dict)
+    network: NetworkStats | None = None
+    sim_time_s: float = 0.0
+    events: int = 0
+    #: background (ShadowSync) rounds: (trainer rank, start, end, iteration at start, at end)
+    sync_rounds: list[tuple[int, float, float, int, int]] = field(default_factory=list)
+
+
+def op_durations(cluster, trace: Trace, model: compute.ComputeModel | None = None) -> np.ndarray:
+    """Seconds of every compute op of ``trace`` on ``cluster``'s GPU (0 for collectives)."""
+    gpu = cluster.spec.gpu
+    cache: dict[tuple, float] = {}
+    out = np.zeros(len(trace.ops))
+    for op in trace.ops:
+        if op.kind in ("collective", "transfer"):
+            continue
+        key = (op.kind, tuple(sorted(op.args.items())))
+        if key not in cache:
+            cache[key] = _duration(gpu, op.kind, op.args, model)
+        out[op.id] = cache[key]
+    return out
+
+
+def _duration(gpu, kind: str, a: dict, model) -> float:
+    if kind == "gemm":
+        return compute.gemm_time_s(gpu, a["m"], a["n"], a["k"], a["dtype"], model)
+    if kind == "memory":
+        return compute.memory_time_s(gpu, a["nbytes"], model)
+    if a["lookups"] == 0:
+        return 0.0
+    if kind == "embedding_fwd":
+        return compute.embedding_forward_time_s(
+            gpu, a["lookups"], a["row_bytes"], a["tables"], a["fused"], a["out_bytes"], model
+        )
+    return compute.embedding_backward_time_s(
+        gpu, a["lookups"], a["row_bytes"], a["tables"], a["fused"], a["optimizer"], 4.0, model
+    )
+
+
+def simulate_trace(
+    cluster,
+    trace: Trace,
+    *,
+    iterations: int = 3,
+    fidelity: str = "flow",
+    compute_model: compute.ComputeModel | None = None,
+    collective_model: nccl.CollectiveModel | None = None,
+    sync_traffic: bool = True,
+) -> RunRecords:
+    """Run ``iterations`` iterations of ``trace`` on ``cluster``; return the records."""
+    if trace.ranks != len(cluster.gpus):
+        raise InputError(
+            f"the trace has {trace.ranks} ranks but the cluster has {len(cluster.gpus)} GPUs",
+            field="--nodes/--gpus-per-node",
+            allowed=f"a cluster of {trace.ranks} GPUs",
+        )
+    env = CountingEnvironment()
+    net = make_network(fidelity, env, cluster.router.capacity_Bps)
+    rec = RunRecords(trace, iterations, op_durations(cluster, trace, compute_model))
+    run = _Run(env, net, cluster, trace, rec, collective_model, sync_traffic)
+    for rank, ops in enumerate(trace.by_rank()):
+        for stream in STREAMS:
+            mine = [op for op in ops if op.stream == stream]
+            if mine:
+                env.process(run.stream(rank, mine, iterations))
+    sync = trace.meta.get("sync") or {}
+    if sync.get("mode", "allreduce").startswith("shadow") and sync_traffic:
+        for rank in range(trace.ranks):
+            env.process(run.background(rank, sync))
+    env.run()
+    if len(rec.ops) != iterations * len(trace.ops):
+        stuck = {o.id for o in trace.ops} - {op for it, op, *_ in rec.ops if it == 0}
+        first = trace.ops[min(stuck)] if stuck else trace.ops[-1]
+        raise InputError(
+            f"the trace stalls: op {first.id} ({first.name}, rank {first.rank}) "
+            "never runs; a collective is missing a member's op or a dependency "
+            "can never finish",
+            field=f"ops[{first.id}]",
+        )
+    rec.network, rec.sim_time_s, rec.events = net.stats, env.now, env.events_scheduled
+    return rec
+
+
+class _Run:
+    def __init__(self, env, net, cluster, trace, rec, model, sync_traffic=True):
+        self.env, self.net, self.cluster, self.trace, self.rec = env, net, cluster, trace, rec
+        self.model = model or nccl.load_model()
+        self.sync_traffic = sync_traffic
+        self.iteration = [0] * trace.ranks  # iterations each rank's compute stream finished
+        self.progress = [env.event() for _ in range(trace.ranks)]  # fires at each such end
+        self.computing = sum(1 for r in trace.by_rank() if any(o.stream == "compute" for o in r))
+        self.rounds: dict[tuple[int, int], CollectiveRecord] = {}
+        self.n_ops = len(trace.ops)
+        self.done: list[simpy.Event | None] = [None] * (rec.iterations * self.n_ops)
+        self.prepared: dict[tuple, nccl.Prepared] = {}
+
+    def _done(self, it: int, op_id: int) -> simpy.Event:
+        i = it * self.n_ops + op_id
+        ev = self.done[i]
+        if ev is None:
+            ev = self.done[i] = self.env.event()
+        return ev
+
+    def stream(self, rank: int, ops, iterations: int):
+        env, dur, rows = self.env, self.rec.durations_s, self.rec.ops
+        for it in range(iterations):
+            for op in ops:
+                free = env.now
+                for d in op.deps:
+                    ev = self._done(it, d)
+                    if not ev.triggered:
+                        yield ev
+                start = env.now
+                if self._skipped(op, it):
+                    pass
+                elif op.kind == "collective":
+                    yield self._arrive(it, op.args["coll"], rank)
+                elif op.kind == "transfer":
+                    yield self._host_transfer(it, rank, op.args)
+                elif dur[op.id] > 0:
+                    yield env.timeout(dur[op.id])
+                rows.append((it, op.id, free, start, env.now))
+                self._done(it, op.id).succeed()
+            if ops[0].stream == "compute":
+                self.iteration[rank] = it + 1
+                if it + 1 == iterations:
+                    self.computing -= 1
+                ev, self.progress[rank] = self.progress[rank], env.event()
+                ev.succeed()
+
+    def _skipped(self, op, it: int) -> bool:
+        """Foreground sync ops run only every K-th iteration, and not at all without traffic."""
+        if op.category != "sync":
+            return False
+        return not self.sync_traffic or (it + 1) % op.args.get("every", 1) != 0
+
+    def background(self, rank: int, sync: dict):
+        """ShadowSync: sync rounds back to back (or every ``period_s``) until training ends.
+
+        A round starts only once the trainer has finished an iteration since the last round
+        began: averaging parameters that have not changed is a no-op, and a round that costs no
+        time (an ideal network) must not loop forever at one instant."""
+        env, n_round, last = self.env, 0, 0  # trainers start from the same parameters
+        background = {int(k): v for k, v in (sync.get("background") or {}).items()}
+        share = sync["bytes"] / (
+            self.cluster.spec.gpus_per_node if sync.get("trainer") == "node" else 1
+        )
+        while self.computing > 0:
+            if self.iteration[rank] == last:
+                yield self.progress[rank]
+                continue
+            start, it0 = env.now, self.iteration[rank]
+            last = it0
+            if sync["mode"].endswith("easgd"):
+                args = {"nbytes": share, "servers": sync.get("servers", 1)}
+                yield self._host_transfer(n_round, rank, {**args, "direction": "to_ps"}, "sync")
+                yield self._host_transfer(n_round, rank, {**args, "direction": "from_ps"}, "sync")
+            else:
+                yield self._arrive_round(background[rank], n_round, rank)
+            self.rec.sync_rounds.append((rank, start, env.now, it0, self.iteration[rank]))
+            n_round += 1
+            wait = sync.get("period_s", 0.0) - (env.now - start)
+            if wait > 0:
+                yield env.timeout(wait)
+
+    def _arrive_round(self, cid: int, n_round: int, rank: int) -> simpy.Event:
+        key = (cid, n_round)
+        cr = self.rounds.get(key)
+        if cr is None:
+            cr = self.rounds[key] = CollectiveRecord(n_round, cid, event=self.env.event())
+        cr.arrived += 1
+        if cr.arrived == len(self.trace.collectives[cid].ranks):
+            self.env.process(self._run_collective(cr, tag=("sync", n_round, cid)))
+        return cr.event
+
+    def _host_transfer(self, it: int, rank: int, args: dict, label: str = "") -> simpy.Event:
+        """Host traffic: UVM rows between the GPU and its nearest DRAM (h2d, d2h), or EASGD
+        parameters between the GPU and the sync servers (to_ps, from_ps), one shard each."""
+        r = self.cluster.router
+        gpu = int(self.cluster.gpus[rank])
+        direction = args["direction"]
+        if direction in ("ps_lookup", "ps_update"):
+            return self._ps_transfer(it, rank, gpu, args)
+        if direction in ("to_ps", "from_ps"):
+            hosts = server_devices(self.cluster, int(args.get("servers", 1)))
+            nbytes = np.full(len(hosts), args["nbytes"] / len(hosts))
+            label = label or "ps"
+        else:
+            hosts, nbytes = np.array([self._nearest_dram(gpu)]), np.array([args["nbytes"]])
+            label = label or "host"
+        gpus = np.full(len(hosts), gpu)
+        src, dst = (hosts, gpus) if direction in ("h2d", "from_ps") else (gpus, hosts)
+        routes = r.routes(src, dst)
+        return self.net.transfer(routes, nbytes, r.latency(routes), tag=(label, it, rank))
+
+    def _ps_transfer(self, it: int, rank: int, gpu: int, args: dict) -> simpy.Event:
+        """Embedding parameter servers (``ps`` tier), as flows on the graph: a lookup sends the
+        indices to each server, the server's CPU gathers rows from its DRAM and the pooled values
+        come back; an update pushes gradients and the CPU reads and writes rows and state.  The
+        server's lookup is bound by its DRAM bandwidth (shared by every trainer it serves); CPU
+        cycles are not modelled."""
+        r, sockets = self.cluster.router, self.cluster.spec.host.sockets
+        k = np.asarray(args["servers"], dtype=np.int64)
+        if k.size and k.max() >= self.cluster.spec.nodes * sockets:
+            raise InputError(
+                f"parameter server {int(k.max())} does not exist",
+                field="plan",
+                allowed=f"servers 0..{self.cluster.spec.nodes * sockets - 1} (host sockets)",
+            )
+        dram = np.array([r.local("dram", s // sockets, s % sockets) for s in k], dtype=np.int64)
+        cpu = np.array([r.local("cpu", s // sockets, s % sockets) for s in k], dtype=np.int64)
+        g = np.full(len(k), gpu)
+        if args["direction"] == "ps_lookup":
+            pairs = [(g, dram, "index"), (dram, cpu, "gather"), (dram, g, "pooled")]
+        else:
+            pairs = [(g, dram, "push"), (dram, cpu, "update"), (cpu, dram, "update")]
+        src = np.concatenate([p[0] for p in pairs])
+        dst = np.concatenate([p[1] for p in pairs])
+        nbytes = np.concatenate([np.asarray(args[p[2]], dtype=float) for p in pairs])
+        routes = r.routes(src, dst)
+        return self.net.transfer(routes, nbytes, r.latency(routes), tag=("emb_ps", it, rank))
+
+    def _nearest_dram(self, gpu: int) -> int:
+        r, node = self.cluster.router, gpu // self.cluster.router.per_node
+        drams = [r.local("dram", node, s) for s in range(self.cluster.spec.host.sockets)]
+        return min(drams, key=lambda d: (len(r.path_names(gpu, d)), d))
+
+    def _arrive(self, it: int, cid: int, rank: int) -> simpy.Event:
+        key = (it, cid)
+        cr = self.rec.collectives.get(key)
+        if cr is None:
+            cr = self.rec.collectives[key] = CollectiveRecord(it, cid, event=self.env.event())
+        cr.arrived += 1
+        cr.last_rank, cr.start_s = rank, self.env.now
+        if cr.arrived == len(self.trace.collectives[cid].ranks):
+            self.env.process(self._run_collective(cr))
+        return cr.event
+
+    def _run_collective(self, cr: CollectiveRecord, tag: tuple | None = None):
+        prep = self._prepare(cr.coll)
+        cr.algorithm, cr.protocol = prep.algorithm, prep.protocol
+        yield from nccl.execute(self.env, self.net, prep, tag=tag or (cr.iteration, cr.coll))
+        cr.end_s = self.env.now
+        cr.event.succeed()
+
+    def _prepare(self, cid: int) -> nccl.Prepared:
+        c = self.trace.collectives[cid]
+        key = (c.op, c.size_bytes, c.ranks.tobytes()) if c.matrix is None else ("coll", cid)
+        if key not in self.prepared:
+            devices = self.cluster.gpus[c.ranks]
+            choice = nccl.choose(
+                self.cluster, c.op, devices, c.size_bytes, self.model, matrix=c.matrix
+            )
+            self.prepared[key] = nccl.prepare(self.cluster, choice, self.model)
+        return self.prepared[key]

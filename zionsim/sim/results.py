@@ -1,0 +1,273 @@
+"""Run analysis: records → iteration time, critical-path breakdown, busy and exposed time, tables.
+
+Definitions (also in ``docs/outputs.md``):
+
+* **Iteration time** — the time between the ends of consecutive iterations (the last op of any
+  rank), averaged over the measured iterations (warm-up excluded).
+* **Critical path** — walking back from the last op of an iteration: each op's time counts for its
+  category; from an op we step to whichever of its dependencies or its stream predecessor ended
+  last, and from a collective to the rank that arrived last.  Gaps on that path are ``idle``.
+  ``breakdown_s`` is that split, so it sums to the iteration time.
+* **Busy time** — per category, the time a rank spends in ops of that category (a collective
+  counts from its last member's arrival to its end), averaged over ranks.
+* **Exposed communication** — time a rank's compute stream sits ready but waits for a
+  collective (the dependency that ended last is a collective), averaged over ranks.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+import pandas as pd
+
+from zionsim.dlrm.trace import CATEGORIES
+
+BREAKDOWN_KEYS = CATEGORIES + ("idle",)
+
+
+class Analysis:
+    """Indexes over the records of one run, and the figures computed from them."""
+
+    def __init__(self, rec, warmup: int):
+        self.rec, self.trace = rec, rec.trace
+        if not 0 <= warmup < rec.iterations:
+            raise ValueError("warmup must leave at least one measured iteration")
+        self.warmup = warmup
+        arr = np.array(rec.ops, dtype=float).reshape(-1, 5)
+        self.it, self.op = arr[:, 0].astype(int), arr[:, 1].astype(int)
+        self.free, self.start, self.end = arr[:, 2], arr[:, 3], arr[:, 4]
+        self.row = {(i, o): k for k, (i, o) in enumerate(zip(self.it, self.op, strict=True))}
+        self.ends = np.array([self.end[self.it == i].max() for i in range(rec.iterations)])
+        self._stream_links()
+
+    def _stream_links(self) -> None:
+        """Previous op on the same (rank, stream), and each rank's op of each collective."""
+        self.prev: dict[int, int] = {}
+        self.last_of_stream: dict[tuple[int, str], int] = {}
+        self.coll_op: dict[tuple[int, int], int] = {}
+        for op in self.trace.ops:
+            key = (op.rank, op.stream)
+            if key in self.last_of_stream:
+                self.prev[op.id] = self.last_of_stream[key]
+            self.last_of_stream[key] = op.id
+            if op.kind == "collective":
+                self.coll_op[op.rank, op.args["coll"]] = op.id
+
+    # ----------------------------------------------------------------------------- figures
+    def iteration_times(self) -> np.ndarray:
+        starts = np.concatenate([[0.0], self.ends[:-1]])
+        return (self.ends - starts)[self.warmup :]
+
+    def critical_path(self, it: int) -> list[tuple[str, str, int, float, float]]:
+        """Segments (name, category, rank, start, end) of iteration ``it``'s critical path,
+        latest first; idle gaps have name and category ``idle``."""
+        begin = self.ends[it - 1] if it > 0 else 0.0
+        mask = self.it == it
+        k = int(np.flatnonzero(mask)[np.argmax(self.end[mask])])
+        segs = []
+        while True:
+            op = self.trace.ops[self.op[k]]
+            seg_start = self.start[k]
+            cr = self.rec.collectives.get((it, op.args.get("coll")))
+            if op.kind == "collective" and cr is not None:
+                seg_start = cr.start_s
+                k = self.row[it, self.coll_op[cr.last_rank, op.args["coll"]]]
+                op = self.trace.ops[self.op[k]]
+            clipped = max(seg_start, begin)
+            segs.append((op.name, op.category, op.rank, clipped, self.end_of(k, op, it)))
+            if seg_start <= begin:
+                break
+            pred = self._binding(it, op)
+            pred_end = self.end[pred] if pred is not None else begin
+            if pred is None or pred_end <= begin:
+                segs.append(("idle", "idle", op.rank, begin, seg_start))
+                break
+            if seg_start > pred_end:
+                segs.append(("idle", "idle", op.rank, pred_end, seg_start))
+            k = pred
+        return segs
+
+    def end_of(self, k: int, op, it: int) -> float:
+        cr = self.rec.collectives.get((it, op.args.get("coll")))
+        return cr.end_s if op.kind == "collective" and cr is not None else self.end[k]
+
+    def _binding(self, it: int, op) -> int | None:
+        cands = [self.row[it, d] for d in op.deps]
+        p = self.prev.get(op.id)
+        if p is not None:
+            cands.append(self.row[it, p])
+        elif it > 0:
+            cands.append(self.row[it - 1, self.last_of_stream[op.rank, op.stream]])
+        return max(cands, key=lambda c: self.end[c]) if cands else None
+
+    def breakdown(self) -> dict[str, float]:
+        """Critical-path seconds per category, averaged over measured iterations."""
+        out = dict.fromkeys(BREAKDOWN_KEYS, 0.0)
+        n = self.rec.iterations - self.warmup
+        for it in range(self.warmup, self.rec.iterations):
+            for _, cat, _, s, e in self.critical_path(it):
+                out[cat] += (e - s) / n
+        return out
+
+    def busy(self) -> dict[str, float]:
+        """Busy seconds per category per iteration, averaged over ranks."""
+        out = dict.fromkeys(CATEGORIES, 0.0)
+        measured = self.it >= self.warmup
+        for k in np.flatnonzero(measured):
+            op = self.trace.ops[self.op[k]]
+            cr = self.rec.collectives.get((self.it[k], op.args.get("coll")))
+            if op.kind == "collective" and cr is not None:
+                out[op.category] += cr.end_s - cr.start_s
+            else:
+                out[op.category] += self.end[k] - self.start[k]
+        scale = self.trace.ranks * (self.rec.iterations - self.warmup)
+        return {k: v / scale for k, v in out.items()}
+
+    def exposed(self) -> dict[str, float]:
+        """Exposed communication seconds per collective category per iteration, rank-averaged."""
+        out: dict[str, float] = defaultdict(float)
+        for k in np.flatnonzero(self.it >= self.warmup):
+            op = self.trace.ops[self.op[k]]
+            wait = self.start[k] - self.free[k]
+            if op.stream != "compute" or wait <= 0 or not op.deps:
+                continue
+            it = self.it[k]
+            dep = max(op.deps, key=lambda d: self.end[self.row[it, d]])
+            dop = self.trace.ops[dep]
+            if dop.kind == "collective":
+                out[dop.category] += min(wait, self.end[self.row[it, dep]] - self.free[k])
+        scale = self.trace.ranks * (self.rec.iterations - self.warmup)
+        return {k: v / scale for k, v in sorted(out.items())}
+
+    # ----------------------------------------------------------------------------- tables
+    def events(self) -> pd.DataFrame:
+        """One row per executed op, then one per network batch (collective phase)."""
+        ops = self.trace.ops
+        idx = self.op
+        df = pd.DataFrame(
+            {
+                "iteration": self.it,
+                "rank": [ops[i].rank for i in idx],
+                "stream": [ops[i].stream for i in idx],
+                "name": [ops[i].name for i in idx],
+                "kind": [ops[i].kind for i in idx],
+                "category": [ops[i].category for i in idx],
+                "start_s": self.start,
+                "end_s": self.end,
+                "wait_s": self.start - self.free,
+            }
+        )
+        spans = self.rec.network.spans if self.rec.network else []
+        if spans:
+            colls = self.trace.collectives
+
+            def label(tag):
+                if tag[0] == "host":
+                    return tag[1], f"uvm_rank{tag[2]}", "host_transfer"
+                if tag[0] == "emb_ps":
+                    return tag[1], f"ps_rank{tag[2]}", "parameter_server"
+                if tag[0] in ("ps", "sync"):
+                    return tag[1], f"sync_rank{tag[2]}" if tag[0] == "ps" else "sync_round", "sync"
+                return tag[0], f"coll{tag[1]}", colls[tag[1]].op
+
+            labels = [label(t) for t, *_ in spans]
+            net = pd.DataFrame(
+                {
+                    "iteration": [x[0] for x in labels],
+                    "rank": -1,
+                    "stream": "network",
+                    "name": [x[1] for x in labels],
+                    "kind": "flows",
+                    "category": [x[2] for x in labels],
+                    "start_s": [s[1] for s in spans],
+                    "end_s": [s[2] for s in spans],
+                    "wait_s": 0.0,
+                    "bytes": [s[3] for s in spans],
+                }
+            )
+            df = pd.concat([df, net], ignore_index=True)
+        if self.rec.sync_rounds:
+            sr = self.rec.sync_rounds
+            bg = pd.DataFrame(
+                {
+                    "iteration": [x[3] for x in sr],
+                    "rank": [x[0] for x in sr],
+                    "stream": "sync",
+                    "name": "shadow_round",
+                    "kind": "sync",
+                    "category": "sync",
+                    "start_s": [x[1] for x in sr],
+                    "end_s": [x[2] for x in sr],
+                    "wait_s": 0.0,
+                }
+            )
+            df = pd.concat([df, bg], ignore_index=True)
+        if "bytes" not in df:
+            df["bytes"] = 0.0
+        df["bytes"] = df["bytes"].fillna(0.0)
+        df["duration_s"] = df["end_s"] - df["start_s"]
+        return df.sort_values(
+            ["start_s", "rank", "stream", "name"], kind="stable", ignore_index=True
+        )
+
+
+def links_table(cluster, network, sim_time_s: float) -> pd.DataFrame:
+    """Bytes and utilisation (of achieved capacity, over the whole run) per directed link."""
+    r = cluster.router
+    util = network.link_bytes / (r.capacity_Bps * sim_time_s) if sim_time_s > 0 else 0.0
+    return pd.DataFrame(
+        {
+            "src": [u for u, _ in r.edge_names],
+            "dst": [v for _, v in r.edge_names],
+            "kind": r.edge_kind,
+            "bw_Bps": r.bw_Bps,
+            "capacity_Bps": r.capacity_Bps,
+            "bytes": network.link_bytes,
+            "utilisation": util,
+        }
+    )
+
+
+def perfetto(events: pd.DataFrame) -> dict:
+    """Chrome/Perfetto trace: one process per rank (network as -1), one thread per stream."""
+    streams = {"compute": 0, "a2a": 1, "allreduce": 2, "ps": 3, "network": 4, "sync": 5}
+    out = [
+        {
+            "name": "process_name",
+            "ph": "M",
+            "pid": int(p),
+            "tid": 0,
+            "args": {"name": f"rank {p}" if p >= 0 else "network"},
+        }
+        for p in sorted(events["rank"].unique())
+    ]
+    for row in events.itertuples(index=False):
+        out.append(
+            {
+                "name": row.name,
+                "cat": row.category,
+                "ph": "X",
+                "pid": int(row.rank),
+                "tid": streams[row.stream],
+                "ts": round(row.start_s * 1e6, 3),
+                "dur": round(row.duration_s * 1e6, 3),
+                "args": {"iteration": int(row.iteration)},
+            }
+        )
+    return {"traceEvents": out, "displayTimeUnit": "ms"}
+
+
+def summary_row(summary: dict) -> dict:
+    """A run summary flattened to one row: nested dicts as dotted keys, list fields dropped.
+
+    >>> summary_row({"a": 1.0, "b": {"c": 2}, "d": [1]})
+    {'a': 1.0, 'b.c': 2}
+    """
+    row: dict = {}
+    for key, value in summary.items():
+        if isinstance(value, dict):
+            row.update({f"{key}.{k}": v for k, v in summary_row(value).items()})
+        elif not isinstance(value, list | tuple):
+            row[key] = value
+    return row

@@ -1,0 +1,318 @@
+"""One DLRM training run, end to end and pure: cluster + workload (+ plan or trace) → results.
+
+:func:`simulate_run` lowers the workload under the plan (default: table-wise round-robin), checks
+HBM capacity, executes the iterations, and returns a :class:`RunResult` of plain data: the summary
+mapping behind ``summary.json`` and the tables behind the other files.  Writing is ``io.py``'s job.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from zionsim.dlrm.plan import (
+    MEMORY_KINDS,
+    Plan,
+    check_fits,
+    check_host_fits,
+    default_plan,
+    memory_by_rank,
+)
+from zionsim.dlrm.sync import SyncSpec, gap_stats, sync_spec
+from zionsim.dlrm.trace import Trace, lower
+from zionsim.dlrm.workload import WorkloadSpec
+from zionsim.sim.engine import simulate_trace
+from zionsim.sim.results import Analysis, links_table, perfetto
+
+
+@dataclass
+class RunResult:
+    summary: dict
+    timing: dict
+    events: pd.DataFrame
+    breakdown: pd.DataFrame
+    links: pd.DataFrame
+    memory: pd.DataFrame
+    trace: Trace
+
+    def perfetto(self) -> dict:
+        return perfetto(self.events)
+
+
+def build_trace(
+    cluster,
+    workload: WorkloadSpec,
+    plan: Plan | None = None,
+    fused: bool = True,
+    sync: SyncSpec | None = None,
+) -> tuple[Trace, pd.DataFrame]:
+    """The iteration trace and the per-GPU memory table, after the capacity checks."""
+    gpus, g = len(cluster.gpus), cluster.spec.gpus_per_node
+    plan = plan or default_plan(workload, gpus)
+    mem = memory_by_rank(workload, plan, gpus, g, workload.zipf_alpha)
+    names = [cluster.router.device_name(int(d)) for d in cluster.gpus]
+    check_fits(mem, cluster.spec.gpu.hbm_bytes, names)
+    check_host_fits(
+        mem["host_dram"], cluster.spec.host.dram_bytes, g, mem["ps_dram"], cluster.spec.host.sockets
+    )
+    table = pd.DataFrame(
+        {"rank": range(gpus), "gpu": names, **{f"{k}_bytes": mem[k] for k in MEMORY_KINDS}}
+    )
+    table["hbm_bytes"] = sum(mem[k] for k in MEMORY_KINDS)
+    table["hbm_capacity_bytes"] = cluster.spec.gpu.hbm_bytes
+    table["host_dram_bytes"] = mem["host_dram"]
+    sync = sync or sync_spec(base=workload.sync)
+    return lower(workload, plan, gpus, fused, g, workload.zipf_alpha, sync), table
+
+
+def simulate_run(
+    cluster,
+    workload: WorkloadSpec | None = None,
+    plan: Plan | None = None,
+    *,
+    trace: Trace | None = None,
+    iterations: int = 3,
+    warmup: int = 1,
+    fidelity: str = "flow",
+    fused: bool = True,
+    sync: str | None = None,
+    sync_every: int | None = None,
+    sync_servers: int | None = None,
+    sync_period_s: float | None = None,
+    sync_trainer: str | None = None,
+) -> RunResult:
+    """Simulate ``iterations`` training iterations; figures average those after ``warmup``."""
+    t0 = time.perf_counter()
+    memory = pd.DataFrame()
+    if trace is None:
+        spec = sync_spec(
+            sync, sync_every, sync_servers, sync_period_s, sync_trainer, base=workload.sync
+        )
+        trace, memory = build_trace(cluster, workload, plan, fused, spec)
+    rec = simulate_trace(cluster, trace, iterations=iterations, fidelity=fidelity)
+    a = Analysis(rec, warmup)
+    iter_s = float(a.iteration_times().mean())
+    breakdown, busy, exposed = a.breakdown(), a.busy(), a.exposed()
+    events = a.events()
+    links = links_table(cluster, rec.network, rec.sim_time_s)
+    wall = time.perf_counter() - t0
+    gb = int(trace.meta.get("global_batch", 0))
+    summary = {
+        "topology": cluster.spec.name,
+        "nodes": cluster.spec.nodes,
+        "gpus": len(cluster.gpus),
+        "workload": trace.meta.get("workload"),
+        "plan": trace.meta.get("plan"),
+        "global_batch": gb,
+        "iterations": iterations,
+        "warmup": warmup,
+        "fidelity": fidelity,
+        "iteration_time_s": iter_s,
+        "samples_per_s": gb / iter_s if iter_s else 0.0,
+        "breakdown_s": breakdown,
+        "busy_s": busy,
+        "exposed_comm_s": sum(exposed.values()),
+        "exposed_comm_by_collective_s": exposed,
+        "critical_path": _path_summary(a.critical_path(iterations - 1)),
+        "collectives": _collectives(rec, trace),
+        "memory": _memory_summary(memory),
+        "link_utilisation_by_kind": links.groupby("kind")["utilisation"].mean().to_dict(),
+        "events": int(len(events)),
+        "sync": _sync_summary(cluster, trace, rec, a, iterations, warmup, fidelity),
+    }
+    timing = {
+        "sim_wall_s": wall,
+        "simpy_events": rec.events,
+        "events_per_s": rec.events / wall if wall else 0.0,
+    }
+    bd = pd.DataFrame(
+        {
+            "category": list(breakdown),
+            "critical_path_s": list(breakdown.values()),
+            "busy_s": [busy.get(k, 0.0) for k in breakdown],
+            "exposed_s": [exposed.get(k, 0.0) for k in breakdown],
+        }
+    )
+    return RunResult(summary, timing, events, bd, links, memory, trace)
+
+
+def _sync_summary(cluster, trace: Trace, rec, a: Analysis, iterations, warmup, fidelity) -> dict:
+    """Rounds, sync gaps, bytes and the foreground slowdown caused by sync traffic."""
+    sync = dict(trace.meta.get("sync") or {"mode": "allreduce"})
+    sync.pop("background", None)
+    sync.pop("bytes", None)
+    if sync["mode"] == "allreduce":
+        return sync
+    completions: dict[int, list[int]] = {}
+    if sync["mode"].startswith("shadow"):
+        for rank, _, _, _, it_end in rec.sync_rounds:
+            completions.setdefault(rank, []).append(it_end)
+    else:
+        first = {o.rank: o.id for o in reversed(trace.ops) if o.category == "sync"}
+        for it, op, *_ in rec.ops:
+            if (
+                trace.ops[op].category == "sync"
+                and first.get(trace.ops[op].rank) == op
+                and (it + 1) % trace.ops[op].args.get("every", 1) == 0
+            ):
+                completions.setdefault(trace.ops[op].rank, []).append(it + 1)
+    gaps = [b - a_ for c in completions.values() for a_, b in zip([0, *c[:-1]], c, strict=True)]
+    spans = rec.network.spans if rec.network else []
+    sync_colls = {o.args["coll"] for o in trace.ops if o.category == "sync" and "coll" in o.args}
+    sync_bytes = sum(
+        s[3]
+        for s in spans
+        if s[0][0] in ("ps", "sync") or (isinstance(s[0][0], int) and s[0][1] in sync_colls)
+    )
+    quiet = simulate_trace(
+        cluster, trace, iterations=iterations, fidelity=fidelity, sync_traffic=False
+    )
+    base = float(Analysis(quiet, warmup).iteration_times().mean())
+    with_sync = float(a.iteration_times().mean())
+    rounds = [len(c) for c in completions.values()]
+    return {
+        **sync,
+        "rounds_total": int(sum(rounds)),
+        "rounds_per_trainer": float(np.mean(rounds)) if rounds else 0.0,
+        "sync_gap_iterations": gap_stats(gaps),
+        "sync_bytes": float(sync_bytes),
+        "iteration_time_without_sync_traffic_s": base,
+        "foreground_slowdown": with_sync / base - 1.0 if base else 0.0,
+    }
+
+
+def _path_summary(segs) -> list[dict]:
+    """Critical path of one iteration, earliest first, consecutive same-name segments merged."""
+    out: list[dict] = []
+    for name, cat, rank, s, e in reversed(segs):
+        if out and out[-1]["name"] == name and out[-1]["rank"] == rank:
+            out[-1]["duration_s"] += e - s
+        else:
+            out.append(
+                {"name": name, "category": cat, "rank": rank, "start_s": s, "duration_s": e - s}
+            )
+    return out
+
+
+def _collectives(rec, trace: Trace) -> list[dict]:
+    it = rec.iterations - 1
+    out = []
+    for c in trace.collectives:
+        cr = rec.collectives.get((it, c.id))
+        if cr is None:
+            continue
+        name = next(o.name for o in trace.ops if o.kind == "collective" and o.args["coll"] == c.id)
+        out.append(
+            {
+                "name": name,
+                "op": c.op,
+                "size_bytes": c.size_bytes,
+                "algorithm": cr.algorithm,
+                "protocol": cr.protocol,
+                "time_s": cr.end_s - cr.start_s,
+            }
+        )
+    return out
+
+
+def _memory_summary(memory: pd.DataFrame) -> dict:
+    if memory.empty:
+        return {}
+    return {
+        "hbm_bytes_max": float(memory["hbm_bytes"].max()),
+        "hbm_bytes_mean": float(memory["hbm_bytes"].mean()),
+        "hbm_capacity_bytes": float(memory["hbm_capacity_bytes"].iloc[0]),
+        "host_dram_bytes_max": float(memory["host_dram_bytes"].max()),
+        **{f"{k}_bytes_max": float(memory[f"{k}_bytes"].max()) for k in MEMORY_KINDS},
+    }
+
+
+#: run options shared by ``zionsim run``, sweeps (``base:``/``grid:``) and ``run_point``
+RUN_OPTIONS = (
+    "topology",
+    "workload",
+    "nodes",
+    "gpus_per_node",
+    "plan",
+    "sync",
+    "sync_every",
+    "sync_servers",
+    "sync_period_s",
+    "sync_trainer",
+    "iterations",
+    "warmup",
+    "batch_per_gpu",
+    "global_batch",
+    "seed",
+    "fidelity",
+    "fused",
+)
+
+
+def run_point(options: dict) -> RunResult:
+    """One run from a flat mapping of run options plus ``topology.*`` / ``workload.*`` paths.
+
+    >>> run_point({"topology": "zionex", "nodes": 1, "workload": "tiny"}).summary["gpus"]
+    8
+    """
+    from zionsim.base.errors import InputError
+    from zionsim.dlrm.planner import PLANNERS
+    from zionsim.dlrm.workload import load_workload, with_global_batch
+    from zionsim.hardware.cluster import Cluster
+
+    topo_sets = [f"{k[9:]}={v}" for k, v in options.items() if k.startswith("topology.")]
+    work_sets = [f"{k[9:]}={v}" for k, v in options.items() if k.startswith("workload.")]
+    unknown = sorted(k for k in options if "." not in k and k not in RUN_OPTIONS)
+    if unknown:
+        raise InputError(
+            f"unknown run option {unknown[0]!r}",
+            field=unknown[0],
+            allowed=", ".join(RUN_OPTIONS) + ", topology.PATH, workload.PATH",
+        )
+    cluster = Cluster.load(
+        options.get("topology", "zionex"),
+        nodes=options.get("nodes"),
+        gpus_per_node=options.get("gpus_per_node"),
+        overrides=topo_sets,
+    )
+    w = load_workload(
+        options.get("workload", "neo_model_a"),
+        overrides=work_sets,
+        batch_per_gpu=options.get("batch_per_gpu"),
+    )
+    if options.get("global_batch") is not None:
+        w = with_global_batch(w, int(options["global_batch"]), len(cluster.gpus))
+    plan_name = {"auto": "greedy"}.get(options.get("plan", "auto"), options.get("plan", "auto"))
+    if plan_name in PLANNERS:
+        plan = PLANNERS[plan_name](cluster, w)
+    else:
+        from zionsim.dlrm.plan import load_plan
+
+        plan = load_plan(
+            plan_name,
+            w,
+            len(cluster.gpus),
+            cluster.spec.gpus_per_node,
+            cluster.spec.nodes * cluster.spec.host.sockets,
+        )
+    extra = {k: options[k] for k in ("sync", "sync_every") if options.get(k) is not None}
+    extra.update(
+        {
+            f"sync_{k}": options[f"sync_{k}"]
+            for k in ("servers", "period_s", "trainer")
+            if options.get(f"sync_{k}") is not None
+        }
+    )
+    return simulate_run(
+        cluster,
+        w,
+        plan,
+        iterations=int(options.get("iterations", 3)),
+        warmup=int(options.get("warmup", 1)),
+        fidelity=options.get("fidelity", "flow"),
+        fused=bool(options.get("fused", True)),
+        **extra,
+    )
