@@ -181,11 +181,12 @@ def test_cli_calibrate_end_to_end(tmp_path, capsys):
     assert main(argv) == 0 and out.read_bytes() == first  # deterministic
     measured = read_nccl_log(ALLTOALL).set_index("size_bytes")["busbw_GBps"][2**20]
     busbw = {}
-    for topology in ("zionex", str(out)):
+    for i, topology in enumerate(("zionex", str(out))):
         argv = ["collective", "--topology", topology, "--nodes", "2", "--op", "all_to_all"]
-        argv += ["--sizes", "1M:1M", "--out", str(tmp_path / "c"), "--format", "csv"]
+        argv += ["--sizes", "1M:1M", "--out", str(tmp_path / f"c{i}"), "--format", "csv"]
         assert main(argv) == 0
-        busbw[topology] = pd.read_csv(tmp_path / "c" / "collective.csv")["busbw_GBps"].iloc[0]
+        csv = tmp_path / f"c{i}" / "collective.csv"
+        busbw[topology] = pd.read_csv(csv)["busbw_GBps"].iloc[0]
     assert busbw[str(out)] == pytest.approx(measured, rel=0.15)  # the fitted curve, not the base
     assert busbw["zionex"] > 1.5 * measured
 

@@ -111,6 +111,7 @@ def test_cli_compare_prints_and_writes(runs, tmp_path, capsys):
                 "--out",
                 str(out),
                 "--no-plot",
+                "--force",
             ]
         )
         == 0

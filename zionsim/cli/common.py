@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from zionsim.io.files import FORMATS
 
@@ -24,3 +25,24 @@ def common_options(p: argparse.ArgumentParser, nodes_default: int | None = None)
         help="override a topology field, e.g. scale_out.nic_bw=400Gbps",
     )
     p.add_argument("--format", choices=FORMATS, default="table")
+
+
+def force_option(p: argparse.ArgumentParser) -> None:
+    """``--force``: allow ``--out`` to replace what zionsim would otherwise refuse to."""
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="let --out replace a result of other inputs, a foreign folder or a file",
+    )
+
+
+def default_out(kind: str, name: str, args) -> tuple[Path, str]:
+    """The default result folder ``results/runs/<name>_<hash>`` of a command and the hash of
+    its inputs: every parsed option except where and how output goes, so two runs that differ
+    in any input (``--plan``, ``--set``, ``--sync`` …) never share a folder."""
+    from zionsim.io.files import inputs_id, safe_name
+
+    skip = {"out", "format", "force", "no_plot", "plots", "func"}
+    options = {k: v for k, v in sorted(vars(args).items()) if k not in skip}
+    ident = inputs_id({"kind": kind, **options})
+    return Path("results") / "runs" / f"{safe_name(name)}_{ident}", ident

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import argparse
 import sys
+import threading
 from pathlib import Path
 
 from zionsim.base.errors import InputError
-from zionsim.cli.common import DEFAULT_WORKLOAD, common_options
+from zionsim.cli.common import DEFAULT_WORKLOAD, common_options, default_out, force_option
 from zionsim.io.files import format_mapping, format_rows, to_json, write_result_dir
 
 
@@ -36,7 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--algorithm", default=None, help="default: what NCCL would choose")
     p.add_argument("--protocol", default=None, choices=("LL", "LL128", "Simple"))
     p.add_argument("--fidelity", default="flow", choices=("flow", "analytic"))
-    p.add_argument("--out", default=None, help="result folder (default results/runs/<name>)")
+    p.add_argument("--out", default=None, help="result folder (default results/runs/<name>_<hash>)")
+    force_option(p)
     for name, helptext in (
         ("run", "simulate DLRM training iterations"),
         ("trace", "write (or import) the trace of one iteration"),
@@ -79,11 +81,13 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--warmup", type=int, default=1)
             p.add_argument("--fidelity", default="flow", choices=("flow", "analytic"))
             p.add_argument(
-                "--out", default=None, help="result folder (default results/runs/<name>)"
+                "--out", default=None, help="result folder (default results/runs/<name>_<hash>)"
             )
+            force_option(p)
             p.add_argument("--no-plot", action="store_true", help="skip breakdown.png")
         elif name == "trace":
             p.add_argument("--out", required=True, help="trace file to write (.json)")
+            force_option(p)
             p.add_argument(
                 "--import-kineto",
                 metavar="FILE",
@@ -95,6 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
         else:
             p.add_argument("--planner", default=None, help="greedy (default), round_robin or ps")
             p.add_argument("--out", default=None, help="write the plan as YAML")
+            force_option(p)
     from zionsim.cli import measure as cli_measure
     from zionsim.cli import studies as cli_studies
 
@@ -143,7 +148,8 @@ def cmd_collective(args) -> int:
     ]
     print(format_rows(rows, args.format), end="")
     name = f"collective_{cluster.spec.name}_{cluster.spec.nodes}n_{args.op}"
-    out = Path(args.out) if args.out else Path("results") / "runs" / name
+    out, ident = default_out("collective", name, args)
+    out = Path(args.out) if args.out else out
     summary = {
         "topology": cluster.spec.name,
         "nodes": cluster.spec.nodes,
@@ -152,9 +158,8 @@ def cmd_collective(args) -> int:
         "fidelity": args.fidelity,
         "rows": rows,
     }
-    write_result_dir(
-        out, {"collective.csv": format_rows(rows, "csv"), "summary.json": to_json(summary)}
-    )
+    files = {"collective.csv": format_rows(rows, "csv"), "summary.json": to_json(summary)}
+    write_result_dir(out, files, "collective", ident, args.force)
     if args.format == "table":
         print(f"wrote {out}/", file=sys.stderr)
     return 0
@@ -245,9 +250,9 @@ def cmd_run(args) -> int:
             sync_trainer=args.sync_trainer,
         )
     s = result.summary
-    name = f"{s['workload']}_{s['topology']}_{s['nodes']}n"
-    out = Path(args.out) if args.out else Path("results") / "runs" / name
-    write_run(out, result, plot=not args.no_plot)
+    out, ident = default_out("run", f"{s['workload']}_{s['topology']}_{s['nodes']}n", args)
+    out = Path(args.out) if args.out else out
+    write_run(out, result, plot=not args.no_plot, inputs=ident, force=args.force)
     if args.format == "table":
         print(format_run_summary(s), end="")
         print(f"wrote {out}/", file=sys.stderr)
@@ -267,7 +272,7 @@ def cmd_trace(args) -> int:
     else:
         cluster, w = _run_inputs(args)
         trace, _ = build_trace(cluster, w, _plan(args, cluster, w), fused=not args.unfused)
-    write_trace(args.out, trace)
+    write_trace(args.out, trace, force=args.force)
     print(
         f"wrote {args.out} ({len(trace.ops)} ops, {len(trace.collectives)} collectives, "
         f"{trace.ranks} ranks)",
@@ -317,7 +322,7 @@ def cmd_plan(args) -> int:
     if args.out:
         from zionsim.io.files import write_plan
 
-        write_plan(args.out, plan, w)
+        write_plan(args.out, plan, w, force=args.force)
         print(f"wrote {args.out}", file=sys.stderr)
     return 0
 
@@ -379,7 +384,17 @@ def commands() -> dict:
     return {**CORE_COMMANDS, **cli_studies.COMMANDS, **cli_measure.COMMANDS}
 
 
+def _terminate(signum, frame) -> None:
+    raise SystemExit(128 + signum)
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run the command line ``argv`` (default ``sys.argv[1:]``; no arguments = ``run``); return
+    the exit status: 0, 2 for bad input with one line on stderr."""
+    import signal
+
+    if argv is None and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _terminate)  # a killed command cleans up its temporaries
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser().parse_args(argv or ["run"])
     try:

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from zionsim.base.errors import InputError
-from zionsim.cli.common import common_options
+from zionsim.cli.common import common_options, force_option
 from zionsim.io.files import FORMATS, format_rows, to_json, write_result_dir
 
 
@@ -22,7 +22,10 @@ def _validate_parser(sub) -> None:
     p = sub.add_parser("validate", help="compare the simulator with published measurements")
     p.add_argument("--fast", action="store_true", help="only the cases that run in seconds")
     p.add_argument("--cases", default=None, help="cases YAML (default validation/cases.yaml)")
-    p.add_argument("--out", default="results/validation", help="result folder")
+    p.add_argument(
+        "--out", default="results/runs/validation", help="result folder (default %(default)s)"
+    )
+    force_option(p)
     p.add_argument("--plots", default=None, metavar="DIR", help="also write validation_*.png")
     p.add_argument("--format", choices=FORMATS, default="table")
 
@@ -42,9 +45,8 @@ def cmd_validate(args) -> int:
     else:
         rows, totals = validate.display_rows(table), validate.display_summary(summary)
         print(format_rows(rows) + "\n" + format_rows(totals), end="")
-    out = write_result_dir(
-        args.out, {"validation.csv": table.to_csv(index=False), "summary.json": to_json(report)}
-    )
+    files = {"validation.csv": table.to_csv(index=False), "summary.json": to_json(report)}
+    out = write_result_dir(args.out, files, "validation", force=args.force)
     if args.plots:
         from zionsim.io.files import write_atomic
         from zionsim.io.plots import png_bytes

@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 
 from zionsim.base.errors import InputError
-from zionsim.io.files import FORMATS, format_rows, to_json, write_result_dir
+from zionsim.cli.common import default_out, force_option
+from zionsim.io.files import FORMATS, format_rows, is_partial, to_json, write_result_dir
 
 
 def add_parsers(sub) -> None:
@@ -36,7 +37,8 @@ def _study_parsers(sub) -> None:
     p.add_argument("run_a", help="run folder (or its summary.json)")
     p.add_argument("run_b", help="run folder (or its summary.json)")
     p.add_argument("--names", nargs=2, default=None, metavar=("A", "B"), help="labels")
-    p.add_argument("--out", default=None, help="default results/runs/compare_<A>_vs_<B>")
+    p.add_argument("--out", default=None, help="default results/runs/compare_<A>_vs_<B>_<hash>")
+    force_option(p)
     p.add_argument("--no-plot", action="store_true", help="skip compare.png")
     p.add_argument("--format", choices=FORMATS, default="table")
     p = sub.add_parser("plot", help="write the plots of a sweep or run folder into DIR/plots/")
@@ -72,6 +74,8 @@ def _read_summary(path: str, field: str) -> dict:
     import json
 
     p = Path(path)
+    if is_partial(p.resolve()):
+        raise InputError("is an unfinished write of a killed run; delete it", file=str(path))
     p = p / "summary.json" if p.is_dir() else p
     if not p.is_file():
         raise InputError("no summary.json (not a run folder)", file=str(path), field=field)
@@ -108,9 +112,9 @@ def cmd_compare(args) -> int:
 
         frames = [pd.DataFrame([summary_row(s)]) for s in (a, b)]
         files["compare.png"] = png_bytes(plot_compare(*frames, names=names))
-    slug = "_vs_".join("".join(c if c.isalnum() or c in "-_." else "_" for c in n) for n in names)
-    out = Path(args.out) if args.out else Path("results") / "runs" / f"compare_{slug}"
-    write_result_dir(out, files)
+    out, ident = default_out("compare", "compare_" + "_vs_".join(names), args)
+    out = Path(args.out) if args.out else out
+    write_result_dir(out, files, "compare", ident, args.force)
     if args.format == "table":
         ms = {"a_s": f"{names[0]}_ms", "b_s": f"{names[1]}_ms", "delta_s": "delta_ms"}
         shown = table.rename(columns=ms)
@@ -143,6 +147,8 @@ def cmd_plot(args) -> int:
     from zionsim.io.plots_study import run_plots, sweep_plots
 
     d = Path(args.dir)
+    if is_partial(d.resolve()):
+        raise InputError("is an unfinished write of a killed run; delete it", file=str(d))
     if (d / "results.parquet").is_file():
         grid = None
         if (d / "sweep.json").is_file():

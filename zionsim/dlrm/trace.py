@@ -38,7 +38,7 @@ from zionsim.dlrm.workload import (
     WorkloadSpec,
 )
 
-SCHEMA = "zionsim.dlrm.trace/1"
+SCHEMA = "zionsim.trace/1"
 #: in-order streams of a rank: the GPU's compute stream, two NCCL streams, and the host threads
 #: that talk to embedding parameter servers (``ps`` tier)
 STREAMS = ("compute", "a2a", "allreduce", "ps")
@@ -462,7 +462,7 @@ def _buckets(w: WorkloadSpec, dp_params: int) -> list[tuple[int, list[str]]]:
 
 # ------------------------------------------------------------------------------ file schema
 def trace_to_dict(trace: Trace) -> dict:
-    """The trace as plain JSON-able data (schema ``zionsim.dlrm.trace/1``)."""
+    """The trace as plain JSON-able data (schema ``zionsim.trace/1``)."""
     return {
         "schema": SCHEMA,
         "ranks": trace.ranks,

@@ -74,40 +74,192 @@ def _cell(v: Any) -> str:
     return str(v)
 
 
+#: the file that marks a folder as a zionsim result (JSON: ``kind``, ``inputs``)
+MARKER = ".zionsim-result"
+#: prefix of the temporary sibling a result folder is written into before its rename
+TMP_PREFIX = ".zionsim-tmp-"
+
+
+def safe_name(text: str) -> str:
+    """``text`` as one path component: letters, digits, ``-``, ``_`` and ``.`` kept, anything
+    else (``/``, ``..``, spaces) replaced by ``_``; never empty, never hidden.
+
+    >>> safe_name("../x y")
+    'x_y'
+    """
+    name = "".join(c if c.isalnum() or c in "-_." else "_" for c in str(text))
+    name = name.strip("._")
+    return name[:120] or "unnamed"
+
+
+def inputs_id(options: dict) -> str:
+    """A short, stable hash of a run's inputs (names a default result folder)."""
+    import hashlib
+
+    blob = json.dumps(_plain(options), sort_keys=True, default=str).encode()
+    return hashlib.sha256(blob).hexdigest()[:8]
+
+
+def _protected(path: Path) -> bool:
+    """True for ``/``, the home folder, and the working directory or any folder above it."""
+    here = Path.cwd().resolve()
+    return (
+        path == Path(path.anchor) or path == Path.home().resolve() or path in (here, *here.parents)
+    )
+
+
+def check_result_target(out: Path, inputs: str | None = None, force: bool = False) -> None:
+    """Refuse (:class:`InputError`) to replace ``out`` unless it is absent, an empty folder, or a
+    zionsim result folder (``MARKER``) of the same inputs; ``force`` also allows a result of other
+    inputs, a foreign folder or a regular file — never ``/``, the home or working folder or a
+    parent of it, a link, or a device, socket or pipe."""
+    from zionsim.base.errors import InputError
+
+    def refuse(problem: str, allowed: str) -> None:
+        raise InputError(problem, file=str(out), field="--out", allowed=allowed)
+
+    if not out.exists() and not out.is_symlink():
+        return
+    if out.is_symlink():
+        refuse("is a symbolic link; zionsim does not replace links", "a new or result folder")
+    if _protected(out.resolve()):
+        refuse("is /, the home folder or the working folder (or above it)", "a folder below it")
+    if not out.is_dir():
+        if out.is_file() and force:
+            return
+        kind = "a file" if out.is_file() else "a device, socket or pipe"
+        refuse(f"is {kind}, not a result folder", "a new folder, or --force for a file")
+    marker = out / MARKER
+    if marker.is_file():
+        try:
+            held = json.loads(marker.read_text()).get("inputs")
+        except (json.JSONDecodeError, AttributeError, OSError):
+            held = None
+        if force or inputs is None or held == inputs:
+            return
+        refuse("holds a zionsim result of other inputs", "another --out, or --force to replace it")
+    if any(out.iterdir()) and not force:
+        refuse("is a folder that is not a zionsim result", "a new or empty folder, or --force")
+
+
 def write_atomic(path: str | Path, data: bytes | str) -> None:
-    """Write one file through a temporary file and a rename."""
+    """Write one file through a temporary sibling and a rename (refuses folders and devices; the
+    temporary file is removed if anything fails)."""
+    from zionsim.base.errors import InputError
+
     path = Path(path)
+    if path.is_dir() or (path.exists() and not path.is_file()):
+        raise InputError("is a folder or a device, not a file", file=str(path), allowed="a file")
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "wb") as fh:
-        fh.write(data.encode() if isinstance(data, str) else data)
-    os.replace(tmp, path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f"{TMP_PREFIX}{path.name}.")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data.encode() if isinstance(data, str) else data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
-def write_result_dir(out_dir: str | Path, files: dict[str, bytes | str]) -> Path:
-    """Write ``files`` (name → content) as the folder ``out_dir``, replacing it atomically."""
+def check_file_target(path: str | Path, signature: str, force: bool = False) -> None:
+    """Refuse (:class:`InputError`) to overwrite ``path`` unless it is absent, a file zionsim
+    wrote (its first 4 KiB hold ``signature``) or ``force`` is given for a regular file."""
+    from zionsim.base.errors import InputError
+
+    p = Path(path)
+    if not p.exists() and not p.is_symlink():
+        return
+    if p.is_symlink() or not p.is_file():
+        raise InputError("is not a regular file", file=str(p), field="--out", allowed="a file")
+    with open(p, "rb") as fh:
+        head = fh.read(4096)
+    if signature.encode() not in head and not force:
+        raise InputError(
+            "exists and was not written by zionsim",
+            file=str(p),
+            field="--out",
+            allowed="a new file, or --force",
+        )
+
+
+def _remove_stale(out: Path) -> None:
+    """Remove temporary siblings of ``out`` left by killed writers (their process is gone)."""
+    for tmp in out.parent.glob(f"{TMP_PREFIX}{out.name}.*"):
+        pid = tmp.name[len(TMP_PREFIX) + len(out.name) + 1 :].split(".", 1)[0]
+        if tmp.is_dir() and pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
+def is_partial(path: str | Path) -> bool:
+    """True for a temporary folder (or a file in one) of an unfinished write: never read it."""
+    return any(part.startswith(TMP_PREFIX) for part in Path(path).parts)
+
+
+def write_result_dir(
+    out_dir: str | Path,
+    files: dict[str, bytes | str],
+    kind: str = "result",
+    inputs: str | None = None,
+    force: bool = False,
+) -> Path:
+    """Write ``files`` (name → content) as the folder ``out_dir``, atomically.
+
+    The folder is written as a temporary sibling (``.zionsim-tmp-<name>.<pid>.*``) with a
+    ``MARKER`` file naming ``kind`` and ``inputs``, then renamed into place; the sibling is removed
+    on every error.  An existing ``out_dir`` is replaced only as :func:`check_result_target`
+    allows.  Stale siblings of killed writers are removed first.
+    """
     out = Path(out_dir)
+    check_result_target(out, inputs, force)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}."))
+    _remove_stale(out)
+    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f"{TMP_PREFIX}{out.name}.{os.getpid()}."))
+    old = None
     try:
         for name, content in files.items():
             (tmp / name).write_bytes(content.encode() if isinstance(content, str) else content)
+        (tmp / MARKER).write_text(to_json({"kind": kind, "inputs": inputs}))
         if out.exists():
-            old = out.with_name(f".{out.name}.old")
-            shutil.rmtree(old, ignore_errors=True)
+            old = Path(
+                tempfile.mkdtemp(
+                    dir=out.parent, prefix=f"{TMP_PREFIX}{out.name}.{os.getpid()}.old."
+                )
+            )
+            old.rmdir()
             os.replace(out, old)
-            os.replace(tmp, out)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, out)
+        os.replace(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
+        if old is not None and old.exists() and not out.exists():
+            os.replace(old, out)
         raise
+    if old is not None:
+        if old.is_dir():
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            old.unlink(missing_ok=True)
     return out
 
 
-def write_run(out_dir: str | Path, result, plot: bool = True) -> Path:
-    """All files of a DLRM run, written into ``out_dir`` at once (see ``docs/outputs.md``)."""
+def write_run(
+    out_dir: str | Path,
+    result,
+    plot: bool = True,
+    inputs: str | None = None,
+    force: bool = False,
+) -> Path:
+    """All files of a DLRM run, written into ``out_dir`` at once (see ``docs/outputs.md``);
+    ``inputs`` and ``force`` as in :func:`write_result_dir`."""
     files: dict[str, bytes | str] = {
         "summary.json": to_json(result.summary),
         "timing.json": to_json(result.timing),
@@ -121,7 +273,7 @@ def write_run(out_dir: str | Path, result, plot: bool = True) -> Path:
         from zionsim.io.plots import plot_breakdown, png_bytes
 
         files["breakdown.png"] = png_bytes(plot_breakdown(result.summary))
-    return write_result_dir(out_dir, files)
+    return write_result_dir(out_dir, files, "run", inputs, force)
 
 
 def _parquet(df) -> bytes:
@@ -130,10 +282,16 @@ def _parquet(df) -> bytes:
     return buf.getvalue()
 
 
-def write_trace(path: str | Path, trace) -> None:
-    """A trace file (schema ``zionsim.dlrm.trace/1``, ``docs/traces.md``), written atomically."""
-    from zionsim.dlrm.trace import trace_to_dict
+#: first line of every plan YAML zionsim writes (recognised before overwriting one)
+PLAN_HEADER = "# zionsim plan (docs/plans.md)\n"
 
+
+def write_trace(path: str | Path, trace, force: bool = False) -> None:
+    """A trace file (schema ``zionsim.trace/1``, ``docs/traces.md``), written atomically; an
+    existing file is replaced only if zionsim wrote it, or with ``force``."""
+    from zionsim.dlrm.trace import SCHEMA, trace_to_dict
+
+    check_file_target(path, SCHEMA, force)
     write_atomic(path, json.dumps(trace_to_dict(trace), separators=(",", ":")))
 
 
@@ -152,15 +310,16 @@ def read_trace(path: str | Path):
     return trace_from_dict(data, str(p))
 
 
-def write_plan(path: str | Path, plan, workload) -> None:
-    """A plan YAML (``docs/plans.md``), written atomically."""
+def write_plan(path: str | Path, plan, workload, force: bool = False) -> None:
+    """A plan YAML (``docs/plans.md``), written atomically; an existing file is replaced only if
+    zionsim wrote it, or with ``force``."""
     import yaml
 
     from zionsim.dlrm.plan import plan_to_dict
 
-    write_atomic(
-        path, yaml.safe_dump(plan_to_dict(plan, workload), sort_keys=False, default_flow_style=None)
-    )
+    check_file_target(path, PLAN_HEADER.strip(), force)
+    body = yaml.safe_dump(plan_to_dict(plan, workload), sort_keys=False, default_flow_style=None)
+    write_atomic(path, PLAN_HEADER + body)
 
 
 def read_plan(

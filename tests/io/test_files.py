@@ -1,0 +1,134 @@
+"""Output safety of zionsim/io/files.py and the commands that write: nothing foreign replaced."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import TINY
+from zionsim.base.errors import InputError
+from zionsim.cli.main import main
+from zionsim.io.files import (
+    MARKER,
+    TMP_PREFIX,
+    check_result_target,
+    is_partial,
+    safe_name,
+    write_atomic,
+    write_result_dir,
+)
+
+RUN = ["run", "--topology", TINY, "--workload", "tiny", "--iterations", "2", "--no-plot"]
+
+
+def test_safe_name_keeps_one_plain_component():
+    """Names from input files become one visible path component."""
+    assert safe_name("../x") == "x"
+    assert safe_name("/etc/passwd") == "etc_passwd"
+    assert safe_name("..") == "unnamed"
+    assert "/" not in safe_name("a/../../b")
+
+
+def test_device_node_is_refused_without_touching_it():
+    """``/dev/null`` (a device) is never a result folder, even with force."""
+    for force in (False, True):
+        with pytest.raises(InputError, match="device"):
+            check_result_target(Path("/dev/null"), force=force)
+    assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
+
+
+def test_fifo_out_exits_2(tmp_path, capsys):
+    """A pipe given as --out is refused with one line and left in place."""
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    assert main([*RUN, "--out", str(fifo), "--force"]) == 2
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+    assert "--out" in capsys.readouterr().err
+
+
+def test_working_folder_and_root_are_refused(tmp_path, monkeypatch):
+    """``.``, a parent of the working folder and ``/`` are refused even with --force."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "keep.txt").write_text("mine")
+    for out in (".", "..", "/"):
+        assert main([*RUN, "--out", out, "--force"]) == 2
+    assert (tmp_path / "keep.txt").read_text() == "mine"
+
+
+def test_foreign_folder_needs_force(tmp_path):
+    """A non-empty folder without the marker is kept unless --force."""
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "thesis.tex").write_text("years of work")
+    assert main([*RUN, "--out", str(out)]) == 2
+    assert (out / "thesis.tex").read_text() == "years of work"
+    assert main([*RUN, "--out", str(out), "--force"]) == 0
+    assert (out / MARKER).is_file() and not (out / "thesis.tex").exists()
+
+
+def test_result_of_other_inputs_needs_force(tmp_path):
+    """--out onto a zionsim result of different inputs is refused; the same inputs replace it."""
+    out = str(tmp_path / "r")
+    assert main([*RUN, "--out", out]) == 0
+    assert main([*RUN, "--out", out]) == 0  # same inputs: a rerun replaces its own result
+    assert main([*RUN, "--out", out, "--plan", "round_robin"]) == 2
+    assert main([*RUN, "--out", out, "--plan", "round_robin", "--force"]) == 0
+
+
+def test_default_folders_differ_by_inputs(tmp_path, monkeypatch):
+    """Two runs that differ only in --plan leave two folders."""
+    monkeypatch.chdir(tmp_path)
+    assert main(RUN) == 0
+    assert main([*RUN, "--plan", "round_robin"]) == 0
+    runs = sorted(p.name for p in (tmp_path / "results" / "runs").iterdir())
+    assert len(runs) == 2 and all(r.startswith("tiny_") for r in runs)
+
+
+def test_workload_name_cannot_escape_results(tmp_path, monkeypatch):
+    """A workload ``name: ../x`` still writes inside results/runs/."""
+    monkeypatch.chdir(tmp_path)
+    assert main([*RUN, "--set", "workload.name=../../escaped"]) == 0
+    assert not any(p.name.startswith("escaped") for p in tmp_path.iterdir())
+    assert not any(p.name.startswith("escaped") for p in (tmp_path / "results").iterdir())
+    assert any(p.name.startswith("escaped") for p in (tmp_path / "results" / "runs").iterdir())
+
+
+def test_file_outputs_refuse_folders_and_foreign_files(tmp_path):
+    """plan/trace --out onto a folder or someone's file exits 2 and leaves no temporary."""
+    argv = ["plan", "--topology", TINY, "--workload", "tiny"]
+    assert main([*argv, "--out", str(tmp_path)]) == 2
+    notes = tmp_path / "notes.yaml"
+    notes.write_text("mine: true\n")
+    assert main([*argv, "--out", str(notes)]) == 2
+    assert notes.read_text() == "mine: true\n"
+    plan = tmp_path / "plan.yaml"
+    assert main([*argv, "--out", str(plan)]) == 0
+    assert main([*argv, "--out", str(plan)]) == 0  # its own file: replaced
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(TMP_PREFIX)]
+
+
+def test_failed_write_leaves_nothing(tmp_path):
+    """An error half-way through a result folder removes the temporary and keeps the old one."""
+
+    out = tmp_path / "r"
+    write_result_dir(out, {"a.txt": "old"}, inputs="x")
+    with pytest.raises(TypeError):
+        write_result_dir(out, {"a.txt": "new", "b.txt": object()}, inputs="x")  # type: ignore[dict-item]
+    assert (out / "a.txt").read_text() == "old"
+    assert [p.name for p in tmp_path.iterdir()] == ["r"]
+    with pytest.raises(InputError):
+        write_atomic(tmp_path, "x")
+
+
+def test_partial_folders_are_not_read(tmp_path):
+    """A temporary folder left by a killed run is refused by compare and plot."""
+    out = tmp_path / "r"
+    assert main([*RUN, "--out", str(out)]) == 0
+    partial = tmp_path / f"{TMP_PREFIX}r.999999.abc"
+    out.rename(partial)
+    assert is_partial(partial)
+    assert main(["compare", str(partial), str(partial), "--no-plot"]) == 2
+    assert main(["plot", str(partial)]) == 2
