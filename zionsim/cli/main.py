@@ -56,6 +56,12 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--batch-per-gpu", type=int, default=None)
         p.add_argument("--global-batch", type=int, default=None)
         p.add_argument("--unfused", action="store_true", help="per-table embedding kernels")
+        p.add_argument(
+            "--stack",
+            default=None,
+            help="software stack profile: torchrec (default), hugectr, nvidia_pytorch_dlrm, "
+            "tensorflow_sok, bare, or a YAML path (docs/stacks.md)",
+        )
         if name == "run":
             p.add_argument(
                 "--trace",
@@ -195,7 +201,9 @@ def _run_inputs(args):
                 "give --batch-per-gpu or --global-batch, not both", field="--global-batch"
             )
         w = with_global_batch(w, args.global_batch, len(cluster.gpus))
-    return cluster, w
+    from zionsim.dlrm.stack import apply_stack, resolve_stack
+
+    return cluster, apply_stack(w, resolve_stack(args.stack))
 
 
 def _plan(args, cluster, w):
@@ -248,6 +256,7 @@ def cmd_run(args) -> int:
             sync_servers=args.sync_servers,
             sync_period_s=args.sync_period,
             sync_trainer=args.sync_trainer,
+            stack=args.stack,
         )
     s = result.summary
     out, ident = default_out("run", f"{s['workload']}_{s['topology']}_{s['nodes']}n", args)
@@ -271,7 +280,9 @@ def cmd_trace(args) -> int:
         trace = _import_kineto(args)
     else:
         cluster, w = _run_inputs(args)
-        trace, _ = build_trace(cluster, w, _plan(args, cluster, w), fused=not args.unfused)
+        trace, _ = build_trace(
+            cluster, w, _plan(args, cluster, w), fused=not args.unfused, stack=args.stack
+        )
     write_trace(args.out, trace, force=args.force)
     print(
         f"wrote {args.out} ({len(trace.ops)} ops, {len(trace.collectives)} collectives, "

@@ -31,6 +31,7 @@ import numpy as np
 from zionsim.base.errors import InputError
 from zionsim.dlrm.plan import Plan
 from zionsim.dlrm.sharding import layout
+from zionsim.dlrm.stack import BARE, StackSpec
 from zionsim.dlrm.sync import SyncSpec
 from zionsim.dlrm.workload import (
     DENSE_OPTIMIZERS,
@@ -42,7 +43,8 @@ SCHEMA = "zionsim.trace/1"
 #: in-order streams of a rank: the GPU's compute stream, two NCCL streams, and the host threads
 #: that talk to embedding parameter servers (``ps`` tier)
 STREAMS = ("compute", "a2a", "allreduce", "ps")
-COMPUTE_KINDS = ("gemm", "embedding_fwd", "embedding_bwd", "memory")
+#: ``host``: a fixed span of host work the GPU waits for (a stack's per-step overhead)
+COMPUTE_KINDS = ("gemm", "embedding_fwd", "embedding_bwd", "memory", "host")
 KINDS = COMPUTE_KINDS + ("collective", "transfer")
 CATEGORIES = (
     "embedding",
@@ -56,6 +58,7 @@ CATEGORIES = (
     "host_transfer",
     "parameter_server",
     "sync",
+    "framework",
 )
 #: host transfers: UVM rows (h2d, d2h), EASGD sync (to_ps, from_ps), embedding parameter servers
 TRANSFER_DIRECTIONS = ("h2d", "d2h", "to_ps", "from_ps", "ps_lookup", "ps_update")
@@ -127,8 +130,10 @@ def lower(
     gpus_per_node: int | None = None,
     zipf_alpha: float = 1.0,
     sync: SyncSpec | None = None,
+    stack: StackSpec = BARE,
 ) -> Trace:
-    """One training iteration of ``w`` under ``plan`` on ``ranks`` GPUs."""
+    """One training iteration of ``w`` under ``plan`` on ``ranks`` GPUs, as software ``stack``
+    runs it (its kernel counts and per-step host work; its precisions are already in ``w``)."""
     g = gpus_per_node or ranks
     sync = sync or SyncSpec()
     lay = layout(w, plan, ranks, g, zipf_alpha)
@@ -165,13 +170,25 @@ def lower(
     sync_colls = _sync_collectives(b, sync, (w.dense_params + lay.dp_params) * cb, ranks, g)
     for r in range(ranks):
         group = next((k for k, grp in dense_groups.items() if r in grp), None)
-        _lower_rank(b, w, r, r // g, r % g, lay, fused, c, c_ar.get(group, []), buckets)
+        if stack.step_overhead_s > 0:
+            b.op(
+                r,
+                "step_overhead",
+                "host",
+                "framework",
+                "compute",
+                (),
+                seconds=stack.step_overhead_s,
+            )
+        _lower_rank(b, w, r, r // g, r % g, lay, fused, c, c_ar.get(group, []), buckets, stack)
         _lower_sync(b, sync, r, g, sync_colls, (w.dense_params + lay.dp_params) * cb)
     meta = {
         "workload": w.name,
         "plan": plan.name,
         "global_batch": w.batch_per_gpu * ranks,
         "fused": fused,
+        "stack": stack.to_dict(),
+        "model": model_figures(w),
         "sync": {
             **sync.to_dict(),
             "background": sync_colls if sync.kind == "shadow" else {},
@@ -181,16 +198,28 @@ def lower(
     return Trace(ranks, b.ops, b.colls, meta)
 
 
-def _lower_rank(b, w, r, node, local, lay, fused, c, c_ar, buckets):
+def model_figures(w: WorkloadSpec) -> dict:
+    """Size and work of the model: parameters and forward MFLOPs per sample (as papers quote)."""
+    return {
+        "embedding_params": int(w.embedding_params),
+        "dense_params": int(w.dense_params),
+        "params": int(w.embedding_params + w.dense_params),
+        "mflops_per_sample": w.flops_per_sample / 1e6,
+    }
+
+
+def _lower_rank(b, w, r, node, local, lay, fused, c, c_ar, buckets, stack=BARE):
     B, dt = w.batch_per_gpu, w.precision["dense"]
+    k_fwd, k_bwd = stack.mlp_kernels
 
     def coll(name, key, cat, stream, deps=()):
         if key not in c:
             return None
         return b.op(r, name, "collective", cat, stream, deps, coll=c[key])
 
-    def gemm(name, m, n, k, deps=()):
-        return b.op(r, name, "gemm", "gemm", "compute", deps, m=m, n=n, k=k, dtype=dt)
+    def gemm(name, m, n, k, deps=(), launches=1):
+        extra = {"launches": launches} if launches != 1 else {}
+        return b.op(r, name, "gemm", "gemm", "compute", deps, m=m, n=n, k=k, dtype=dt, **extra)
 
     def host(name, direction, deps):
         if lay.host_bytes[r] <= 0:
@@ -247,15 +276,15 @@ def _lower_rank(b, w, r, node, local, lay, fused, c, c_ar, buckets):
     outs.append(ps_in)
     last = None
     for i, (k, n) in enumerate(w.bottom_layers()):
-        last = gemm(f"bottom_fwd{i}", B, n, k)
+        last = gemm(f"bottom_fwd{i}", B, n, k, (), k_fwd)
     x = _interaction(b, w, r, B, dt, (last, *outs), "fwd")
     for i, (k, n) in enumerate(w.top_layers()):
-        x = gemm(f"top_fwd{i}", B, n, k, (x,))
+        x = gemm(f"top_fwd{i}", B, n, k, (x,), k_fwd)
     x = b.op(r, "loss", "memory", "interaction", "compute", (x,), nbytes=float(16 * B))
     grads_done: dict[str, int] = {}
     for i, (k, n) in reversed(list(enumerate(w.top_layers()))):
         grads_done[f"top{i}"] = gemm(f"top_wgrad{i}", k, n, B, (x,))
-        x = gemm(f"top_dgrad{i}", B, k, n, (x,))
+        x = gemm(f"top_dgrad{i}", B, k, n, (x,), k_bwd - 1)
     x = _interaction(b, w, r, B, dt, (x,), "bwd")
     ps("ps_update", (x,), push=lay.ps_pooled, update=lay.ps_update)
     backs = [
@@ -267,7 +296,7 @@ def _lower_rank(b, w, r, node, local, lay, fused, c, c_ar, buckets):
     for i, (k, n) in reversed(list(enumerate(w.bottom_layers()))):
         grads_done[f"bottom{i}"] = gemm(f"bottom_wgrad{i}", k, n, B, (x,))
         if i > 0:
-            x = gemm(f"bottom_dgrad{i}", B, k, n, (x,))
+            x = gemm(f"bottom_dgrad{i}", B, k, n, (x,), k_bwd - 1)
     e_bwd = b.op(
         r,
         "emb_bwd",
@@ -287,6 +316,9 @@ def _lower_rank(b, w, r, node, local, lay, fused, c, c_ar, buckets):
             b.op(r, f"allreduce{j}", "collective", "all_reduce", "allreduce", ready, coll=cid)
         )
     state = DENSE_OPTIMIZERS[w.optimizer["dense"]]
+    tensors = 2 * (len(w.top_layers()) + len(w.bottom_layers()))  # weight and bias per layer
+    per_tensor = stack.optimizer_kernels_per_tensor
+    extra = {"launches": tensors * per_tensor} if per_tensor else {}
     b.op(
         r,
         "dense_opt",
@@ -295,6 +327,7 @@ def _lower_rank(b, w, r, node, local, lay, fused, c, c_ar, buckets):
         "compute",
         (*ars, e_bwd, d2h),
         nbytes=float(w.dense_params * 4 * (3 + 2 * state)),
+        **extra,
     )
 
 
@@ -386,7 +419,9 @@ def _interaction(b, w, r, B, dt, deps, phase):
                 dtype=dt,
             )
         return x
-    width = d + w.embedding_width
+    width = w.interaction_input_width
+    if w.interaction in ("reduce", "projection"):
+        return _stated_width_interaction(b, w, r, B, dt, deps, phase)
     if w.interaction == "concat":
         return b.op(
             r,
@@ -436,12 +471,30 @@ def _interaction(b, w, r, B, dt, deps, phase):
     return x
 
 
+def _stated_width_interaction(b, w, r, B, dt, deps, phase):
+    """``reduce``: the interaction inputs summed element-wise down to ``output_width`` features
+    (memory-bound: read every input element, write the output; backward the reverse).
+    ``projection``: a learned linear layer from the inputs to ``output_width`` (forward GEMM;
+    backward dgrad and wgrad GEMMs)."""
+    n_in, n_out, name = w.interaction_input_width, w.interaction_width, f"interaction_{phase}"
+    if w.interaction == "reduce":
+        nbytes = float(4 * B * (n_in + n_out))
+        return b.op(r, name, "memory", "interaction", "compute", deps, nbytes=nbytes)
+    if phase == "fwd":
+        return b.op(r, name, "gemm", "interaction", "compute", deps, m=B, n=n_out, k=n_in, dtype=dt)
+    x = b.op(
+        r, f"{name}_wgrad", "gemm", "interaction", "compute", deps, m=n_in, n=n_out, k=B, dtype=dt
+    )
+    return b.op(
+        r, f"{name}_dgrad", "gemm", "interaction", "compute", (x,), m=B, n=n_in, k=n_out, dtype=dt
+    )
+
+
 def _buckets(w: WorkloadSpec, dp_params: int) -> list[tuple[int, list[str]]]:
     """DDP buckets in backward order: (parameters, [layer keys whose gradients fill it])."""
     layers = [(f"top{i}", k * n + n) for i, (k, n) in reversed(list(enumerate(w.top_layers())))]
-    if w.interaction == "dcn":
-        n = w.bottom_mlp[-1] + w.embedding_width
-        layers.append(("dcn", w.dcn_layers * (2 * n * w.dcn_low_rank + n)))
+    if w.interaction_params:
+        layers.append(("interaction", w.interaction_params))
     layers += [
         (f"bottom{i}", k * n + n) for i, (k, n) in reversed(list(enumerate(w.bottom_layers())))
     ]

@@ -24,7 +24,9 @@ COMM_DTYPES = ("fp32", "fp16", "bf16")
 #: optimizer state: (values per element, values per row), each a 4-byte float
 EMBEDDING_OPTIMIZERS = {"sgd": (0, 0), "adagrad": (1, 0), "rowwise_adagrad": (0, 1), "adam": (2, 0)}
 DENSE_OPTIMIZERS = {"sgd": 0, "adagrad": 1, "adam": 2, "lamb": 2}
-INTERACTIONS = ("dot", "concat", "dcn")
+INTERACTIONS = ("dot", "concat", "dcn", "reduce", "projection")
+#: interaction kinds whose output width the workload states (``interaction.output_width``)
+STATED_WIDTH = ("reduce", "projection")
 WORKLOAD_KEYS = {
     "sync",
     "zipf_alpha",
@@ -66,6 +68,8 @@ class WorkloadSpec:
     interaction: str
     dcn_layers: int = 0
     dcn_low_rank: int = 0
+    #: stated output width of a ``reduce`` or ``projection`` interaction (0 otherwise)
+    interaction_width: int = 0
     index_bytes: int = 8
     #: skew of row accesses (Zipf exponent), for the HBM cache of UVM tables (``cache.py``)
     zipf_alpha: float = 1.0
@@ -80,11 +84,39 @@ class WorkloadSpec:
         return sum(t.dim for t in self.tables)
 
     @cached_property
+    def interaction_input_width(self) -> int:
+        """Elements per sample entering the interaction: bottom-MLP output + pooled embeddings."""
+        return self.bottom_mlp[-1] + self.embedding_width
+
+    @cached_property
     def top_input_width(self) -> int:
+        """Input width of the top MLP: what the interaction outputs per sample."""
         d, n_feat = self.bottom_mlp[-1], len(self.tables) + 1
         if self.interaction == "dot":
             return d + n_feat * (n_feat - 1) // 2
-        return d + self.embedding_width
+        if self.interaction in STATED_WIDTH:
+            return self.interaction_width
+        return self.interaction_input_width
+
+    @cached_property
+    def interaction_flops_per_sample(self) -> float:
+        """Forward FLOPs per sample of the interaction (multiply-adds count 2; element-wise
+        ``reduce``/``concat`` count nothing, as GEMM-only FLOP counts do)."""
+        d, n_feat, n = self.bottom_mlp[-1], len(self.tables) + 1, self.interaction_input_width
+        if self.interaction == "dot":
+            return 2.0 * n_feat * n_feat * d
+        if self.interaction == "dcn":
+            return self.dcn_layers * 2.0 * (2 * n * self.dcn_low_rank)
+        if self.interaction == "projection":
+            return 2.0 * n * self.interaction_width
+        return 0.0
+
+    @cached_property
+    def flops_per_sample(self) -> float:
+        """Forward FLOPs per sample of the dense part (MLPs and interaction), the figure papers
+        quote as "FLOPs/sample" (Neo, Table 3); backward adds about twice as much."""
+        mlp = sum(2.0 * i * o for i, o in self.bottom_layers() + self.top_layers())
+        return mlp + self.interaction_flops_per_sample
 
     def top_layers(self) -> list[tuple[int, int]]:
         """(in, out) of each top-MLP layer."""
@@ -98,9 +130,17 @@ class WorkloadSpec:
     def dense_params(self) -> int:
         """Weights and biases of both MLPs and the DCN layers."""
         mlp = sum(i * o + o for i, o in self.bottom_layers() + self.top_layers())
-        n = self.bottom_mlp[-1] + self.embedding_width
-        dcn = self.dcn_layers * (2 * n * self.dcn_low_rank + n) if self.interaction == "dcn" else 0
-        return mlp + dcn
+        return mlp + self.interaction_params
+
+    @cached_property
+    def interaction_params(self) -> int:
+        """Weights and biases of the interaction: DCN cross layers or a projection."""
+        n = self.interaction_input_width
+        if self.interaction == "dcn":
+            return self.dcn_layers * (2 * n * self.dcn_low_rank + n)
+        if self.interaction == "projection":
+            return n * self.interaction_width + self.interaction_width
+        return 0
 
     @cached_property
     def embedding_params(self) -> int:
@@ -139,7 +179,9 @@ def workload_from_dict(data: dict, file: str = "<workload>") -> WorkloadSpec:
     o.check_keys({"embedding", "dense"})
     inter = f.sub("interaction")
     kind = inter.choice("kind", INTERACTIONS)
-    inter.check_keys({"kind", "layers", "low_rank"} if kind == "dcn" else {"kind"})
+    allowed = {"dcn": {"layers", "low_rank"}}.get(kind, set())
+    allowed |= {"output_width"} if kind in STATED_WIDTH else set()
+    inter.check_keys({"kind", "description"} | allowed)
     bottom, top = _widths(f, "bottom_mlp", 2), _widths(f, "top_mlp", 1)
     spec = WorkloadSpec(
         name=str(f.raw("name", Path(file).stem)),
@@ -161,6 +203,7 @@ def workload_from_dict(data: dict, file: str = "<workload>") -> WorkloadSpec:
         interaction=kind,
         dcn_layers=inter.integer("layers") if kind == "dcn" else 0,
         dcn_low_rank=inter.integer("low_rank") if kind == "dcn" else 0,
+        interaction_width=inter.integer("output_width") if kind in STATED_WIDTH else 0,
         index_bytes=f.integer("index_bytes", 8),
         zipf_alpha=f.quantity("zipf_alpha", "fraction", 1.0, strict=False),
         sync=sync_spec(base=f.raw("sync", {}), file=file).to_dict(),
@@ -213,6 +256,15 @@ def _tables(f: Fields) -> tuple[Table, ...]:
         for c in range(count):
             out.append(Table(len(out), name if count == 1 else f"{name}_{c}", rows, dim, pooling))
     return tuple(out)
+
+
+def with_precision(spec: WorkloadSpec, precision: dict[str, str]) -> WorkloadSpec:
+    """``spec`` trained in other precisions (keys ``embedding``, ``dense``, ``communication``);
+    ``spec`` itself when nothing changes."""
+    merged = {**spec.precision, **precision}
+    if merged == spec.precision:
+        return spec
+    return workload_from_dict({**spec.raw, "precision": merged}, spec.file)
 
 
 def with_global_batch(spec: WorkloadSpec, global_batch: int, gpus: int) -> WorkloadSpec:

@@ -76,10 +76,13 @@ def op_durations(cluster, trace: Trace, model: compute.ComputeModel | None = Non
 
 
 def _duration(gpu, kind: str, a: dict, model) -> float:
+    if kind == "host":
+        return float(a["seconds"])
+    extra = (a.get("launches", 1) - 1) * compute.launch_overhead_s(gpu, model)
     if kind == "gemm":
-        return compute.gemm_time_s(gpu, a["m"], a["n"], a["k"], a["dtype"], model)
+        return compute.gemm_time_s(gpu, a["m"], a["n"], a["k"], a["dtype"], model) + extra
     if kind == "memory":
-        return compute.memory_time_s(gpu, a["nbytes"], model)
+        return compute.memory_time_s(gpu, a["nbytes"], model) + extra
     if a["lookups"] == 0:
         return 0.0
     if kind == "embedding_fwd":
@@ -110,6 +113,8 @@ def simulate_trace(
         )
     env = CountingEnvironment()
     net = make_network(fidelity, env, cluster.router.capacity_Bps)
+    stack = trace.meta.get("stack") or {}
+    compute_model = stack_compute_model(cluster, stack, compute_model)
     rec = RunRecords(trace, iterations, op_durations(cluster, trace, compute_model))
     run = _Run(env, net, cluster, trace, rec, collective_model, sync_traffic)
     for rank, ops in enumerate(trace.by_rank()):
@@ -135,6 +140,21 @@ def simulate_trace(
     return rec
 
 
+def stack_compute_model(
+    cluster, stack: dict, model: compute.ComputeModel | None = None
+) -> compute.ComputeModel | None:
+    """The compute model with the stack's per-kernel launch cost for ``cluster``'s GPU (the
+    model unchanged when the stack states none)."""
+    launch = stack.get("kernel_launch_s")
+    if launch is None:
+        return model
+    from dataclasses import replace
+
+    base = model or compute.load_compute_model()
+    arch = compute.architecture(cluster.spec.gpu)
+    return replace(base, arch={**base.arch, arch: replace(base.arch[arch], launch_s=launch)})
+
+
 class _Run:
     def __init__(self, env, net, cluster, trace, rec, model, sync_traffic=True):
         self.env, self.net, self.cluster, self.trace, self.rec = env, net, cluster, trace, rec
@@ -147,6 +167,12 @@ class _Run:
         self.n_ops = len(trace.ops)
         self.done: list[simpy.Event | None] = [None] * (rec.iterations * self.n_ops)
         self.prepared: dict[tuple, nccl.Prepared] = {}
+        stack = trace.meta.get("stack") or {}
+        #: interference (``stack.py``): compute under in-flight NCCL kernels, NCCL under compute
+        self.slow_compute = float(stack.get("compute_slowdown", 0.0))
+        self.slow_comm = float(stack.get("comm_slowdown", 0.0))
+        self.comm_in_flight = [0] * trace.ranks  # a rank's collective ops launched, not ended
+        self.compute_busy = np.zeros(trace.ranks, dtype=bool)  # a compute kernel is running
 
     def _done(self, it: int, op_id: int) -> simpy.Event:
         i = it * self.n_ops + op_id
@@ -168,11 +194,13 @@ class _Run:
                 if self._skipped(op, it):
                     pass
                 elif op.kind == "collective":
+                    self.comm_in_flight[rank] += 1
                     yield self._arrive(it, op.args["coll"], rank)
+                    self.comm_in_flight[rank] -= 1
                 elif op.kind == "transfer":
                     yield self._host_transfer(it, rank, op.args)
                 elif dur[op.id] > 0:
-                    yield env.timeout(dur[op.id])
+                    yield from self._compute(rank, op, dur[op.id])
                 rows.append((it, op.id, free, start, env.now))
                 self._done(it, op.id).succeed()
             if ops[0].stream == "compute":
@@ -181,6 +209,16 @@ class _Run:
                     self.computing -= 1
                 ev, self.progress[rank] = self.progress[rank], env.event()
                 ev.succeed()
+
+    def _compute(self, rank: int, op, seconds: float):
+        """A compute kernel: slowed by the stack's interference factor when NCCL kernels of this
+        rank are in flight as it starts (they hold SMs and HBM bandwidth while they run or wait
+        for their peers); host work (``host`` ops) is not slowed."""
+        if self.slow_compute and self.comm_in_flight[rank] and op.kind != "host":
+            seconds *= 1.0 + self.slow_compute
+        self.compute_busy[rank] = op.kind != "host"
+        yield self.env.timeout(seconds)
+        self.compute_busy[rank] = False
 
     def _skipped(self, op, it: int) -> bool:
         """Foreground sync ops run only every K-th iteration, and not at all without traffic."""
@@ -293,7 +331,11 @@ class _Run:
     def _run_collective(self, cr: CollectiveRecord, tag: tuple | None = None):
         prep = self._prepare(cr.coll)
         cr.algorithm, cr.protocol = prep.algorithm, prep.protocol
+        start = self.env.now
+        busy = float(self.compute_busy[self.trace.collectives[cr.coll].ranks].mean())
         yield from nccl.execute(self.env, self.net, prep, tag=tag or (cr.iteration, cr.coll))
+        if self.slow_comm and busy:  # members computing as it began: their kernels share SMs
+            yield self.env.timeout((self.env.now - start) * self.slow_comm * busy)
         cr.end_s = self.env.now
         cr.event.succeed()
 

@@ -21,6 +21,7 @@ from zionsim.dlrm.plan import (
     default_plan,
     memory_by_rank,
 )
+from zionsim.dlrm.stack import StackSpec, apply_stack, resolve_stack
 from zionsim.dlrm.sync import SyncSpec, gap_stats, sync_spec
 from zionsim.dlrm.trace import Trace, lower
 from zionsim.dlrm.workload import WorkloadSpec
@@ -48,8 +49,13 @@ def build_trace(
     plan: Plan | None = None,
     fused: bool = True,
     sync: SyncSpec | None = None,
+    stack: StackSpec | str | None = None,
 ) -> tuple[Trace, pd.DataFrame]:
-    """The iteration trace and the per-GPU memory table, after the capacity checks."""
+    """The iteration trace and the per-GPU memory table, after the capacity checks, as the
+    software ``stack`` (default ``torchrec``) runs the workload."""
+    stack = resolve_stack(stack)
+    workload = apply_stack(workload, stack)
+    fused = fused and stack.fused_embedding
     gpus, g = len(cluster.gpus), cluster.spec.gpus_per_node
     plan = plan or default_plan(workload, gpus)
     mem = memory_by_rank(workload, plan, gpus, g, workload.zipf_alpha)
@@ -65,7 +71,7 @@ def build_trace(
     table["hbm_capacity_bytes"] = cluster.spec.gpu.hbm_bytes
     table["host_dram_bytes"] = mem["host_dram"]
     sync = sync or sync_spec(base=workload.sync)
-    return lower(workload, plan, gpus, fused, g, workload.zipf_alpha, sync), table
+    return lower(workload, plan, gpus, fused, g, workload.zipf_alpha, sync, stack), table
 
 
 def simulate_run(
@@ -83,15 +89,19 @@ def simulate_run(
     sync_servers: int | None = None,
     sync_period_s: float | None = None,
     sync_trainer: str | None = None,
+    stack: StackSpec | str | None = None,
 ) -> RunResult:
-    """Simulate ``iterations`` training iterations; figures average those after ``warmup``."""
+    """Simulate ``iterations`` training iterations; figures average those after ``warmup``.
+
+    ``stack``: the software stack (a profile, a name or a path; default ``torchrec``); a
+    replayed ``trace`` carries its own."""
     t0 = time.perf_counter()
     memory = pd.DataFrame()
     if trace is None:
         spec = sync_spec(
             sync, sync_every, sync_servers, sync_period_s, sync_trainer, base=workload.sync
         )
-        trace, memory = build_trace(cluster, workload, plan, fused, spec)
+        trace, memory = build_trace(cluster, workload, plan, fused, spec, stack)
     rec = simulate_trace(cluster, trace, iterations=iterations, fidelity=fidelity)
     a = Analysis(rec, warmup)
     iter_s = float(a.iteration_times().mean())
@@ -106,6 +116,8 @@ def simulate_run(
         "gpus": len(cluster.gpus),
         "workload": trace.meta.get("workload"),
         "plan": trace.meta.get("plan"),
+        "stack": (trace.meta.get("stack") or {}).get("name", "bare"),
+        "model": trace.meta.get("model", {}),
         "global_batch": gb,
         "iterations": iterations,
         "warmup": warmup,
@@ -249,6 +261,7 @@ RUN_OPTIONS = (
     "seed",
     "fidelity",
     "fused",
+    "stack",
 )
 
 
@@ -285,6 +298,8 @@ def run_point(options: dict) -> RunResult:
     )
     if options.get("global_batch") is not None:
         w = with_global_batch(w, int(options["global_batch"]), len(cluster.gpus))
+    stack = resolve_stack(options.get("stack"))
+    w = apply_stack(w, stack)
     plan_name = {"auto": "greedy"}.get(options.get("plan", "auto"), options.get("plan", "auto"))
     if plan_name in PLANNERS:
         plan = PLANNERS[plan_name](cluster, w)
@@ -314,5 +329,6 @@ def run_point(options: dict) -> RunResult:
         warmup=int(options.get("warmup", 1)),
         fidelity=options.get("fidelity", "flow"),
         fused=bool(options.get("fused", True)),
+        stack=stack,
         **extra,
     )

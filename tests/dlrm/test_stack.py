@@ -1,0 +1,101 @@
+"""Software-stack profiles (zionsim/dlrm/stack.py, stacks/*.yaml) and the Neo presets' size."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import TINY
+from zionsim.base.config import builtin_names
+from zionsim.base.errors import InputError
+from zionsim.dlrm.stack import BARE, load_stack, stack_from_dict
+from zionsim.dlrm.workload import load_workload
+from zionsim.hardware.cluster import Cluster
+from zionsim.sim.run import run_point, simulate_run
+
+STACKS = Path(__file__).resolve().parents[2] / "stacks"
+
+
+@pytest.mark.parametrize(
+    ("name", "params", "mflops"),
+    [("neo_model_a", 793e9, 638), ("neo_model_i", 332e9, 60), ("neo_model_f", 12e12, 5)],
+)
+def test_neo_presets_match_the_paper(name, params, mflops):
+    """Neo Table 3: parameters and MFLOPs/sample within 5 %."""
+    w = load_workload(name)
+    assert w.embedding_params + w.dense_params == pytest.approx(params, rel=0.05)
+    assert w.flops_per_sample / 1e6 == pytest.approx(mflops, rel=0.05)
+    assert w.top_input_width == w.bottom_mlp[-1]  # no 389k-wide layer
+
+
+def test_every_stack_loads_and_cites_every_number():
+    """Each built-in stack loads, and every line with a number names its source in brackets."""
+    names = builtin_names("stacks")
+    assert {"torchrec", "hugectr", "nvidia_pytorch_dlrm", "tensorflow_sok"} <= set(names)
+    for name in names:
+        load_stack(name)
+        text = (STACKS / f"{name}.yaml").read_text()
+        refs = set(re.findall(r"^  (\w+):", text.split("references:")[1], re.M))
+        top = None
+        for line in text.splitlines():
+            if re.match(r"^\w", line):
+                top = line.split(":")[0]
+            value = line.split("#")[0].split(":", 1)[-1]
+            if top in ("name", "description", "references") or not re.search(r"\d", value):
+                continue
+            cited = set(re.findall(r"\[(\w+)", line))
+            assert cited and cited <= refs | {"assumption", "fitted"}, f"{name}: {line}"
+
+
+def test_bad_stack_field_is_named():
+    """An unknown field or precision is refused naming the field."""
+    with pytest.raises(InputError, match="kernel_lunch"):
+        stack_from_dict({"name": "x", "kernel_lunch": "2 us"})
+    with pytest.raises(InputError, match="precision.dense"):
+        stack_from_dict({"name": "x", "precision": {"dense": "fp64"}})
+
+
+def _run(stack, workload="tiny"):
+    cluster = Cluster.load(TINY) if workload == "tiny" else Cluster.load("zionex", nodes=1)
+    return simulate_run(cluster, load_workload(workload), iterations=2, stack=stack)
+
+
+def test_step_overhead_adds_its_time_to_a_bare_run():
+    """A stack that only adds host time per step adds exactly that to the iteration."""
+    bare = _run(BARE).summary["iteration_time_s"]
+    slow = _run(stack_from_dict({"name": "s", "step_overhead": "1 ms"}))
+    assert slow.summary["iteration_time_s"] == pytest.approx(bare + 1e-3, rel=1e-9)
+    assert slow.summary["breakdown_s"]["framework"] == pytest.approx(1e-3)
+
+
+def test_more_kernels_and_interference_never_speed_up():
+    """Extra kernels per layer, launch cost and compute slowdown each cost time, never save it."""
+    base = _run(BARE, "mlperf_dlrm").summary["iteration_time_s"]
+    for fields in (
+        {"mlp_kernels": {"forward": 3, "backward": 5}},
+        {"kernel_launch": "20 us"},
+        {"dense_optimizer_kernels_per_tensor": 4},
+        {"interference": {"compute_slowdown": 0.5, "comm_slowdown": 0.5}},
+    ):
+        t = _run(stack_from_dict({"name": "s", **fields}), "mlperf_dlrm").summary[
+            "iteration_time_s"
+        ]
+        assert t > base, fields
+
+
+def test_stack_precision_replaces_the_workloads():
+    """hugectr trains the MLPs in FP16: the run's GEMMs are FP16 and the summary names it."""
+    r = run_point({"topology": TINY, "workload": "tiny", "stack": "hugectr", "iterations": 2})
+    assert r.summary["stack"] == "hugectr"
+    dtypes = {o.args.get("dtype") for o in r.trace.ops if o.kind == "gemm"}
+    assert dtypes == {"fp16"}
+
+
+def test_summary_reports_model_size():
+    """summary.json carries params and MFLOPs/sample of the workload."""
+    r = run_point({"topology": TINY, "workload": "tiny", "iterations": 2})
+    w = load_workload("tiny")
+    assert r.summary["model"]["params"] == w.embedding_params + w.dense_params
+    assert r.summary["model"]["mflops_per_sample"] == pytest.approx(w.flops_per_sample / 1e6)

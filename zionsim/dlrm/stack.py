@@ -1,0 +1,143 @@
+"""Software stacks: what the training framework adds to the model's work (``stacks/*.yaml``).
+
+The same DLRM runs at very different speeds under TorchRec, HugeCTR, NVIDIA's PyTorch DLRM and
+TensorFlow + SOK.  A stack profile states, as data with sources, what differs between them
+(``docs/stacks.md``):
+
+1. ``precision`` — the precisions the stack trains in (embedding rows, dense math,
+   communication), replacing the workload's where given (MLPerf submissions train the FP32
+   reference model in mixed precision).
+2. ``kernel_launch`` — seconds each kernel adds on the GPU's critical path: the launch gap of an
+   eager framework's dispatch, or of a captured CUDA graph; it replaces the architecture's
+   ``launch_overhead_us`` of the compute model.
+3. ``mlp_kernels`` — kernels per MLP layer, forward and backward (a fused GEMM epilogue does
+   bias and activation in the GEMM; eager PyTorch runs them as separate kernels).
+4. ``dense_optimizer_kernels_per_tensor`` — kernels the dense optimizer launches per parameter
+   tensor (0: one fused multi-tensor kernel for all of them).
+5. ``step_overhead`` — host time per iteration that the GPU waits for (data-loader hand-off,
+   framework bookkeeping, a CUDA graph's launch), run at the start of each iteration.
+6. ``interference`` — while a rank's NCCL kernels are in flight, its compute kernels run
+   ``compute_slowdown`` slower (NCCL takes SMs and HBM bandwidth) and its collectives
+   ``comm_slowdown`` slower while its compute stream is busy.
+7. ``fused_embedding`` — table-batched (fused) embedding kernels, or one kernel per table.
+
+The fitted field (``step_overhead``) is fitted per stack on the cases marked calibrated in
+``validation/cases.yaml``; every other number cites its source.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from zionsim.base.config import Fields, load_with_overrides
+
+#: the stack a run uses unless told otherwise: the one Neo used on ZionEX (TorchRec + FBGEMM)
+DEFAULT_STACK = "torchrec"
+STACK_KEYS = {
+    "name",
+    "description",
+    "references",
+    "precision",
+    "kernel_launch",
+    "mlp_kernels",
+    "dense_optimizer_kernels_per_tensor",
+    "step_overhead",
+    "interference",
+    "fused_embedding",
+}
+PRECISION_KEYS = ("embedding", "dense", "communication")
+
+
+@dataclass(frozen=True)
+class StackSpec:
+    """A software-stack profile (see the module docstring for each field's meaning)."""
+
+    name: str
+    description: str = ""
+    #: precisions replacing the workload's (keys of ``PRECISION_KEYS``)
+    precision: dict[str, str] = field(default_factory=dict)
+    #: seconds per kernel launch on the GPU's critical path (None: the compute model's)
+    kernel_launch_s: float | None = None
+    #: kernels per MLP layer: (forward, backward)
+    mlp_kernels: tuple[int, int] = (1, 2)
+    #: dense-optimizer kernels per parameter tensor (0: one fused kernel)
+    optimizer_kernels_per_tensor: int = 0
+    #: host seconds per iteration the GPU waits for
+    step_overhead_s: float = 0.0
+    #: fractional slowdown of compute under in-flight NCCL kernels, and of NCCL under compute
+    compute_slowdown: float = 0.0
+    comm_slowdown: float = 0.0
+    fused_embedding: bool = True
+    file: str = ""
+
+    def to_dict(self) -> dict:
+        """The profile as the plain data a trace's ``meta`` and ``summary.json`` carry."""
+        return {
+            "name": self.name,
+            "precision": dict(self.precision),
+            "kernel_launch_s": self.kernel_launch_s,
+            "mlp_kernels": list(self.mlp_kernels),
+            "optimizer_kernels_per_tensor": self.optimizer_kernels_per_tensor,
+            "step_overhead_s": self.step_overhead_s,
+            "compute_slowdown": self.compute_slowdown,
+            "comm_slowdown": self.comm_slowdown,
+            "fused_embedding": self.fused_embedding,
+        }
+
+
+def apply_stack(workload, stack: StackSpec):
+    """The workload as ``stack`` trains it: the stack's precisions over the workload's."""
+    from zionsim.dlrm.workload import with_precision
+
+    return with_precision(workload, stack.precision) if stack.precision else workload
+
+
+def resolve_stack(stack: StackSpec | str | None) -> StackSpec:
+    """A stack profile from a spec, a name or path, or None (the default stack)."""
+    if isinstance(stack, StackSpec):
+        return stack
+    return load_stack(stack or DEFAULT_STACK)
+
+
+#: no stack: the model's own work only (what zionsim simulated before stacks existed)
+BARE = StackSpec("bare")
+
+
+def load_stack(name_or_path: str | Path, overrides: list[str] | None = None) -> StackSpec:
+    """Load a stack profile by built-in name (``stacks/``) or YAML path, with ``--set``-style
+    overrides; ``"bare"`` is the stack that adds nothing."""
+    if str(name_or_path) == "bare" and not overrides:
+        return BARE
+    data, file = load_with_overrides(name_or_path, "stacks", overrides)
+    return stack_from_dict(data, file)
+
+
+def stack_from_dict(data: dict, file: str = "<stack>") -> StackSpec:
+    """Validate a stack mapping; every error names the file and the field."""
+    from zionsim.dlrm.workload import COMM_DTYPES, DENSE_DTYPES, EMBEDDING_DTYPES
+
+    f = Fields(data, file)
+    f.check_keys(STACK_KEYS)
+    p = f.sub("precision") if data.get("precision") is not None else Fields({}, file, "precision")
+    p.check_keys(set(PRECISION_KEYS))
+    allowed = dict(zip(PRECISION_KEYS, (EMBEDDING_DTYPES, DENSE_DTYPES, COMM_DTYPES), strict=True))
+    precision = {k: p.choice(k, allowed[k]) for k in PRECISION_KEYS if k in p.data}
+    m = f.sub("mlp_kernels") if "mlp_kernels" in data else Fields({}, file, "mlp_kernels")
+    m.check_keys({"forward", "backward"})
+    i = f.sub("interference") if "interference" in data else Fields({}, file, "interference")
+    i.check_keys({"compute_slowdown", "comm_slowdown"})
+    launch = data.get("kernel_launch")
+    return StackSpec(
+        name=str(f.raw("name", Path(file).stem)),
+        description=str(f.raw("description", "")),
+        precision=precision,
+        kernel_launch_s=None if launch is None else f.quantity("kernel_launch", "time"),
+        mlp_kernels=(m.integer("forward", 1), m.integer("backward", 2)),
+        optimizer_kernels_per_tensor=f.integer("dense_optimizer_kernels_per_tensor", 0, minimum=0),
+        step_overhead_s=f.quantity("step_overhead", "time", 0.0, strict=False),
+        compute_slowdown=i.quantity("compute_slowdown", "fraction", 0.0, strict=False),
+        comm_slowdown=i.quantity("comm_slowdown", "fraction", 0.0, strict=False),
+        fused_embedding=f.flag("fused_embedding", True),
+        file=file,
+    )
