@@ -32,10 +32,11 @@ nothing of these tables.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
-from zionsim.dlrm.cache import hit_rate
+from zionsim.dlrm.cache import hit_rate, unique_rows
 from zionsim.dlrm.workload import DTYPE_BYTES, EMBEDDING_OPTIMIZERS, WorkloadSpec, row_bytes
 
 
@@ -65,6 +66,13 @@ class Layout:
     ps_pooled: np.ndarray = None
     ps_update: np.ndarray = None
     ps_dram_bytes: np.ndarray = None  # rows + optimizer state held by each server
+    #: expected distinct rows each rank's embedding backward updates (duplicates merged)
+    unique_rows: np.ndarray = None
+
+
+@lru_cache(maxsize=4096)
+def _unique(rows: float, draws: float, alpha: float) -> float:
+    return unique_rows(rows, draws, alpha) if draws > 0 else 0.0
 
 
 def column_splits(dim: int, k: int) -> list[int]:
@@ -97,6 +105,7 @@ def layout(w: WorkloadSpec, plan, n: int, gpus_per_node: int, zipf_alpha: float 
         np.zeros((nodes, nodes)),
         0,
     )
+    out.unique_rows = np.zeros(n)
     n_ps = 1 + max((s.server for s in plan.shards if s.tier == "ps"), default=-1)
     out.ps_index, out.ps_gather, out.ps_pooled, out.ps_update = (
         np.zeros((n, n_ps)) for _ in range(4)
@@ -119,6 +128,8 @@ def layout(w: WorkloadSpec, plan, n: int, gpus_per_node: int, zipf_alpha: float 
             rb = row_bytes(dim, w.precision["embedding"])
             state = 4 * (per_el * dim + per_row)
             out.lookups[r] += lookups
+            drawn = lookups * t.rows / rows  # lookups of the table this shard's rows see
+            out.unique_rows[r] += _unique(t.rows, drawn, zipf_alpha) * lookups / drawn
             out.lookup_bytes[r] += lookups * rb
             out.state_bytes[r] += lookups * state
             out.tables[r] += 1

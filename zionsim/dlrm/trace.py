@@ -306,6 +306,7 @@ def _lower_rank(b, w, r, node, local, lay, fused, c, c_ar, buckets, stack=BARE):
         tuple(backs),
         optimizer=w.optimizer["embedding"],
         state_bytes_per_row=float(lay.state_bytes[r] / n_look) if n_look else 0.0,
+        unique_rows=float(lay.unique_rows[r]),
         **e_args,
     )
     d2h = host("uvm_write", "d2h", (e_bwd,))
@@ -430,7 +431,7 @@ def _interaction(b, w, r, B, dt, deps, phase):
             "interaction",
             "compute",
             deps,
-            nbytes=float(2 * 4 * B * width * reps),
+            nbytes=float(2 * DTYPE_BYTES[dt] * B * width * reps),
         )
     x = None
     for layer in range(w.dcn_layers):
@@ -466,7 +467,7 @@ def _interaction(b, w, r, B, dt, deps, phase):
             "interaction",
             "compute",
             (x,),
-            nbytes=float(3 * 4 * B * width * reps),
+            nbytes=float(3 * DTYPE_BYTES[dt] * B * width * reps),
         )
     return x
 
@@ -478,7 +479,7 @@ def _stated_width_interaction(b, w, r, B, dt, deps, phase):
     backward dgrad and wgrad GEMMs)."""
     n_in, n_out, name = w.interaction_input_width, w.interaction_width, f"interaction_{phase}"
     if w.interaction == "reduce":
-        nbytes = float(4 * B * (n_in + n_out))
+        nbytes = float(DTYPE_BYTES[dt] * B * (n_in + n_out))
         return b.op(r, name, "memory", "interaction", "compute", deps, nbytes=nbytes)
     if phase == "fwd":
         return b.op(r, name, "gemm", "interaction", "compute", deps, m=B, n=n_out, k=n_in, dtype=dt)

@@ -22,8 +22,10 @@ Modelling assumptions:
 6. An embedding row access is random: it moves its payload rounded up to 32-byte DRAM sectors
    plus a fixed per-access overhead (fitted to TorchRec's block-size penalties) at the
    architecture's large-row gather efficiency.  Indices (int64) and pooled outputs stream.
-7. Every lookup reaches HBM (no L2 reuse of hot rows) and, in the backward pass, every lookup
-   updates its own row (no merging of duplicate indices): upper bounds for skewed access.
+7. Every lookup reaches HBM (no L2 reuse of hot rows): an upper bound for skewed access.  The
+   backward pass reads each lookup's bag gradient but updates each distinct row once (FBGEMM
+   sorts the indices and merges duplicates before the fused optimizer update); the caller gives
+   the expected distinct rows (``dlrm/cache.py``, Zipf-skewed accesses).
 8. Unfused (one kernel per table) embedding kernels reach half the bandwidth of the fused TBE
    kernel (TorchRec planner) and pay one launch per table; the unfused backward writes a sparse
    gradient that a separate optimizer kernel reads back.
@@ -258,13 +260,16 @@ def embedding_backward_time_s(
     optimizer: str,
     state_bytes_per_row: float,
     model: ComputeModel | None = None,
+    unique_rows: float | None = None,
 ) -> float:
     """Seconds of the embedding backward with the optimizer update (FBGEMM "exact" TBE).
 
-    Per lookup, random accesses: the pooled gradient of its bag (``row_bytes`` assumed), the row
-    read and written, the optimizer state read and written (none for ``sgd``); streamed: the index
-    sort of the backward setup.  Unfused adds a sparse gradient written and read back (2 ×
-    ``row_bytes``), a separate optimizer kernel per table and the unfused bandwidth factor.
+    Per lookup, random accesses: the pooled gradient of its bag (``row_bytes`` assumed); per
+    distinct row (``unique_rows``, default every lookup its own row), the row read and written
+    and the optimizer state read and written (none for ``sgd``): the sorted indices let the
+    kernel merge a row's gradients before one update; streamed: the index sort of the backward
+    setup.  Unfused adds a sparse gradient written and read back (2 × ``row_bytes``), a separate
+    optimizer kernel per table and the unfused bandwidth factor.
     """
     m = _checked_embedding(lookups, row_bytes, tables, model)
     if optimizer not in OPTIMIZERS:
@@ -274,7 +279,9 @@ def embedding_backward_time_s(
     _non_negative("state_bytes_per_row", state_bytes_per_row)
     state = 0.0 if optimizer == "sgd" else state_bytes_per_row
     a = m.for_gpu(gpu)
-    scattered = lookups * (3 * access_bytes(row_bytes, m) + 2 * access_bytes(state, m))
+    rows = lookups if unique_rows is None else min(float(unique_rows), lookups)
+    scattered = lookups * access_bytes(row_bytes, m)
+    scattered += rows * (2 * access_bytes(row_bytes, m) + 2 * access_bytes(state, m))
     streamed = lookups * m.backward_index_bytes
     if fused:
         return m.backward_kernels * a.launch_s + _transfer_s(gpu, a, scattered, streamed)

@@ -90,7 +90,15 @@ def _duration(gpu, kind: str, a: dict, model) -> float:
             gpu, a["lookups"], a["row_bytes"], a["tables"], a["fused"], a["out_bytes"], model
         )
     return compute.embedding_backward_time_s(
-        gpu, a["lookups"], a["row_bytes"], a["tables"], a["fused"], a["optimizer"], 4.0, model
+        gpu,
+        a["lookups"],
+        a["row_bytes"],
+        a["tables"],
+        a["fused"],
+        a["optimizer"],
+        a.get("state_bytes_per_row", 4.0),
+        model,
+        a.get("unique_rows"),
     )
 
 
