@@ -181,46 +181,53 @@ def lower(
     return Trace(ranks, b.ops, b.colls, meta)
 
 
-def _lower_rank(b, w, r, node, local, lay, fused, c, c_ar, buckets):
-    B, dt = w.batch_per_gpu, w.precision["dense"]
+class _RankOps:
+    """Op constructors for one rank ``r``: its collectives (by key in ``c``), GEMMs, UVM host
+    transfers and parameter-server transfers; each returns the new op's id, or None when the rank
+    has no such work."""
 
-    def coll(name, key, cat, stream, deps=()):
-        if key not in c:
+    def __init__(self, b: _Builder, w: WorkloadSpec, r: int, lay, c: dict):
+        self.b, self.w, self.r, self.lay, self.c = b, w, r, lay, c
+        self.dt = w.precision["dense"]
+        self.servers = [int(k) for k in np.flatnonzero(lay.ps_pooled[r])]
+
+    def coll(self, name, key, cat, stream, deps=()):
+        """The rank's op of collective ``c[key]``; None when the trace has no such collective."""
+        if key not in self.c:
             return None
-        return b.op(r, name, "collective", cat, stream, deps, coll=c[key])
+        return self.b.op(self.r, name, "collective", cat, stream, deps, coll=self.c[key])
 
-    def gemm(name, m, n, k, deps=()):
-        return b.op(r, name, "gemm", "gemm", "compute", deps, m=m, n=n, k=k, dtype=dt)
-
-    def host(name, direction, deps):
-        if lay.host_bytes[r] <= 0:
-            return None
-        return b.op(
-            r,
-            name,
-            "transfer",
-            "host_transfer",
-            "compute",
-            deps,
-            direction=direction,
-            nbytes=float(lay.host_bytes[r]),
+    def gemm(self, name, m, n, k, deps=()):
+        """An (m×k)·(k×n) GEMM in the dense precision on the compute stream."""
+        return self.b.op(
+            self.r, name, "gemm", "gemm", "compute", deps, m=m, n=n, k=k, dtype=self.dt
         )
 
-    servers = [int(k) for k in np.flatnonzero(lay.ps_pooled[r])]
-
-    def ps(name, deps, **parts):
-        if not servers:
+    def host(self, name, direction, deps):
+        """A UVM host transfer of the rank's host-resident rows; None when it has none."""
+        nbytes = self.lay.host_bytes[self.r]
+        if nbytes <= 0:
             return None
-        parts = {k: [float(v[r, j]) for j in servers] for k, v in parts.items()}
-        nbytes = float(sum(parts.get("pooled", parts.get("push", []))))
-        return b.op(
-            r, name, "transfer", "parameter_server", "ps", deps,
-            direction=name, servers=servers, nbytes=nbytes, **parts,
+        return self.b.op(
+            self.r, name, "transfer", "host_transfer", "compute", deps,
+            direction=direction, nbytes=float(nbytes),
         )  # fmt: skip
 
-    ps_in = ps("ps_lookup", (), index=lay.ps_index, gather=lay.ps_gather, pooled=lay.ps_pooled)
-    a_in = coll("input_a2a", "in", "all_to_all", "a2a")
-    h2d = host("uvm_read", "h2d", (a_in,))
+    def ps(self, name, deps, **parts):
+        """A parameter-server transfer, one byte count per server and part; None without servers."""
+        if not self.servers:
+            return None
+        parts = {k: [float(v[self.r, j]) for j in self.servers] for k, v in parts.items()}
+        nbytes = float(sum(parts.get("pooled", parts.get("push", []))))
+        return self.b.op(
+            self.r, name, "transfer", "parameter_server", "ps", deps,
+            direction=name, servers=self.servers, nbytes=nbytes, **parts,
+        )  # fmt: skip
+
+
+def _lower_rank(b, w, r, node, local, lay, fused, c, c_ar, buckets):
+    """All ops of rank ``r`` (on ``node``, GPU ``local`` there) for one iteration, in order."""
+    o = _RankOps(b, w, r, lay, c)
     n_look = float(lay.lookups[r])
     e_args = {
         "lookups": n_look,
@@ -228,74 +235,99 @@ def _lower_rank(b, w, r, node, local, lay, fused, c, c_ar, buckets):
         "fused": fused,
         "row_bytes": float(lay.lookup_bytes[r] / n_look) if n_look else 0.0,
     }
-    e_fwd = b.op(
-        r,
-        "emb_fwd",
-        "embedding_fwd",
-        "embedding",
-        "compute",
-        (a_in, h2d),
-        out_bytes=float(lay.out_bytes[r]),
-        **e_args,
+    outs = _lower_embedding_fwd(o, node, local, e_args)
+    x = _lower_dense_fwd(o, outs)
+    grads_done: dict[str, int] = {}
+    x = _lower_top_bwd(o, x, grads_done)
+    e_bwd, d2h = _lower_sparse_bwd(o, node, local, e_args, x, grads_done)
+    _lower_dense_update(o, e_bwd, d2h, grads_done, c_ar, buckets)
+
+
+def _lower_embedding_fwd(o: _RankOps, node: int, local: int, e_args: dict) -> list:
+    """Parameter-server lookup, input all-to-all, UVM reads, embedding forward and the pooled
+    outputs' collectives; returns the ops the interaction waits for (None where absent)."""
+    ps_in = o.ps(
+        "ps_lookup", (), index=o.lay.ps_index, gather=o.lay.ps_gather, pooled=o.lay.ps_pooled
     )
+    a_in = o.coll("input_a2a", "in", "all_to_all", "a2a")
+    h2d = o.host("uvm_read", "h2d", (a_in,))
+    e_fwd = o.b.op(
+        o.r, "emb_fwd", "embedding_fwd", "embedding", "compute", (a_in, h2d),
+        out_bytes=float(o.lay.out_bytes[o.r]), **e_args,
+    )  # fmt: skip
     outs = [
-        coll("pooled_a2a", "pool", "all_to_all", "a2a", (e_fwd,)),
-        coll("rw_reduce_scatter", "rs", "reduce_scatter", "a2a", (e_fwd,)),
+        o.coll("pooled_a2a", "pool", "all_to_all", "a2a", (e_fwd,)),
+        o.coll("rw_reduce_scatter", "rs", "reduce_scatter", "a2a", (e_fwd,)),
     ]
-    rs = coll("twrw_reduce_scatter", ("twrw_rs", node), "reduce_scatter", "a2a", (e_fwd,))
-    outs.append(coll("twrw_a2a", ("twrw_a2a", local), "all_to_all", "a2a", (rs or e_fwd,)))
+    rs = o.coll("twrw_reduce_scatter", ("twrw_rs", node), "reduce_scatter", "a2a", (e_fwd,))
+    outs.append(o.coll("twrw_a2a", ("twrw_a2a", local), "all_to_all", "a2a", (rs or e_fwd,)))
     outs.append(ps_in)
+    return outs
+
+
+def _lower_dense_fwd(o: _RankOps, outs: list) -> int:
+    """Bottom MLP, interaction (after the embedding outputs ``outs``), top MLP and the loss;
+    returns the loss op."""
+    w, B = o.w, o.w.batch_per_gpu
     last = None
     for i, (k, n) in enumerate(w.bottom_layers()):
-        last = gemm(f"bottom_fwd{i}", B, n, k)
-    x = _interaction(b, w, r, B, dt, (last, *outs), "fwd")
+        last = o.gemm(f"bottom_fwd{i}", B, n, k)
+    x = _interaction(o.b, w, o.r, B, o.dt, (last, *outs), "fwd")
     for i, (k, n) in enumerate(w.top_layers()):
-        x = gemm(f"top_fwd{i}", B, n, k, (x,))
-    x = b.op(r, "loss", "memory", "interaction", "compute", (x,), nbytes=float(16 * B))
-    grads_done: dict[str, int] = {}
+        x = o.gemm(f"top_fwd{i}", B, n, k, (x,))
+    return o.b.op(o.r, "loss", "memory", "interaction", "compute", (x,), nbytes=float(16 * B))
+
+
+def _lower_top_bwd(o: _RankOps, x: int, grads_done: dict) -> int:
+    """Top-MLP wgrad and dgrad per layer, then the interaction backward; records each layer's
+    wgrad op in ``grads_done`` and returns the interaction backward's last op."""
+    w, B = o.w, o.w.batch_per_gpu
     for i, (k, n) in reversed(list(enumerate(w.top_layers()))):
-        grads_done[f"top{i}"] = gemm(f"top_wgrad{i}", k, n, B, (x,))
-        x = gemm(f"top_dgrad{i}", B, k, n, (x,))
-    x = _interaction(b, w, r, B, dt, (x,), "bwd")
-    ps("ps_update", (x,), push=lay.ps_pooled, update=lay.ps_update)
+        grads_done[f"top{i}"] = o.gemm(f"top_wgrad{i}", k, n, B, (x,))
+        x = o.gemm(f"top_dgrad{i}", B, k, n, (x,))
+    return _interaction(o.b, w, o.r, B, o.dt, (x,), "bwd")
+
+
+def _lower_sparse_bwd(o: _RankOps, node, local, e_args, x, grads_done) -> tuple:
+    """Parameter-server update, embedding-gradient collectives, bottom-MLP backward (wgrads into
+    ``grads_done``), embedding backward with its optimizer and UVM writes; returns
+    (emb_bwd op, UVM write op or None)."""
+    w, B, lay = o.w, o.w.batch_per_gpu, o.lay
+    o.ps("ps_update", (x,), push=lay.ps_pooled, update=lay.ps_update)
     backs = [
-        coll("grad_a2a", "grad", "all_to_all", "a2a", (x,)),
-        coll("rw_all_gather", "ag", "all_gather", "a2a", (x,)),
+        o.coll("grad_a2a", "grad", "all_to_all", "a2a", (x,)),
+        o.coll("rw_all_gather", "ag", "all_gather", "a2a", (x,)),
     ]
-    tb = coll("twrw_a2a_bwd", ("twrw_a2a_bwd", local), "all_to_all", "a2a", (x,))
-    backs += [tb, coll("twrw_all_gather", ("twrw_ag", node), "all_gather", "a2a", (tb,))]
+    tb = o.coll("twrw_a2a_bwd", ("twrw_a2a_bwd", local), "all_to_all", "a2a", (x,))
+    backs += [tb, o.coll("twrw_all_gather", ("twrw_ag", node), "all_gather", "a2a", (tb,))]
     for i, (k, n) in reversed(list(enumerate(w.bottom_layers()))):
-        grads_done[f"bottom{i}"] = gemm(f"bottom_wgrad{i}", k, n, B, (x,))
+        grads_done[f"bottom{i}"] = o.gemm(f"bottom_wgrad{i}", k, n, B, (x,))
         if i > 0:
-            x = gemm(f"bottom_dgrad{i}", B, k, n, (x,))
-    e_bwd = b.op(
-        r,
-        "emb_bwd",
-        "embedding_bwd",
-        "embedding",
-        "compute",
-        tuple(backs),
+            x = o.gemm(f"bottom_dgrad{i}", B, k, n, (x,))
+    n_look = e_args["lookups"]
+    e_bwd = o.b.op(
+        o.r, "emb_bwd", "embedding_bwd", "embedding", "compute", tuple(backs),
         optimizer=w.optimizer["embedding"],
-        state_bytes_per_row=float(lay.state_bytes[r] / n_look) if n_look else 0.0,
+        state_bytes_per_row=float(lay.state_bytes[o.r] / n_look) if n_look else 0.0,
         **e_args,
-    )
-    d2h = host("uvm_write", "d2h", (e_bwd,))
+    )  # fmt: skip
+    return e_bwd, o.host("uvm_write", "d2h", (e_bwd,))
+
+
+def _lower_dense_update(o: _RankOps, e_bwd, d2h, grads_done, c_ar, buckets) -> None:
+    """One all-reduce per DDP bucket once its layers' gradients are done (layers without a wgrad
+    op, DCN and DP tables, wait for the embedding backward), then the dense optimizer step."""
     ars = []
     for j, ((_, members), cid) in enumerate(zip(buckets[: len(c_ar)], c_ar, strict=True)):
         ready = tuple(grads_done.get(m, e_bwd) for m in members)
         ars.append(
-            b.op(r, f"allreduce{j}", "collective", "all_reduce", "allreduce", ready, coll=cid)
+            o.b.op(o.r, f"allreduce{j}", "collective", "all_reduce", "allreduce", ready, coll=cid)
         )
-    state = DENSE_OPTIMIZERS[w.optimizer["dense"]]
-    b.op(
-        r,
-        "dense_opt",
-        "memory",
-        "optimizer",
-        "compute",
-        (*ars, e_bwd, d2h),
-        nbytes=float(w.dense_params * 4 * (3 + 2 * state)),
-    )
+    state = DENSE_OPTIMIZERS[o.w.optimizer["dense"]]
+    o.b.op(
+        o.r, "dense_opt", "memory", "optimizer", "compute", (*ars, e_bwd, d2h),
+        nbytes=float(o.w.dense_params * 4 * (3 + 2 * state)),
+    )  # fmt: skip
 
 
 def _check_ps_args(args: dict, err, where: str) -> None:
@@ -374,65 +406,35 @@ def _interaction(b, w, r, B, dt, deps, phase):
         x = None
         for i in range(reps):  # batched F×d · d×F products: B·F rows against F columns
             x = b.op(
-                r,
-                f"{name}{i}",
-                "gemm",
-                "interaction",
-                "compute",
-                deps if i == 0 else (x,),
-                m=B * n_feat,
-                n=n_feat,
-                k=d,
-                dtype=dt,
-            )
+                r, f"{name}{i}", "gemm", "interaction", "compute", deps if i == 0 else (x,),
+                m=B * n_feat, n=n_feat, k=d, dtype=dt,
+            )  # fmt: skip
         return x
     width = d + w.embedding_width
-    if w.interaction == "concat":
-        return b.op(
-            r,
-            name,
-            "memory",
-            "interaction",
-            "compute",
-            deps,
-            nbytes=float(2 * 4 * B * width * reps),
-        )
+    if w.interaction == "concat":  # read and write the concatenated fp32 features
+        nbytes = float(2 * 4 * B * width * reps)
+        return b.op(r, name, "memory", "interaction", "compute", deps, nbytes=nbytes)
+    return _dcn_interaction(b, w, r, B, dt, deps, name, reps, width)
+
+
+def _dcn_interaction(b, w, r, B, dt, deps, name, reps, width):
+    """DCN cross layers: per layer, the low-rank V and W GEMMs (``reps`` times) and an
+    element-wise multiply-add over the ``width`` features; returns the last op."""
     x = None
     for layer in range(w.dcn_layers):
         for i in range(reps):
             x = b.op(
-                r,
-                f"{name}_l{layer}_v{i}",
-                "gemm",
-                "interaction",
-                "compute",
-                deps if x is None else (x,),
-                m=B,
-                n=w.dcn_low_rank,
-                k=width,
-                dtype=dt,
-            )
+                r, f"{name}_l{layer}_v{i}", "gemm", "interaction", "compute",
+                deps if x is None else (x,), m=B, n=w.dcn_low_rank, k=width, dtype=dt,
+            )  # fmt: skip
             x = b.op(
-                r,
-                f"{name}_l{layer}_w{i}",
-                "gemm",
-                "interaction",
-                "compute",
-                (x,),
-                m=B,
-                n=width,
-                k=w.dcn_low_rank,
-                dtype=dt,
-            )
+                r, f"{name}_l{layer}_w{i}", "gemm", "interaction", "compute", (x,),
+                m=B, n=width, k=w.dcn_low_rank, dtype=dt,
+            )  # fmt: skip
         x = b.op(
-            r,
-            f"{name}_l{layer}_mul",
-            "memory",
-            "interaction",
-            "compute",
-            (x,),
+            r, f"{name}_l{layer}_mul", "memory", "interaction", "compute", (x,),
             nbytes=float(3 * 4 * B * width * reps),
-        )
+        )  # fmt: skip
     return x
 
 
@@ -507,93 +509,100 @@ def trace_from_dict(data: dict, file: str = "<trace>") -> Trace:
     ranks = data.get("ranks")
     if not isinstance(ranks, int) or ranks < 1:
         raise err("ranks", f"expected a positive integer, got {ranks!r}")
-    colls = []
-    for i, c in enumerate(data.get("collectives") or []):
-        if c.get("id") != i:
-            raise err(f"collectives[{i}].id", f"expected {i}, got {c.get('id')!r}")
-        from zionsim.network.collectives import OPS
+    colls = [
+        _load_collective(i, c, ranks, err) for i, c in enumerate(data.get("collectives") or [])
+    ]
+    ops = [
+        _load_op(i, o, data, ranks, len(colls), err) for i, o in enumerate(data.get("ops") or [])
+    ]
+    _check_members(ops, colls, data.get("meta") or {}, err)
+    return Trace(ranks, ops, colls, dict(data.get("meta") or {}))
 
-        if c.get("op") not in OPS:
-            raise err(f"collectives[{i}].op", f"unknown collective {c.get('op')!r}", ", ".join(OPS))
-        group = np.asarray(c.get("ranks", []), dtype=np.int64)
-        if len(group) == 0 or group.min() < 0 or group.max() >= ranks:
-            raise err(f"collectives[{i}].ranks", f"ranks must be in 0..{ranks - 1}")
-        matrix = c.get("matrix")
-        colls.append(
-            Collective(
-                i,
-                c["op"],
-                group,
-                float(c.get("size_bytes", 0)),
-                None if matrix is None else np.asarray(matrix, dtype=float),
-            )
-        )
-    ops = []
-    for i, o in enumerate(data.get("ops") or []):
-        where = f"ops[{i}]"
-        if o.get("id") != i:
-            raise err(f"{where}.id", f"expected {i}, got {o.get('id')!r}")
-        if o.get("kind") not in KINDS:
-            raise err(f"{where}.kind", f"unknown op kind {o.get('kind')!r}", ", ".join(KINDS))
-        if o.get("stream") not in STREAMS:
-            raise err(f"{where}.stream", f"unknown stream {o.get('stream')!r}", ", ".join(STREAMS))
-        if o.get("category") not in CATEGORIES:
+
+def _load_collective(i: int, c: dict, ranks: int, err) -> Collective:
+    """Collective ``i`` of a trace file: its id, a known op and members among the ranks."""
+    if c.get("id") != i:
+        raise err(f"collectives[{i}].id", f"expected {i}, got {c.get('id')!r}")
+    from zionsim.network.collectives import OPS
+
+    if c.get("op") not in OPS:
+        raise err(f"collectives[{i}].op", f"unknown collective {c.get('op')!r}", ", ".join(OPS))
+    group = np.asarray(c.get("ranks", []), dtype=np.int64)
+    if len(group) == 0 or group.min() < 0 or group.max() >= ranks:
+        raise err(f"collectives[{i}].ranks", f"ranks must be in 0..{ranks - 1}")
+    matrix = c.get("matrix")
+    return Collective(
+        i,
+        c["op"],
+        group,
+        float(c.get("size_bytes", 0)),
+        None if matrix is None else np.asarray(matrix, dtype=float),
+    )
+
+
+def _load_op(i: int, o: dict, data: dict, ranks: int, n_colls: int, err) -> Op:
+    """Op ``i`` of a trace file: id, kind, stream, category, rank, deps and args checked."""
+    where = f"ops[{i}]"
+    if o.get("id") != i:
+        raise err(f"{where}.id", f"expected {i}, got {o.get('id')!r}")
+    for key, allowed in (("kind", KINDS), ("stream", STREAMS), ("category", CATEGORIES)):
+        if o.get(key) not in allowed:
+            what = "op kind" if key == "kind" else key
+            raise err(f"{where}.{key}", f"unknown {what} {o.get(key)!r}", ", ".join(allowed))
+    rank = o.get("rank")
+    if not isinstance(rank, int) or not 0 <= rank < ranks:
+        raise err(f"{where}.rank", f"rank must be in 0..{ranks - 1}, got {rank!r}")
+    deps = tuple(o.get("deps") or ())
+    _check_deps(i, deps, rank, data["ops"], err)
+    args = dict(o.get("args") or {})
+    _check_args(where, o["kind"], args, n_colls, err)
+    return Op(
+        i, rank, str(o.get("name", f"op{i}")), o["kind"], o["category"], o["stream"], deps, args
+    )
+
+
+def _check_deps(i: int, deps: tuple, rank: int, ops: list, err) -> None:
+    """Op ``i``'s dependencies name earlier ops on its own rank."""
+    for d in deps:
+        if not isinstance(d, int) or not 0 <= d < i:
             raise err(
-                f"{where}.category",
-                f"unknown category {o.get('category')!r}",
-                ", ".join(CATEGORIES),
+                f"ops[{i}].deps", f"dependency {d!r} does not name an earlier op", f"ids 0..{i - 1}"
             )
-        rank = o.get("rank")
-        if not isinstance(rank, int) or not 0 <= rank < ranks:
-            raise err(f"{where}.rank", f"rank must be in 0..{ranks - 1}, got {rank!r}")
-        deps = tuple(o.get("deps") or ())
-        for d in deps:
-            if not isinstance(d, int) or not 0 <= d < i:
-                raise err(
-                    f"{where}.deps",
-                    f"dependency {d!r} does not name an earlier op",
-                    f"ids 0..{i - 1}",
-                )
-            if data["ops"][d]["rank"] != rank:
-                raise err(
-                    f"{where}.deps",
-                    f"dependency {d} is on rank {data['ops'][d]['rank']}, "
-                    f"not {rank} (cross-rank order goes through collectives)",
-                )
-        args = dict(o.get("args") or {})
-        if o["kind"] == "transfer" and (
-            args.get("direction") not in TRANSFER_DIRECTIONS
-            or not isinstance(args.get("nbytes"), int | float)
-        ):
+        if ops[d]["rank"] != rank:
             raise err(
-                f"{where}.args",
-                f"a transfer needs direction ({', '.join(TRANSFER_DIRECTIONS)}) and nbytes",
+                f"ops[{i}].deps",
+                f"dependency {d} is on rank {ops[d]['rank']}, "
+                f"not {rank} (cross-rank order goes through collectives)",
             )
-        if args.get("direction") in PS_PARTS:
-            _check_ps_args(args, err, where)
-        if o["kind"] == "collective":
-            c = args.get("coll")
-            if not isinstance(c, int) or not 0 <= c < len(colls):
-                raise err(
-                    f"{where}.args.coll", f"unknown collective {c!r}", f"ids 0..{len(colls) - 1}"
-                )
-        ops.append(
-            Op(
-                i,
-                rank,
-                str(o.get("name", f"op{i}")),
-                o["kind"],
-                o["category"],
-                o["stream"],
-                deps,
-                args,
-            )
+
+
+def _check_args(where: str, kind: str, args: dict, n_colls: int, err) -> None:
+    """A transfer has a direction and nbytes (and per-server bytes for the ``ps`` ones); a
+    collective op names a listed collective."""
+    if kind == "transfer" and (
+        args.get("direction") not in TRANSFER_DIRECTIONS
+        or not isinstance(args.get("nbytes"), int | float)
+    ):
+        raise err(
+            f"{where}.args",
+            f"a transfer needs direction ({', '.join(TRANSFER_DIRECTIONS)}) and nbytes",
         )
+    if args.get("direction") in PS_PARTS:
+        _check_ps_args(args, err, where)
+    if kind == "collective":
+        c = args.get("coll")
+        if not isinstance(c, int) or not 0 <= c < n_colls:
+            raise err(f"{where}.args.coll", f"unknown collective {c!r}", f"ids 0..{n_colls - 1}")
+
+
+def _check_members(ops: list[Op], colls: list[Collective], meta: dict, err) -> None:
+    """Each member of a collective has exactly one op on it (background sync collectives, run
+    outside the iteration, have none)."""
     members: dict[int, list[int]] = {}
     for op in ops:
         if op.kind == "collective":
             members.setdefault(op.args["coll"], []).append(op.rank)
-    background = set(((data.get("meta") or {}).get("sync") or {}).get("background", {}).values())
+    background = set((meta.get("sync") or {}).get("background", {}).values())
     for c in colls:
         if c.id in background:
             continue
@@ -604,4 +613,3 @@ def trace_from_dict(data: dict, file: str = "<trace>") -> Trace:
                 f"members {sorted(c.ranks.tolist())[:8]} "
                 f"but ops on ranks {got[:8]}: each member needs exactly one op",
             )
-    return Trace(ranks, ops, colls, dict(data.get("meta") or {}))
