@@ -1,5 +1,5 @@
 """Command line: ``zionsim run|trace|plan|topology|collective`` here; ``sweep|compare|plot`` in
-``cli_studies.py``, ``validate|calibrate`` in ``cli_measure.py``.
+``cli.studies`` (with ``studies``), ``validate|calibrate`` in ``cli.measure``.
 
 Parses arguments, calls the pure model, prints and writes.  Bad input exits with status 2 and a
 one-line message naming the file and field; never a traceback.
@@ -140,6 +140,7 @@ def _cluster(args):
 
 
 def cmd_topology(args) -> int:
+    """``zionsim topology``: print the cluster's summary table; ``--plot`` draws it to a PNG."""
     from zionsim.hardware.summary import topology_summary
 
     cluster = _cluster(args)
@@ -152,6 +153,8 @@ def cmd_topology(args) -> int:
 
 
 def cmd_collective(args) -> int:
+    """``zionsim collective``: one collective at each size of ``--sizes`` (bytes, doubling), like
+    nccl-tests; prints the rows and writes ``collective.csv`` and ``summary.json``."""
     from zionsim.base.units import parse_size_list
     from zionsim.network.simulate import simulate_collective
 
@@ -238,6 +241,8 @@ def _servers(cluster) -> int:
 
 
 def cmd_run(args) -> int:
+    """``zionsim run``: simulate a workload under a plan (or replay ``--trace``), write the result
+    folder and print the summary (table, JSON, or the breakdown as CSV)."""
     from zionsim.io.files import read_trace, write_run
     from zionsim.sim.run import simulate_run
 
@@ -286,6 +291,8 @@ def cmd_run(args) -> int:
 
 
 def cmd_trace(args) -> int:
+    """``zionsim trace``: write the trace of one iteration, lowered from the workload or imported
+    from a Kineto trace (``--import-kineto``)."""
     from zionsim.io.files import write_trace
     from zionsim.sim.run import build_trace
 
@@ -323,6 +330,8 @@ def _import_kineto(args):
 
 
 def cmd_plan(args) -> int:
+    """``zionsim plan``: the plan's estimated cost per table (top 20 in the table format) and per
+    GPU; ``--out`` writes the plan as YAML."""
     from zionsim.dlrm.planner import plan_costs
 
     cluster, w = _run_inputs(args)

@@ -1,6 +1,6 @@
 """Collective algorithms: a collective on a group of GPUs → phases of point-to-point flows.
 
-Algorithms know nothing of link rates; the network model (``network.py``) decides how fast the
+Algorithms know nothing of link rates; the network model (``network.flows``) decides how fast the
 flows go.  A :class:`Schedule` is a sequence of :class:`Phase` s; phases run one after another,
 the flows inside a phase run together (NCCL pipelines chunks, so a pipelined ring is one phase
 whose flows stream for the whole operation).  Sizes follow nccl-tests (DESIGN §9): all_reduce the
@@ -243,7 +243,7 @@ def pxn_all_to_all(cluster, ranks, size, matrix=None):
     keep = proxy != ranks[s_idx]
     intra = Phase(ranks[s_idx][keep], proxy[keep], relay[s_idx, m_idx][keep], 1)
     # network leg: (a, m) → (b, m) carries the data of every sender on node a (assumption 5);
-    # its weight is the number of senders merged into it (network.py assumption 3)
+    # its weight is the number of senders merged into it (network.flows assumption 3)
     cross = node[:, None] != node[None, :]
     agg = np.zeros((n_nodes, n_nodes, g))
     senders = np.zeros((n_nodes, n_nodes, g))

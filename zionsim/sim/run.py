@@ -2,7 +2,7 @@
 
 :func:`simulate_run` lowers the workload under the plan (default: table-wise round-robin), checks
 HBM capacity, executes the iterations, and returns a :class:`RunResult` of plain data: the summary
-mapping behind ``summary.json`` and the tables behind the other files.  Writing is ``io.py``'s job.
+mapping behind ``summary.json`` and the tables behind the other files.  Writing is ``io.files``' job.
 """
 
 from __future__ import annotations
