@@ -67,6 +67,11 @@ BUCKET_BYTES = 25 * 2**20
 
 @dataclass(frozen=True, slots=True)
 class Op:
+    """One op of a rank's iteration.  ``deps`` are ids of earlier ops on the same rank (the
+    stream order adds the rest); ``args`` hold its work, not its duration: GEMM ``m, n, k,
+    dtype``, ``nbytes`` of memory ops and transfers, lookups of embedding ops, ``coll`` (a
+    collective id) of collective ops."""
+
     id: int
     rank: int
     name: str
@@ -90,12 +95,16 @@ class Collective:
 
 @dataclass
 class Trace:
+    """One training iteration: every rank's ops (``ops[i].id == i``), the collectives they
+    reference, and ``meta`` (of a lowered trace: workload, plan, global batch, fused, sync)."""
+
     ranks: int
     ops: list[Op]
     collectives: list[Collective]
     meta: dict = field(default_factory=dict)
 
     def by_rank(self) -> list[list[Op]]:
+        """Each rank's ops in id order (list index = rank)."""
         out: list[list[Op]] = [[] for _ in range(self.ranks)]
         for op in self.ops:
             out[op.rank].append(op)
