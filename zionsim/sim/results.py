@@ -56,6 +56,8 @@ class Analysis:
 
     # ----------------------------------------------------------------------------- figures
     def iteration_times(self) -> np.ndarray:
+        """Seconds of each measured iteration (end to end of consecutive iterations, module
+        docstring), warm-up excluded."""
         starts = np.concatenate([[0.0], self.ends[:-1]])
         return (self.ends - starts)[self.warmup :]
 
@@ -89,6 +91,8 @@ class Analysis:
         return segs
 
     def end_of(self, k: int, op, it: int) -> float:
+        """End (s) of record ``k``, op ``op`` in iteration ``it``: the collective's end for a
+        collective op, else the op's own."""
         cr = self.rec.collectives.get((it, op.args.get("coll")))
         return cr.end_s if op.kind == "collective" and cr is not None else self.end[k]
 

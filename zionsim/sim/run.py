@@ -2,7 +2,7 @@
 
 :func:`simulate_run` lowers the workload under the plan (default: table-wise round-robin), checks
 HBM capacity, executes the iterations, and returns a :class:`RunResult` of plain data: the summary
-mapping behind ``summary.json`` and the tables behind the other files.  Writing is ``io.files``' job.
+mapping behind ``summary.json`` and the tables behind the other files.  ``io.files`` writes them.
 """
 
 from __future__ import annotations
@@ -30,6 +30,10 @@ from zionsim.sim.results import Analysis, links_table, perfetto
 
 @dataclass
 class RunResult:
+    """One run as plain data: ``summary`` (``summary.json``), ``timing`` (the simulator's own
+    wall time and event count), the events, breakdown, links and per-GPU memory tables, and the
+    trace that ran."""
+
     summary: dict
     timing: dict
     events: pd.DataFrame
@@ -39,6 +43,7 @@ class RunResult:
     trace: Trace
 
     def perfetto(self) -> dict:
+        """The events as a Chrome/Perfetto trace (see :func:`zionsim.sim.results.perfetto`)."""
         return perfetto(self.events)
 
 
