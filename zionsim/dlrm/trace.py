@@ -112,10 +112,13 @@ class Trace:
 
 
 class _Builder:
+    """Accumulates the ops and collectives of a trace under construction."""
+
     def __init__(self, ranks: int):
         self.ranks, self.ops, self.colls = ranks, [], []
 
     def op(self, rank, name, kind, category, stream, deps=(), **args) -> int:
+        """Append an op (None deps dropped: absent ops) and return its id."""
         i = len(self.ops)
         self.ops.append(
             Op(i, rank, name, kind, category, stream, tuple(d for d in deps if d is not None), args)
@@ -123,6 +126,7 @@ class _Builder:
         return i
 
     def collective(self, op, size, matrix=None, ranks=None) -> int:
+        """Append a collective of ``size`` bytes over ``ranks`` (default all) and return its id."""
         ranks = np.arange(self.ranks) if ranks is None else ranks
         self.colls.append(Collective(len(self.colls), op, ranks, float(size), matrix))
         return len(self.colls) - 1
