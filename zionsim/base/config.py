@@ -169,12 +169,16 @@ class Fields:
         self.data, self.file, self.prefix = data, file, prefix
 
     def path(self, key: str) -> str:
+        """The dotted field name of ``key`` under this mapping's prefix (for error messages)."""
         return f"{self.prefix}.{key}" if self.prefix else key
 
     def error(self, key: str, problem: str, allowed: str | None = None) -> InputError:
+        """An :class:`InputError` naming the file and field ``key`` (to raise, not raised)."""
         return InputError(problem, file=self.file, field=self.path(key), allowed=allowed)
 
     def raw(self, key: str, default: Any = ...) -> Any:
+        """The value of ``key`` as written; ``default`` when absent or null, an error when there
+        is no default (``...``: the field is required)."""
         if key not in self.data or self.data[key] is None:
             if default is ...:
                 raise self.error(key, "missing required field")
@@ -182,6 +186,7 @@ class Fields:
         return self.data[key]
 
     def sub(self, key: str, default: Any = ...) -> Fields:
+        """The nested mapping ``key`` as :class:`Fields` (errors then name ``prefix.key.…``)."""
         return Fields(self.raw(key, default), self.file, self.path(key))
 
     def quantity(
@@ -203,6 +208,7 @@ class Fields:
         return value
 
     def integer(self, key: str, default: Any = ..., *, minimum: int = 1) -> int:
+        """A whole number ``>= minimum`` (``4`` or ``4.0``; not a bool, not ``4.5``)."""
         value = self.raw(key, default)
         if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value):
             raise self.error(key, f"expected an integer, got {value!r}")
@@ -211,18 +217,21 @@ class Fields:
         return int(value)
 
     def fraction(self, key: str, default: Any = ...) -> float:
+        """A fraction in (0, 1], written as a number or a percentage (``0.8`` or ``80%``)."""
         value = self.quantity(key, "fraction", default)
         if value > 1.0:
             raise self.error(key, f"must be in (0, 1], got {self.raw(key, default)!r}")
         return value
 
     def choice(self, key: str, options: tuple[str, ...] | list[str], default: Any = ...) -> str:
+        """One of ``options``, exactly as written (the error lists them)."""
         value = self.raw(key, default)
         if value not in options:
             raise self.error(key, f"unknown value {value!r}", allowed=", ".join(options))
         return value
 
     def flag(self, key: str, default: Any = ...) -> bool:
+        """A YAML boolean (``true``/``false``); strings and numbers are rejected."""
         value = self.raw(key, default)
         if not isinstance(value, bool):
             raise self.error(key, f"expected true or false, got {value!r}")

@@ -1,5 +1,5 @@
 """Command line: ``zionsim run|trace|plan|topology|collective`` here; ``sweep|compare|plot`` in
-``cli_studies.py``, ``validate|calibrate`` in ``cli_measure.py``.
+``cli.studies`` (with ``studies``), ``validate|calibrate`` in ``cli.measure``.
 
 Parses arguments, calls the pure model, prints and writes.  Bad input exits with status 2 and a
 one-line message naming the file and field; never a traceback.
@@ -18,14 +18,37 @@ from zionsim.io.files import format_mapping, format_rows, to_json, write_result_
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``zionsim`` argument parser: one subcommand per entry of :func:`commands`."""
     parser = argparse.ArgumentParser(prog="zionsim", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
+    _add_topology_parser(sub)
+    _add_collective_parser(sub)
+    for name, helptext, add_options in (
+        ("run", "simulate DLRM training iterations", _add_run_options),
+        ("trace", "write (or import) the trace of one iteration", _add_trace_options),
+        ("plan", "shard the tables of a workload and show the plan", _add_plan_options),
+    ):
+        p = sub.add_parser(name, help=helptext)
+        _add_workload_options(p)
+        add_options(p)
+    from zionsim.cli import measure as cli_measure
+    from zionsim.cli import studies as cli_studies
 
+    cli_studies.add_parsers(sub)
+    cli_measure.add_parsers(sub)
+    return parser
+
+
+def _add_topology_parser(sub) -> None:
+    """``zionsim topology [NAME] [--plot FILE.png]``."""
     p = sub.add_parser("topology", help="describe a cluster topology")
     p.add_argument("name", nargs="?", default=None, help="built-in name or YAML path")
     common_options(p)
     p.add_argument("--plot", metavar="FILE.png", help="draw the first nodes and the fabric")
 
+
+def _add_collective_parser(sub) -> None:
+    """``zionsim collective``: one collective over a range of sizes, like nccl-tests."""
     p = sub.add_parser("collective", help="nccl-tests in simulation")
     common_options(p, nodes_default=None)
     p.add_argument(
@@ -39,79 +62,78 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fidelity", default="flow", choices=("flow", "analytic"))
     p.add_argument("--out", default=None, help="result folder (default results/runs/<name>_<hash>)")
     force_option(p)
-    for name, helptext in (
-        ("run", "simulate DLRM training iterations"),
-        ("trace", "write (or import) the trace of one iteration"),
-        ("plan", "shard the tables of a workload and show the plan"),
-    ):
-        p = sub.add_parser(name, help=helptext)
-        common_options(p)
-        p.add_argument("--workload", default=DEFAULT_WORKLOAD, help="built-in name or YAML path")
-        p.add_argument(
-            "--plan",
-            default="auto",
-            help="auto (greedy planner), round_robin, ps (tables on CPU parameter servers), "
-            "or a plan YAML",
-        )
-        p.add_argument("--batch-per-gpu", type=int, default=None)
-        p.add_argument("--global-batch", type=int, default=None)
-        p.add_argument("--unfused", action="store_true", help="per-table embedding kernels")
-        p.add_argument(
-            "--stack",
-            default=None,
-            help="software stack profile: torchrec (default), hugectr, nvidia_pytorch_dlrm, "
-            "tensorflow_sok, bare, or a YAML path (docs/stacks.md)",
-        )
-        if name == "run":
-            p.add_argument(
-                "--trace",
-                dest="trace_file",
-                default=None,
-                help="replay a trace file instead of lowering the workload",
-            )
-            p.add_argument("--iterations", type=int, default=3)
-            p.add_argument(
-                "--sync",
-                default=None,
-                help="allreduce (default), foreground-ma|bmuf|easgd, shadow-ma|bmuf|easgd",
-            )
-            p.add_argument("--sync-every", type=int, default=None, help="foreground: every K")
-            p.add_argument("--sync-servers", type=int, default=None, help="EASGD servers")
-            p.add_argument(
-                "--sync-period",
-                type=float,
-                default=None,
-                help="shadow: minimum seconds between a trainer's rounds",
-            )
-            p.add_argument("--sync-trainer", default=None, choices=("rank", "node"))
-            p.add_argument("--warmup", type=int, default=1)
-            p.add_argument("--fidelity", default="flow", choices=("flow", "analytic"))
-            p.add_argument(
-                "--out", default=None, help="result folder (default results/runs/<name>_<hash>)"
-            )
-            force_option(p)
-            p.add_argument("--no-plot", action="store_true", help="skip breakdown.png")
-        elif name == "trace":
-            p.add_argument("--out", required=True, help="trace file to write (.json)")
-            force_option(p)
-            p.add_argument(
-                "--import-kineto",
-                metavar="FILE",
-                default=None,
-                help="import a PyTorch profiler (Kineto) trace: a JSON(.gz) file, one per rank "
-                "in a folder, or a list; --nodes/--gpus-per-node retarget it (docs/traces.md)",
-            )
-            p.add_argument("--step", type=int, default=None, help="kineto: ProfilerStep#N only")
-        else:
-            p.add_argument("--planner", default=None, help="greedy (default), round_robin or ps")
-            p.add_argument("--out", default=None, help="write the plan as YAML")
-            force_option(p)
-    from zionsim.cli import measure as cli_measure
-    from zionsim.cli import studies as cli_studies
 
-    cli_studies.add_parsers(sub)
-    cli_measure.add_parsers(sub)
-    return parser
+
+def _add_workload_options(p) -> None:
+    """Options that ``run``, ``trace`` and ``plan`` share: cluster, workload, plan and batch."""
+    common_options(p)
+    p.add_argument("--workload", default=DEFAULT_WORKLOAD, help="built-in name or YAML path")
+    p.add_argument(
+        "--plan",
+        default="auto",
+        help="auto (greedy planner), round_robin, ps (tables on CPU parameter servers), "
+        "or a plan YAML",
+    )
+    p.add_argument("--batch-per-gpu", type=int, default=None)
+    p.add_argument("--global-batch", type=int, default=None)
+    p.add_argument("--unfused", action="store_true", help="per-table embedding kernels")
+    p.add_argument(
+        "--stack",
+        default=None,
+        help="software stack profile: torchrec (default), hugectr, nvidia_pytorch_dlrm, "
+        "tensorflow_sok, bare, or a YAML path (docs/stacks.md)",
+    )
+
+
+def _add_run_options(p) -> None:
+    """``zionsim run``: trace replay, iterations, sync mode, fidelity and the result folder."""
+    p.add_argument(
+        "--trace",
+        dest="trace_file",
+        default=None,
+        help="replay a trace file instead of lowering the workload",
+    )
+    p.add_argument("--iterations", type=int, default=3)
+    p.add_argument(
+        "--sync",
+        default=None,
+        help="allreduce (default), foreground-ma|bmuf|easgd, shadow-ma|bmuf|easgd",
+    )
+    p.add_argument("--sync-every", type=int, default=None, help="foreground: every K")
+    p.add_argument("--sync-servers", type=int, default=None, help="EASGD servers")
+    p.add_argument(
+        "--sync-period",
+        type=float,
+        default=None,
+        help="shadow: minimum seconds between a trainer's rounds",
+    )
+    p.add_argument("--sync-trainer", default=None, choices=("rank", "node"))
+    p.add_argument("--warmup", type=int, default=1)
+    p.add_argument("--fidelity", default="flow", choices=("flow", "analytic"))
+    p.add_argument("--out", default=None, help="result folder (default results/runs/<name>_<hash>)")
+    force_option(p)
+    p.add_argument("--no-plot", action="store_true", help="skip breakdown.png")
+
+
+def _add_trace_options(p) -> None:
+    """``zionsim trace``: the output file and the Kineto import."""
+    p.add_argument("--out", required=True, help="trace file to write (.json)")
+    force_option(p)
+    p.add_argument(
+        "--import-kineto",
+        metavar="FILE",
+        default=None,
+        help="import a PyTorch profiler (Kineto) trace: a JSON(.gz) file, one per rank "
+        "in a folder, or a list; --nodes/--gpus-per-node retarget it (docs/traces.md)",
+    )
+    p.add_argument("--step", type=int, default=None, help="kineto: ProfilerStep#N only")
+
+
+def _add_plan_options(p) -> None:
+    """``zionsim plan``: the planner and the plan file to write."""
+    p.add_argument("--planner", default=None, help="greedy (default), round_robin or ps")
+    p.add_argument("--out", default=None, help="write the plan as YAML")
+    force_option(p)
 
 
 def _cluster(args):
@@ -124,6 +146,7 @@ def _cluster(args):
 
 
 def cmd_topology(args) -> int:
+    """``zionsim topology``: print the cluster's summary table; ``--plot`` draws it to a PNG."""
     from zionsim.hardware.summary import topology_summary
 
     cluster = _cluster(args)
@@ -136,6 +159,8 @@ def cmd_topology(args) -> int:
 
 
 def cmd_collective(args) -> int:
+    """``zionsim collective``: one collective at each size of ``--sizes`` (bytes, doubling), like
+    nccl-tests; prints the rows and writes ``collective.csv`` and ``summary.json``."""
     from zionsim.base.units import parse_size_list
     from zionsim.network.simulate import simulate_collective
 
@@ -224,6 +249,8 @@ def _servers(cluster) -> int:
 
 
 def cmd_run(args) -> int:
+    """``zionsim run``: simulate a workload under a plan (or replay ``--trace``), write the result
+    folder and print the summary (table, JSON, or the breakdown as CSV)."""
     from zionsim.io.files import read_trace, write_run
     from zionsim.sim.run import simulate_run
 
@@ -273,6 +300,8 @@ def cmd_run(args) -> int:
 
 
 def cmd_trace(args) -> int:
+    """``zionsim trace``: write the trace of one iteration, lowered from the workload or imported
+    from a Kineto trace (``--import-kineto``)."""
     from zionsim.io.files import write_trace
     from zionsim.sim.run import build_trace
 
@@ -312,6 +341,8 @@ def _import_kineto(args):
 
 
 def cmd_plan(args) -> int:
+    """``zionsim plan``: the plan's estimated cost per table (top 20 in the table format) and per
+    GPU; ``--out`` writes the plan as YAML."""
     from zionsim.dlrm.planner import plan_costs
 
     cluster, w = _run_inputs(args)

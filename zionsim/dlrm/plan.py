@@ -50,6 +50,9 @@ class Shard:
 
 @dataclass(frozen=True)
 class Plan:
+    """A sharding plan: its name and one :class:`Shard` per table (``Shard.table`` is the
+    table's index in the workload)."""
+
     name: str
     shards: tuple[Shard, ...]
 
@@ -59,6 +62,7 @@ class Plan:
 
 
 def table_bytes(w: WorkloadSpec, t) -> int:
+    """Bytes of table ``t``'s rows in ``w``'s embedding precision (optimizer state excluded)."""
     return t.rows * row_bytes(t.dim, w.precision["embedding"])
 
 

@@ -52,6 +52,7 @@ class Cost:
 
     @property
     def total_s(self) -> float:
+        """Estimated seconds summed over all parts (``part_s`` × ``parts``)."""
         return self.part_s * self.parts
 
 
@@ -235,12 +236,17 @@ def _miss_s(ctx: Context, opt: Option, cost: Cost, frac: float, alpha: float) ->
 # ------------------------------------------------------------------------------ planners
 @dataclass(frozen=True)
 class Planner:
+    """A planner as its four stages (module docstring); ``dataclasses.replace`` swaps one."""
+
     enumerate: Callable = enumerate_options
     estimate: Callable = estimate
     choose: Callable = choose
     place: Callable = place
 
     def plan(self, cluster, w: WorkloadSpec) -> Plan:
+        """The plan of ``w`` on ``cluster``: every option of every table estimated, a per-GPU
+        target of (Σ over tables of the cheapest option's total seconds) / GPUs, one option
+        chosen per table against it, then placed."""
         ctx = context(cluster, w)
         costed = {
             t.index: [(o, self.estimate(ctx, t, o)) for o in self.enumerate(ctx, t)]

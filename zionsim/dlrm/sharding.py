@@ -81,12 +81,21 @@ def column_splits(dim: int, k: int) -> list[int]:
 
 
 def layout(w: WorkloadSpec, plan, n: int, gpus_per_node: int, zipf_alpha: float = 1.0) -> Layout:
-    """The per-rank consequences of ``plan`` for workload ``w`` on ``n`` ranks."""
-    g = gpus_per_node
-    nodes = max(1, n // g)
-    B, G = w.batch_per_gpu, w.batch_per_gpu * n
-    cb = DTYPE_BYTES[w.precision["communication"]]
-    per_el, per_row = EMBEDDING_OPTIMIZERS[w.optimizer["embedding"]]
+    """The per-rank consequences of ``plan`` for workload ``w`` on ``n`` ranks (``gpus_per_node``
+    per node; ``zipf_alpha`` is the row-popularity skew behind UVM cache hit rates)."""
+    nodes = max(1, n // gpus_per_node)
+    n_ps = 1 + max((s.server for s in plan.shards if s.tier == "ps"), default=-1)
+    out = _empty_layout(n, nodes, n_ps)
+    for s in plan.shards:
+        if s.tier == "ps":
+            _add_ps_shard(out, w, s)
+        else:
+            _add_gpu_shard(out, w, s, n, gpus_per_node, zipf_alpha)
+    return out
+
+
+def _empty_layout(n: int, nodes: int, n_ps: int) -> Layout:
+    """A :class:`Layout` of zeros for ``n`` ranks, ``nodes`` nodes and ``n_ps`` servers."""
     z = np.zeros(n)
     out = Layout(
         z.copy(),
@@ -105,69 +114,87 @@ def layout(w: WorkloadSpec, plan, n: int, gpus_per_node: int, zipf_alpha: float 
         np.zeros((nodes, nodes)),
         0,
     )
-    out.unique_rows = np.zeros(n)
-    n_ps = 1 + max((s.server for s in plan.shards if s.tier == "ps"), default=-1)
     out.ps_index, out.ps_gather, out.ps_pooled, out.ps_update = (
         np.zeros((n, n_ps)) for _ in range(4)
     )
     out.ps_dram_bytes = np.zeros(n_ps)
-    for s in plan.shards:
-        t = w.tables[s.table]
-        idx = w.index_bytes
-        if s.tier == "ps":
-            rb = row_bytes(t.dim, w.precision["embedding"])
-            state = 4 * (per_el * t.dim + per_row)
-            out.ps_index[:, s.server] += B * (t.pooling + 1) * idx
-            out.ps_gather[:, s.server] += B * t.pooling * rb
-            out.ps_pooled[:, s.server] += B * t.dim * cb
-            out.ps_update[:, s.server] += B * t.pooling * (rb + state)
-            out.ps_dram_bytes[s.server] += t.rows * (rb + state)
-            continue
-
-        def serve(r, lookups, rows, dim, t=t, s=s):
-            rb = row_bytes(dim, w.precision["embedding"])
-            state = 4 * (per_el * dim + per_row)
-            out.lookups[r] += lookups
-            drawn = lookups * t.rows / rows  # lookups of the table this shard's rows see
-            out.unique_rows[r] += _unique(t.rows, drawn, zipf_alpha) * lookups / drawn
-            out.lookup_bytes[r] += lookups * rb
-            out.state_bytes[r] += lookups * state
-            out.tables[r] += 1
-            if s.tier == "uvm":
-                cached = rows * s.cache_fraction
-                miss = 1.0 - hit_rate(rows, cached, zipf_alpha)
-                out.host_bytes[r] += lookups * miss * (rb + state)
-                out.hbm_bytes[r] += cached * rb
-                out.hbm_state_bytes[r] += cached * state
-                out.dram_bytes[r] += (rows - cached) * (rb + state)
-            else:
-                out.hbm_bytes[r] += rows * rb
-                out.hbm_state_bytes[r] += rows * state
-
-        if s.kind == "DP":
-            for r in range(n):
-                serve(r, B * t.pooling, t.rows, t.dim)
-                out.out_bytes[r] += B * t.dim * cb
-            out.dp_params += t.rows * t.dim
-        elif s.kind in ("TW", "CW"):
-            for r, d in zip(s.ranks, column_splits(t.dim, len(s.ranks)), strict=True):
-                serve(r, G * t.pooling, t.rows, d)
-                out.out_bytes[r] += G * d * cb
-                out.input_matrix[:, r] += B * (t.pooling + 1) * idx
-                out.pooled_matrix[r, :] += B * d * cb
-        elif s.kind == "RW":
-            for r in range(n):
-                serve(r, G * t.pooling / n, t.rows / n, t.dim)
-                out.out_bytes[r] += G * t.dim * cb
-            out.input_matrix += B * (t.pooling / n + 1) * idx
-            out.rw_bytes += G * t.dim * cb
-        elif s.kind == "TWRW":
-            members = list(s.ranks)
-            node = members[0] // g
-            for r in members:
-                serve(r, G * t.pooling / len(members), t.rows / len(members), t.dim)
-                out.out_bytes[r] += G * t.dim * cb
-                out.input_matrix[:, r] += B * (t.pooling / len(members) + 1) * idx
-            out.twrw_rs[node] = out.twrw_rs.get(node, 0.0) + G * t.dim * cb
-            out.twrw_matrix[node, :] += B * t.dim * cb
+    out.unique_rows = np.zeros(n)
     return out
+
+
+def _row_and_state_bytes(w: WorkloadSpec, dim: int) -> tuple[float, float]:
+    """Bytes of one embedding row of width ``dim``, and of its fp32 optimizer state."""
+    per_el, per_row = EMBEDDING_OPTIMIZERS[w.optimizer["embedding"]]
+    return row_bytes(dim, w.precision["embedding"]), 4 * (per_el * dim + per_row)
+
+
+def _add_ps_shard(out: Layout, w: WorkloadSpec, s) -> None:
+    """Traffic and DRAM of a ``ps``-tier table: every rank sends its ``B`` samples' indices to the
+    server, which gathers the rows and returns pooled values, then takes the gradients back."""
+    t, B, idx = w.tables[s.table], w.batch_per_gpu, w.index_bytes
+    cb = DTYPE_BYTES[w.precision["communication"]]
+    rb, state = _row_and_state_bytes(w, t.dim)
+    out.ps_index[:, s.server] += B * (t.pooling + 1) * idx
+    out.ps_gather[:, s.server] += B * t.pooling * rb
+    out.ps_pooled[:, s.server] += B * t.dim * cb
+    out.ps_update[:, s.server] += B * t.pooling * (rb + state)
+    out.ps_dram_bytes[s.server] += t.rows * (rb + state)
+
+
+def _serve(out: Layout, w: WorkloadSpec, s, r: int, lookups, rows, dim: int, zipf_alpha) -> None:
+    """Rank ``r`` serves ``lookups`` lookups into ``rows`` rows of width ``dim`` of shard ``s``:
+    lookup work, and HBM (or, in the ``uvm`` tier, cached HBM + host DRAM and miss traffic)."""
+    rb, state = _row_and_state_bytes(w, dim)
+    out.lookups[r] += lookups
+    if lookups > 0:
+        t = w.tables[s.table]
+        drawn = lookups * t.rows / rows  # lookups of the whole table; this shard sees its part
+        out.unique_rows[r] += _unique(t.rows, drawn, zipf_alpha) * lookups / drawn
+    out.lookup_bytes[r] += lookups * rb
+    out.state_bytes[r] += lookups * state
+    out.tables[r] += 1
+    if s.tier == "uvm":
+        cached = rows * s.cache_fraction
+        miss = 1.0 - hit_rate(rows, cached, zipf_alpha)
+        out.host_bytes[r] += lookups * miss * (rb + state)
+        out.hbm_bytes[r] += cached * rb
+        out.hbm_state_bytes[r] += cached * state
+        out.dram_bytes[r] += (rows - cached) * (rb + state)
+    else:
+        out.hbm_bytes[r] += rows * rb
+        out.hbm_state_bytes[r] += rows * state
+
+
+def _add_gpu_shard(out: Layout, w: WorkloadSpec, s, n: int, g: int, zipf_alpha: float) -> None:
+    """Lookups, memory and communication of a shard held by GPUs (DP, TW, CW, RW or TWRW; see the
+    module's table)."""
+    t, idx = w.tables[s.table], w.index_bytes
+    B, G = w.batch_per_gpu, w.batch_per_gpu * n
+    cb = DTYPE_BYTES[w.precision["communication"]]
+    if s.kind == "DP":
+        for r in range(n):
+            _serve(out, w, s, r, B * t.pooling, t.rows, t.dim, zipf_alpha)
+            out.out_bytes[r] += B * t.dim * cb
+        out.dp_params += t.rows * t.dim
+    elif s.kind in ("TW", "CW"):
+        for r, d in zip(s.ranks, column_splits(t.dim, len(s.ranks)), strict=True):
+            _serve(out, w, s, r, G * t.pooling, t.rows, d, zipf_alpha)
+            out.out_bytes[r] += G * d * cb
+            out.input_matrix[:, r] += B * (t.pooling + 1) * idx
+            out.pooled_matrix[r, :] += B * d * cb
+    elif s.kind == "RW":
+        for r in range(n):
+            _serve(out, w, s, r, G * t.pooling / n, t.rows / n, t.dim, zipf_alpha)
+            out.out_bytes[r] += G * t.dim * cb
+        out.input_matrix += B * (t.pooling / n + 1) * idx
+        out.rw_bytes += G * t.dim * cb
+    elif s.kind == "TWRW":
+        members = list(s.ranks)
+        node = members[0] // g
+        for r in members:
+            m = len(members)
+            _serve(out, w, s, r, G * t.pooling / m, t.rows / m, t.dim, zipf_alpha)
+            out.out_bytes[r] += G * t.dim * cb
+            out.input_matrix[:, r] += B * (t.pooling / m + 1) * idx
+        out.twrw_rs[node] = out.twrw_rs.get(node, 0.0) + G * t.dim * cb
+        out.twrw_matrix[node, :] += B * t.dim * cb

@@ -59,6 +59,7 @@ class SyncSpec:
         return self.mode.split("-")[-1]
 
     def to_dict(self) -> dict:
+        """The spec as a plain mapping (a trace's ``meta["sync"]``, ``summary.json``'s ``sync``)."""
         return {
             "mode": self.mode,
             "every": self.every,

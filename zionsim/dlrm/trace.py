@@ -70,6 +70,11 @@ BUCKET_BYTES = 25 * 2**20
 
 @dataclass(frozen=True, slots=True)
 class Op:
+    """One op of a rank's iteration.  ``deps`` are ids of earlier ops on the same rank (the
+    stream order adds the rest); ``args`` hold its work, not its duration: GEMM ``m, n, k,
+    dtype``, ``nbytes`` of memory ops and transfers, lookups of embedding ops, ``coll`` (a
+    collective id) of collective ops."""
+
     id: int
     rank: int
     name: str
@@ -93,12 +98,16 @@ class Collective:
 
 @dataclass
 class Trace:
+    """One training iteration: every rank's ops (``ops[i].id == i``), the collectives they
+    reference, and ``meta`` (of a lowered trace: workload, plan, global batch, fused, sync)."""
+
     ranks: int
     ops: list[Op]
     collectives: list[Collective]
     meta: dict = field(default_factory=dict)
 
     def by_rank(self) -> list[list[Op]]:
+        """Each rank's ops in id order (list index = rank)."""
         out: list[list[Op]] = [[] for _ in range(self.ranks)]
         for op in self.ops:
             out[op.rank].append(op)
@@ -106,10 +115,13 @@ class Trace:
 
 
 class _Builder:
+    """Accumulates the ops and collectives of a trace under construction."""
+
     def __init__(self, ranks: int):
         self.ranks, self.ops, self.colls = ranks, [], []
 
     def op(self, rank, name, kind, category, stream, deps=(), **args) -> int:
+        """Append an op (None deps dropped: absent ops) and return its id."""
         i = len(self.ops)
         self.ops.append(
             Op(i, rank, name, kind, category, stream, tuple(d for d in deps if d is not None), args)
@@ -117,6 +129,7 @@ class _Builder:
         return i
 
     def collective(self, op, size, matrix=None, ranks=None) -> int:
+        """Append a collective of ``size`` bytes over ``ranks`` (default all) and return its id."""
         ranks = np.arange(self.ranks) if ranks is None else ranks
         self.colls.append(Collective(len(self.colls), op, ranks, float(size), matrix))
         return len(self.colls) - 1
@@ -138,6 +151,60 @@ def lower(
     sync = sync or SyncSpec()
     lay = layout(w, plan, ranks, g, zipf_alpha)
     b = _Builder(ranks)
+    c = _embedding_collectives(b, lay, ranks, g)
+    buckets = _buckets(w, lay.dp_params)
+    cb = DTYPE_BYTES[w.precision["communication"]]
+    dense_groups = _dense_groups(sync, ranks, g)
+    c_ar = {
+        key: [b.collective("all_reduce", n * cb, ranks=grp) for n, _ in buckets]
+        for key, grp in dense_groups.items()
+    }
+    sync_bytes = float((w.dense_params + lay.dp_params) * cb)
+    sync_colls = _sync_collectives(b, sync, sync_bytes, ranks, g)
+    for r in range(ranks):
+        group = next((k for k, grp in dense_groups.items() if r in grp), None)
+        if stack.step_overhead_s > 0:
+            b.op(
+                r,
+                "step_overhead",
+                "host",
+                "framework",
+                "compute",
+                (),
+                seconds=stack.step_overhead_s,
+            )
+        ar = c_ar.get(group, [])
+        _lower_rank(b, w, r, r // g, r % g, lay, fused, c, ar, buckets, stack)
+        _lower_sync(b, sync, r, g, sync_colls, sync_bytes)
+    meta = {
+        "workload": w.name,
+        "plan": plan.name,
+        "global_batch": w.batch_per_gpu * ranks,
+        "fused": fused,
+        "stack": stack.to_dict(),
+        "model": model_figures(w),
+        "sync": {
+            **sync.to_dict(),
+            "background": sync_colls if sync.kind == "shadow" else {},
+            "bytes": sync_bytes,
+        },
+    }
+    return Trace(ranks, b.ops, b.colls, meta)
+
+
+def model_figures(w: WorkloadSpec) -> dict:
+    """Size and work of the model: parameters and forward MFLOPs per sample (as papers quote)."""
+    return {
+        "embedding_params": int(w.embedding_params),
+        "dense_params": int(w.dense_params),
+        "params": int(w.embedding_params + w.dense_params),
+        "mflops_per_sample": w.flops_per_sample / 1e6,
+    }
+
+
+def _embedding_collectives(b: _Builder, lay, ranks: int, g: int) -> dict:
+    """The embedding collectives the layout implies, by key: input, pooled and gradient
+    all-to-alls, RW reduce-scatter/all-gather, TWRW per-node and per-rail collectives."""
     c: dict = {}
     if lay.input_matrix.any():
         c["in"] = b.collective("all_to_all", lay.input_matrix.sum(1).max(), lay.input_matrix)
@@ -160,96 +227,59 @@ def lower(
             c["twrw_a2a_bwd", j] = b.collective(
                 "all_to_all", tm.T.sum(1).max(), tm.T.copy(), ranks=rail
             )
-    buckets = _buckets(w, lay.dp_params)
-    cb = DTYPE_BYTES[w.precision["communication"]]
-    dense_groups = _dense_groups(sync, ranks, g)
-    c_ar = {
-        key: [b.collective("all_reduce", n * cb, ranks=grp) for n, _ in buckets]
-        for key, grp in dense_groups.items()
-    }
-    sync_colls = _sync_collectives(b, sync, (w.dense_params + lay.dp_params) * cb, ranks, g)
-    for r in range(ranks):
-        group = next((k for k, grp in dense_groups.items() if r in grp), None)
-        if stack.step_overhead_s > 0:
-            b.op(
-                r,
-                "step_overhead",
-                "host",
-                "framework",
-                "compute",
-                (),
-                seconds=stack.step_overhead_s,
-            )
-        _lower_rank(b, w, r, r // g, r % g, lay, fused, c, c_ar.get(group, []), buckets, stack)
-        _lower_sync(b, sync, r, g, sync_colls, (w.dense_params + lay.dp_params) * cb)
-    meta = {
-        "workload": w.name,
-        "plan": plan.name,
-        "global_batch": w.batch_per_gpu * ranks,
-        "fused": fused,
-        "stack": stack.to_dict(),
-        "model": model_figures(w),
-        "sync": {
-            **sync.to_dict(),
-            "background": sync_colls if sync.kind == "shadow" else {},
-            "bytes": float((w.dense_params + lay.dp_params) * cb),
-        },
-    }
-    return Trace(ranks, b.ops, b.colls, meta)
+    return c
 
 
-def model_figures(w: WorkloadSpec) -> dict:
-    """Size and work of the model: parameters and forward MFLOPs per sample (as papers quote)."""
-    return {
-        "embedding_params": int(w.embedding_params),
-        "dense_params": int(w.dense_params),
-        "params": int(w.embedding_params + w.dense_params),
-        "mflops_per_sample": w.flops_per_sample / 1e6,
-    }
+class _RankOps:
+    """Op constructors for one rank ``r``: its collectives (by key in ``c``), GEMMs, UVM host
+    transfers and parameter-server transfers; each returns the new op's id, or None when the rank
+    has no such work."""
+
+    def __init__(self, b: _Builder, w: WorkloadSpec, r: int, lay, c: dict, stack=BARE):
+        self.b, self.w, self.r, self.lay, self.c = b, w, r, lay, c
+        self.stack = stack
+        self.dt = w.precision["dense"]
+        self.servers = [int(k) for k in np.flatnonzero(lay.ps_pooled[r])]
+
+    def coll(self, name, key, cat, stream, deps=()):
+        """The rank's op of collective ``c[key]``; None when the trace has no such collective."""
+        if key not in self.c:
+            return None
+        return self.b.op(self.r, name, "collective", cat, stream, deps, coll=self.c[key])
+
+    def gemm(self, name, m, n, k, deps=(), launches=1):
+        """An (m×k)·(k×n) GEMM in the dense precision on the compute stream, with ``launches``
+        kernels in all (the stack's bias/activation kernels beside the GEMM)."""
+        extra = {"launches": launches} if launches != 1 else {}
+        return self.b.op(
+            self.r, name, "gemm", "gemm", "compute", deps, m=m, n=n, k=k, dtype=self.dt, **extra
+        )
+
+    def host(self, name, direction, deps):
+        """A UVM host transfer of the rank's host-resident rows; None when it has none."""
+        nbytes = self.lay.host_bytes[self.r]
+        if nbytes <= 0:
+            return None
+        return self.b.op(
+            self.r, name, "transfer", "host_transfer", "compute", deps,
+            direction=direction, nbytes=float(nbytes),
+        )  # fmt: skip
+
+    def ps(self, name, deps, **parts):
+        """A parameter-server transfer, one byte count per server and part; None without servers."""
+        if not self.servers:
+            return None
+        parts = {k: [float(v[self.r, j]) for j in self.servers] for k, v in parts.items()}
+        nbytes = float(sum(parts.get("pooled", parts.get("push", []))))
+        return self.b.op(
+            self.r, name, "transfer", "parameter_server", "ps", deps,
+            direction=name, servers=self.servers, nbytes=nbytes, **parts,
+        )  # fmt: skip
 
 
 def _lower_rank(b, w, r, node, local, lay, fused, c, c_ar, buckets, stack=BARE):
-    B, dt = w.batch_per_gpu, w.precision["dense"]
-    k_fwd, k_bwd = stack.mlp_kernels
-
-    def coll(name, key, cat, stream, deps=()):
-        if key not in c:
-            return None
-        return b.op(r, name, "collective", cat, stream, deps, coll=c[key])
-
-    def gemm(name, m, n, k, deps=(), launches=1):
-        extra = {"launches": launches} if launches != 1 else {}
-        return b.op(r, name, "gemm", "gemm", "compute", deps, m=m, n=n, k=k, dtype=dt, **extra)
-
-    def host(name, direction, deps):
-        if lay.host_bytes[r] <= 0:
-            return None
-        return b.op(
-            r,
-            name,
-            "transfer",
-            "host_transfer",
-            "compute",
-            deps,
-            direction=direction,
-            nbytes=float(lay.host_bytes[r]),
-        )
-
-    servers = [int(k) for k in np.flatnonzero(lay.ps_pooled[r])]
-
-    def ps(name, deps, **parts):
-        if not servers:
-            return None
-        parts = {k: [float(v[r, j]) for j in servers] for k, v in parts.items()}
-        nbytes = float(sum(parts.get("pooled", parts.get("push", []))))
-        return b.op(
-            r, name, "transfer", "parameter_server", "ps", deps,
-            direction=name, servers=servers, nbytes=nbytes, **parts,
-        )  # fmt: skip
-
-    ps_in = ps("ps_lookup", (), index=lay.ps_index, gather=lay.ps_gather, pooled=lay.ps_pooled)
-    a_in = coll("input_a2a", "in", "all_to_all", "a2a")
-    h2d = host("uvm_read", "h2d", (a_in,))
+    """All ops of rank ``r`` (on ``node``, GPU ``local`` there) for one iteration, in order."""
+    o = _RankOps(b, w, r, lay, c, stack)
     n_look = float(lay.lookups[r])
     e_args = {
         "lookups": n_look,
@@ -257,79 +287,102 @@ def _lower_rank(b, w, r, node, local, lay, fused, c, c_ar, buckets, stack=BARE):
         "fused": fused,
         "row_bytes": float(lay.lookup_bytes[r] / n_look) if n_look else 0.0,
     }
-    e_fwd = b.op(
-        r,
-        "emb_fwd",
-        "embedding_fwd",
-        "embedding",
-        "compute",
-        (a_in, h2d),
-        out_bytes=float(lay.out_bytes[r]),
-        **e_args,
+    outs = _lower_embedding_fwd(o, node, local, e_args)
+    x = _lower_dense_fwd(o, outs)
+    grads_done: dict[str, int] = {}
+    x = _lower_top_bwd(o, x, grads_done)
+    e_bwd, d2h = _lower_sparse_bwd(o, node, local, e_args, x, grads_done)
+    _lower_dense_update(o, e_bwd, d2h, grads_done, c_ar, buckets)
+
+
+def _lower_embedding_fwd(o: _RankOps, node: int, local: int, e_args: dict) -> list:
+    """Parameter-server lookup, input all-to-all, UVM reads, embedding forward and the pooled
+    outputs' collectives; returns the ops the interaction waits for (None where absent)."""
+    ps_in = o.ps(
+        "ps_lookup", (), index=o.lay.ps_index, gather=o.lay.ps_gather, pooled=o.lay.ps_pooled
     )
+    a_in = o.coll("input_a2a", "in", "all_to_all", "a2a")
+    h2d = o.host("uvm_read", "h2d", (a_in,))
+    e_fwd = o.b.op(
+        o.r, "emb_fwd", "embedding_fwd", "embedding", "compute", (a_in, h2d),
+        out_bytes=float(o.lay.out_bytes[o.r]), **e_args,
+    )  # fmt: skip
     outs = [
-        coll("pooled_a2a", "pool", "all_to_all", "a2a", (e_fwd,)),
-        coll("rw_reduce_scatter", "rs", "reduce_scatter", "a2a", (e_fwd,)),
+        o.coll("pooled_a2a", "pool", "all_to_all", "a2a", (e_fwd,)),
+        o.coll("rw_reduce_scatter", "rs", "reduce_scatter", "a2a", (e_fwd,)),
     ]
-    rs = coll("twrw_reduce_scatter", ("twrw_rs", node), "reduce_scatter", "a2a", (e_fwd,))
-    outs.append(coll("twrw_a2a", ("twrw_a2a", local), "all_to_all", "a2a", (rs or e_fwd,)))
+    rs = o.coll("twrw_reduce_scatter", ("twrw_rs", node), "reduce_scatter", "a2a", (e_fwd,))
+    outs.append(o.coll("twrw_a2a", ("twrw_a2a", local), "all_to_all", "a2a", (rs or e_fwd,)))
     outs.append(ps_in)
+    return outs
+
+
+def _lower_dense_fwd(o: _RankOps, outs: list) -> int:
+    """Bottom MLP, interaction (after the embedding outputs ``outs``), top MLP and the loss;
+    returns the loss op."""
+    w, B = o.w, o.w.batch_per_gpu
     last = None
     for i, (k, n) in enumerate(w.bottom_layers()):
-        last = gemm(f"bottom_fwd{i}", B, n, k, (), k_fwd)
-    x = _interaction(b, w, r, B, dt, (last, *outs), "fwd")
+        last = o.gemm(f"bottom_fwd{i}", B, n, k, (), o.stack.mlp_kernels[0])
+    x = _interaction(o.b, w, o.r, B, o.dt, (last, *outs), "fwd")
     for i, (k, n) in enumerate(w.top_layers()):
-        x = gemm(f"top_fwd{i}", B, n, k, (x,), k_fwd)
-    x = b.op(r, "loss", "memory", "interaction", "compute", (x,), nbytes=float(16 * B))
-    grads_done: dict[str, int] = {}
+        x = o.gemm(f"top_fwd{i}", B, n, k, (x,), o.stack.mlp_kernels[0])
+    return o.b.op(o.r, "loss", "memory", "interaction", "compute", (x,), nbytes=float(16 * B))
+
+
+def _lower_top_bwd(o: _RankOps, x: int, grads_done: dict) -> int:
+    """Top-MLP wgrad and dgrad per layer, then the interaction backward; records each layer's
+    wgrad op in ``grads_done`` and returns the interaction backward's last op."""
+    w, B = o.w, o.w.batch_per_gpu
     for i, (k, n) in reversed(list(enumerate(w.top_layers()))):
-        grads_done[f"top{i}"] = gemm(f"top_wgrad{i}", k, n, B, (x,))
-        x = gemm(f"top_dgrad{i}", B, k, n, (x,), k_bwd - 1)
-    x = _interaction(b, w, r, B, dt, (x,), "bwd")
-    ps("ps_update", (x,), push=lay.ps_pooled, update=lay.ps_update)
+        grads_done[f"top{i}"] = o.gemm(f"top_wgrad{i}", k, n, B, (x,))
+        x = o.gemm(f"top_dgrad{i}", B, k, n, (x,), o.stack.mlp_kernels[1] - 1)
+    return _interaction(o.b, w, o.r, B, o.dt, (x,), "bwd")
+
+
+def _lower_sparse_bwd(o: _RankOps, node, local, e_args, x, grads_done) -> tuple:
+    """Parameter-server update, embedding-gradient collectives, bottom-MLP backward (wgrads into
+    ``grads_done``), embedding backward with its optimizer and UVM writes; returns
+    (emb_bwd op, UVM write op or None)."""
+    w, B, lay = o.w, o.w.batch_per_gpu, o.lay
+    o.ps("ps_update", (x,), push=lay.ps_pooled, update=lay.ps_update)
     backs = [
-        coll("grad_a2a", "grad", "all_to_all", "a2a", (x,)),
-        coll("rw_all_gather", "ag", "all_gather", "a2a", (x,)),
+        o.coll("grad_a2a", "grad", "all_to_all", "a2a", (x,)),
+        o.coll("rw_all_gather", "ag", "all_gather", "a2a", (x,)),
     ]
-    tb = coll("twrw_a2a_bwd", ("twrw_a2a_bwd", local), "all_to_all", "a2a", (x,))
-    backs += [tb, coll("twrw_all_gather", ("twrw_ag", node), "all_gather", "a2a", (tb,))]
+    tb = o.coll("twrw_a2a_bwd", ("twrw_a2a_bwd", local), "all_to_all", "a2a", (x,))
+    backs += [tb, o.coll("twrw_all_gather", ("twrw_ag", node), "all_gather", "a2a", (tb,))]
     for i, (k, n) in reversed(list(enumerate(w.bottom_layers()))):
-        grads_done[f"bottom{i}"] = gemm(f"bottom_wgrad{i}", k, n, B, (x,))
+        grads_done[f"bottom{i}"] = o.gemm(f"bottom_wgrad{i}", k, n, B, (x,))
         if i > 0:
-            x = gemm(f"bottom_dgrad{i}", B, k, n, (x,), k_bwd - 1)
-    e_bwd = b.op(
-        r,
-        "emb_bwd",
-        "embedding_bwd",
-        "embedding",
-        "compute",
-        tuple(backs),
+            x = o.gemm(f"bottom_dgrad{i}", B, k, n, (x,), o.stack.mlp_kernels[1] - 1)
+    n_look = e_args["lookups"]
+    e_bwd = o.b.op(
+        o.r, "emb_bwd", "embedding_bwd", "embedding", "compute", tuple(backs),
         optimizer=w.optimizer["embedding"],
-        state_bytes_per_row=float(lay.state_bytes[r] / n_look) if n_look else 0.0,
-        unique_rows=float(lay.unique_rows[r]),
-        **e_args,
-    )
-    d2h = host("uvm_write", "d2h", (e_bwd,))
+        state_bytes_per_row=float(lay.state_bytes[o.r] / n_look) if n_look else 0.0,
+        unique_rows=float(lay.unique_rows[o.r]), **e_args,
+    )  # fmt: skip
+    return e_bwd, o.host("uvm_write", "d2h", (e_bwd,))
+
+
+def _lower_dense_update(o: _RankOps, e_bwd, d2h, grads_done, c_ar, buckets) -> None:
+    """One all-reduce per DDP bucket once its layers' gradients are done (layers without a wgrad
+    op, DCN and DP tables, wait for the embedding backward), then the dense optimizer step."""
     ars = []
     for j, ((_, members), cid) in enumerate(zip(buckets[: len(c_ar)], c_ar, strict=True)):
         ready = tuple(grads_done.get(m, e_bwd) for m in members)
         ars.append(
-            b.op(r, f"allreduce{j}", "collective", "all_reduce", "allreduce", ready, coll=cid)
+            o.b.op(o.r, f"allreduce{j}", "collective", "all_reduce", "allreduce", ready, coll=cid)
         )
-    state = DENSE_OPTIMIZERS[w.optimizer["dense"]]
-    tensors = 2 * (len(w.top_layers()) + len(w.bottom_layers()))  # weight and bias per layer
-    per_tensor = stack.optimizer_kernels_per_tensor
+    state = DENSE_OPTIMIZERS[o.w.optimizer["dense"]]
+    tensors = 2 * (len(o.w.top_layers()) + len(o.w.bottom_layers()))  # weight, bias per layer
+    per_tensor = o.stack.optimizer_kernels_per_tensor
     extra = {"launches": tensors * per_tensor} if per_tensor else {}
-    b.op(
-        r,
-        "dense_opt",
-        "memory",
-        "optimizer",
-        "compute",
-        (*ars, e_bwd, d2h),
-        nbytes=float(w.dense_params * 4 * (3 + 2 * state)),
-        **extra,
-    )
+    o.b.op(
+        o.r, "dense_opt", "memory", "optimizer", "compute", (*ars, e_bwd, d2h),
+        nbytes=float(o.w.dense_params * 4 * (3 + 2 * state)), **extra,
+    )  # fmt: skip
 
 
 def _check_ps_args(args: dict, err, where: str) -> None:
@@ -408,67 +461,37 @@ def _interaction(b, w, r, B, dt, deps, phase):
         x = None
         for i in range(reps):  # batched F×d · d×F products: B·F rows against F columns
             x = b.op(
-                r,
-                f"{name}{i}",
-                "gemm",
-                "interaction",
-                "compute",
-                deps if i == 0 else (x,),
-                m=B * n_feat,
-                n=n_feat,
-                k=d,
-                dtype=dt,
-            )
+                r, f"{name}{i}", "gemm", "interaction", "compute", deps if i == 0 else (x,),
+                m=B * n_feat, n=n_feat, k=d, dtype=dt,
+            )  # fmt: skip
         return x
     width = w.interaction_input_width
     if w.interaction in ("reduce", "projection"):
         return _stated_width_interaction(b, w, r, B, dt, deps, phase)
-    if w.interaction == "concat":
-        return b.op(
-            r,
-            name,
-            "memory",
-            "interaction",
-            "compute",
-            deps,
-            nbytes=float(2 * DTYPE_BYTES[dt] * B * width * reps),
-        )
+    if w.interaction == "concat":  # read and write the concatenated features
+        nbytes = float(2 * DTYPE_BYTES[dt] * B * width * reps)
+        return b.op(r, name, "memory", "interaction", "compute", deps, nbytes=nbytes)
+    return _dcn_interaction(b, w, r, B, dt, deps, name, reps, width)
+
+
+def _dcn_interaction(b, w, r, B, dt, deps, name, reps, width):
+    """DCN cross layers: per layer, the low-rank V and W GEMMs (``reps`` times) and an
+    element-wise multiply-add over the ``width`` features; returns the last op."""
     x = None
     for layer in range(w.dcn_layers):
         for i in range(reps):
             x = b.op(
-                r,
-                f"{name}_l{layer}_v{i}",
-                "gemm",
-                "interaction",
-                "compute",
-                deps if x is None else (x,),
-                m=B,
-                n=w.dcn_low_rank,
-                k=width,
-                dtype=dt,
-            )
+                r, f"{name}_l{layer}_v{i}", "gemm", "interaction", "compute",
+                deps if x is None else (x,), m=B, n=w.dcn_low_rank, k=width, dtype=dt,
+            )  # fmt: skip
             x = b.op(
-                r,
-                f"{name}_l{layer}_w{i}",
-                "gemm",
-                "interaction",
-                "compute",
-                (x,),
-                m=B,
-                n=width,
-                k=w.dcn_low_rank,
-                dtype=dt,
-            )
+                r, f"{name}_l{layer}_w{i}", "gemm", "interaction", "compute", (x,),
+                m=B, n=width, k=w.dcn_low_rank, dtype=dt,
+            )  # fmt: skip
         x = b.op(
-            r,
-            f"{name}_l{layer}_mul",
-            "memory",
-            "interaction",
-            "compute",
-            (x,),
+            r, f"{name}_l{layer}_mul", "memory", "interaction", "compute", (x,),
             nbytes=float(3 * DTYPE_BYTES[dt] * B * width * reps),
-        )
+        )  # fmt: skip
     return x
 
 
@@ -476,7 +499,7 @@ def _stated_width_interaction(b, w, r, B, dt, deps, phase):
     """``reduce``: the interaction inputs summed element-wise down to ``output_width`` features
     (memory-bound: read every input element, write the output; backward the reverse).
     ``projection``: a learned linear layer from the inputs to ``output_width`` (forward GEMM;
-    backward dgrad and wgrad GEMMs)."""
+    backward wgrad and dgrad GEMMs)."""
     n_in, n_out, name = w.interaction_input_width, w.interaction_width, f"interaction_{phase}"
     if w.interaction == "reduce":
         nbytes = float(DTYPE_BYTES[dt] * B * (n_in + n_out))
@@ -484,11 +507,13 @@ def _stated_width_interaction(b, w, r, B, dt, deps, phase):
     if phase == "fwd":
         return b.op(r, name, "gemm", "interaction", "compute", deps, m=B, n=n_out, k=n_in, dtype=dt)
     x = b.op(
-        r, f"{name}_wgrad", "gemm", "interaction", "compute", deps, m=n_in, n=n_out, k=B, dtype=dt
-    )
+        r, f"{name}_wgrad", "gemm", "interaction", "compute", deps,
+        m=n_in, n=n_out, k=B, dtype=dt,
+    )  # fmt: skip
     return b.op(
-        r, f"{name}_dgrad", "gemm", "interaction", "compute", (x,), m=B, n=n_in, k=n_out, dtype=dt
-    )
+        r, f"{name}_dgrad", "gemm", "interaction", "compute", (x,),
+        m=B, n=n_in, k=n_out, dtype=dt,
+    )  # fmt: skip
 
 
 def _buckets(w: WorkloadSpec, dp_params: int) -> list[tuple[int, list[str]]]:
@@ -561,93 +586,100 @@ def trace_from_dict(data: dict, file: str = "<trace>") -> Trace:
     ranks = data.get("ranks")
     if not isinstance(ranks, int) or ranks < 1:
         raise err("ranks", f"expected a positive integer, got {ranks!r}")
-    colls = []
-    for i, c in enumerate(data.get("collectives") or []):
-        if c.get("id") != i:
-            raise err(f"collectives[{i}].id", f"expected {i}, got {c.get('id')!r}")
-        from zionsim.network.collectives import OPS
+    colls = [
+        _load_collective(i, c, ranks, err) for i, c in enumerate(data.get("collectives") or [])
+    ]
+    ops = [
+        _load_op(i, o, data, ranks, len(colls), err) for i, o in enumerate(data.get("ops") or [])
+    ]
+    _check_members(ops, colls, data.get("meta") or {}, err)
+    return Trace(ranks, ops, colls, dict(data.get("meta") or {}))
 
-        if c.get("op") not in OPS:
-            raise err(f"collectives[{i}].op", f"unknown collective {c.get('op')!r}", ", ".join(OPS))
-        group = np.asarray(c.get("ranks", []), dtype=np.int64)
-        if len(group) == 0 or group.min() < 0 or group.max() >= ranks:
-            raise err(f"collectives[{i}].ranks", f"ranks must be in 0..{ranks - 1}")
-        matrix = c.get("matrix")
-        colls.append(
-            Collective(
-                i,
-                c["op"],
-                group,
-                float(c.get("size_bytes", 0)),
-                None if matrix is None else np.asarray(matrix, dtype=float),
-            )
-        )
-    ops = []
-    for i, o in enumerate(data.get("ops") or []):
-        where = f"ops[{i}]"
-        if o.get("id") != i:
-            raise err(f"{where}.id", f"expected {i}, got {o.get('id')!r}")
-        if o.get("kind") not in KINDS:
-            raise err(f"{where}.kind", f"unknown op kind {o.get('kind')!r}", ", ".join(KINDS))
-        if o.get("stream") not in STREAMS:
-            raise err(f"{where}.stream", f"unknown stream {o.get('stream')!r}", ", ".join(STREAMS))
-        if o.get("category") not in CATEGORIES:
+
+def _load_collective(i: int, c: dict, ranks: int, err) -> Collective:
+    """Collective ``i`` of a trace file: its id, a known op and members among the ranks."""
+    if c.get("id") != i:
+        raise err(f"collectives[{i}].id", f"expected {i}, got {c.get('id')!r}")
+    from zionsim.network.collectives import OPS
+
+    if c.get("op") not in OPS:
+        raise err(f"collectives[{i}].op", f"unknown collective {c.get('op')!r}", ", ".join(OPS))
+    group = np.asarray(c.get("ranks", []), dtype=np.int64)
+    if len(group) == 0 or group.min() < 0 or group.max() >= ranks:
+        raise err(f"collectives[{i}].ranks", f"ranks must be in 0..{ranks - 1}")
+    matrix = c.get("matrix")
+    return Collective(
+        i,
+        c["op"],
+        group,
+        float(c.get("size_bytes", 0)),
+        None if matrix is None else np.asarray(matrix, dtype=float),
+    )
+
+
+def _load_op(i: int, o: dict, data: dict, ranks: int, n_colls: int, err) -> Op:
+    """Op ``i`` of a trace file: id, kind, stream, category, rank, deps and args checked."""
+    where = f"ops[{i}]"
+    if o.get("id") != i:
+        raise err(f"{where}.id", f"expected {i}, got {o.get('id')!r}")
+    for key, allowed in (("kind", KINDS), ("stream", STREAMS), ("category", CATEGORIES)):
+        if o.get(key) not in allowed:
+            what = "op kind" if key == "kind" else key
+            raise err(f"{where}.{key}", f"unknown {what} {o.get(key)!r}", ", ".join(allowed))
+    rank = o.get("rank")
+    if not isinstance(rank, int) or not 0 <= rank < ranks:
+        raise err(f"{where}.rank", f"rank must be in 0..{ranks - 1}, got {rank!r}")
+    deps = tuple(o.get("deps") or ())
+    _check_deps(i, deps, rank, data["ops"], err)
+    args = dict(o.get("args") or {})
+    _check_args(where, o["kind"], args, n_colls, err)
+    return Op(
+        i, rank, str(o.get("name", f"op{i}")), o["kind"], o["category"], o["stream"], deps, args
+    )
+
+
+def _check_deps(i: int, deps: tuple, rank: int, ops: list, err) -> None:
+    """Op ``i``'s dependencies name earlier ops on its own rank."""
+    for d in deps:
+        if not isinstance(d, int) or not 0 <= d < i:
             raise err(
-                f"{where}.category",
-                f"unknown category {o.get('category')!r}",
-                ", ".join(CATEGORIES),
+                f"ops[{i}].deps", f"dependency {d!r} does not name an earlier op", f"ids 0..{i - 1}"
             )
-        rank = o.get("rank")
-        if not isinstance(rank, int) or not 0 <= rank < ranks:
-            raise err(f"{where}.rank", f"rank must be in 0..{ranks - 1}, got {rank!r}")
-        deps = tuple(o.get("deps") or ())
-        for d in deps:
-            if not isinstance(d, int) or not 0 <= d < i:
-                raise err(
-                    f"{where}.deps",
-                    f"dependency {d!r} does not name an earlier op",
-                    f"ids 0..{i - 1}",
-                )
-            if data["ops"][d]["rank"] != rank:
-                raise err(
-                    f"{where}.deps",
-                    f"dependency {d} is on rank {data['ops'][d]['rank']}, "
-                    f"not {rank} (cross-rank order goes through collectives)",
-                )
-        args = dict(o.get("args") or {})
-        if o["kind"] == "transfer" and (
-            args.get("direction") not in TRANSFER_DIRECTIONS
-            or not isinstance(args.get("nbytes"), int | float)
-        ):
+        if ops[d]["rank"] != rank:
             raise err(
-                f"{where}.args",
-                f"a transfer needs direction ({', '.join(TRANSFER_DIRECTIONS)}) and nbytes",
+                f"ops[{i}].deps",
+                f"dependency {d} is on rank {ops[d]['rank']}, "
+                f"not {rank} (cross-rank order goes through collectives)",
             )
-        if args.get("direction") in PS_PARTS:
-            _check_ps_args(args, err, where)
-        if o["kind"] == "collective":
-            c = args.get("coll")
-            if not isinstance(c, int) or not 0 <= c < len(colls):
-                raise err(
-                    f"{where}.args.coll", f"unknown collective {c!r}", f"ids 0..{len(colls) - 1}"
-                )
-        ops.append(
-            Op(
-                i,
-                rank,
-                str(o.get("name", f"op{i}")),
-                o["kind"],
-                o["category"],
-                o["stream"],
-                deps,
-                args,
-            )
+
+
+def _check_args(where: str, kind: str, args: dict, n_colls: int, err) -> None:
+    """A transfer has a direction and nbytes (and per-server bytes for the ``ps`` ones); a
+    collective op names a listed collective."""
+    if kind == "transfer" and (
+        args.get("direction") not in TRANSFER_DIRECTIONS
+        or not isinstance(args.get("nbytes"), int | float)
+    ):
+        raise err(
+            f"{where}.args",
+            f"a transfer needs direction ({', '.join(TRANSFER_DIRECTIONS)}) and nbytes",
         )
+    if args.get("direction") in PS_PARTS:
+        _check_ps_args(args, err, where)
+    if kind == "collective":
+        c = args.get("coll")
+        if not isinstance(c, int) or not 0 <= c < n_colls:
+            raise err(f"{where}.args.coll", f"unknown collective {c!r}", f"ids 0..{n_colls - 1}")
+
+
+def _check_members(ops: list[Op], colls: list[Collective], meta: dict, err) -> None:
+    """Each member of a collective has exactly one op on it (background sync collectives, run
+    outside the iteration, have none)."""
     members: dict[int, list[int]] = {}
     for op in ops:
         if op.kind == "collective":
             members.setdefault(op.args["coll"], []).append(op.rank)
-    background = set(((data.get("meta") or {}).get("sync") or {}).get("background", {}).values())
+    background = set((meta.get("sync") or {}).get("background", {}).values())
     for c in colls:
         if c.id in background:
             continue
@@ -658,4 +690,3 @@ def trace_from_dict(data: dict, file: str = "<trace>") -> Trace:
                 f"members {sorted(c.ranks.tolist())[:8]} "
                 f"but ops on ranks {got[:8]}: each member needs exactly one op",
             )
-    return Trace(ranks, ops, colls, dict(data.get("meta") or {}))

@@ -56,6 +56,9 @@ class Table:
 
 @dataclass(frozen=True)
 class WorkloadSpec:
+    """A validated DLRM workload (``workloads/*.yaml``): per-GPU batch, precisions, optimizers,
+    embedding tables, MLP widths (elements) and the interaction; built by :func:`load_workload`."""
+
     name: str
     description: str
     batch_per_gpu: int
@@ -90,7 +93,9 @@ class WorkloadSpec:
 
     @cached_property
     def top_input_width(self) -> int:
-        """Input width of the top MLP: what the interaction outputs per sample."""
+        """Input width of the top MLP: what the interaction outputs per sample — the bottom MLP's
+        output plus, for ``dot``, one pairwise dot product per pair of the F = tables + 1
+        features; the stated ``output_width`` for ``reduce``/``projection``; else every input."""
         d, n_feat = self.bottom_mlp[-1], len(self.tables) + 1
         if self.interaction == "dot":
             return d + n_feat * (n_feat - 1) // 2
@@ -124,6 +129,7 @@ class WorkloadSpec:
         return list(zip(widths[:-1], widths[1:], strict=True))
 
     def bottom_layers(self) -> list[tuple[int, int]]:
+        """(in, out) of each bottom-MLP layer."""
         return list(zip(self.bottom_mlp[:-1], self.bottom_mlp[1:], strict=True))
 
     @cached_property
@@ -144,6 +150,7 @@ class WorkloadSpec:
 
     @cached_property
     def embedding_params(self) -> int:
+        """Parameters of all embedding tables: Σ rows × dim."""
         return sum(t.rows * t.dim for t in self.tables)
 
 

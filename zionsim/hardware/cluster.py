@@ -26,6 +26,7 @@ class Cluster:
 
     @classmethod
     def build(cls, spec: ClusterSpec) -> Cluster:
+        """Build the graph and router of an already loaded ``spec``."""
         graph = build_graph(spec)
         return cls(spec, graph, Router(graph))
 
@@ -36,9 +37,11 @@ class Cluster:
 
     @cached_property
     def gpus(self) -> np.ndarray:
+        """GPU device ids in rank order (node-major): rank ``r`` is ``gpus[r]``."""
         return self.router.gpus()
 
     def node_of(self, devices: np.ndarray) -> np.ndarray:
+        """Node index of device ids (every node has the same devices, numbered node-major)."""
         return np.asarray(devices) // self.router.per_node
 
     def local_of(self, devices: np.ndarray) -> np.ndarray:

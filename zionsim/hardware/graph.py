@@ -49,6 +49,8 @@ def build_graph(spec: ClusterSpec) -> nx.DiGraph:
 def _link(
     g: nx.DiGraph, spec: ClusterSpec, a: str, b: str, kind: str, bw_Bps: float, count: int = 1
 ) -> None:
+    """A full-duplex link ``a``–``b`` of ``kind``: two directed edges at ``bw_Bps`` line rate
+    (capacity derated by the kind's efficiency), with the next edge ids."""
     link = spec.links[kind]
     for u, v in ((a, b), (b, a)):
         g.add_edge(
@@ -65,6 +67,14 @@ def _link(
 
 
 def _add_node_devices(g: nx.DiGraph, spec: ClusterSpec, k: int) -> None:
+    """Devices of node ``k``, then its links (memory, sockets, scale-up, PCIe), always in the
+    same order (assumption 5)."""
+    _add_devices(g, spec, k)
+    _add_node_links(g, spec, k)
+
+
+def _add_devices(g: nx.DiGraph, spec: ClusterSpec, k: int) -> None:
+    """GPUs, DRAM and CPU per socket, NVSwitch, PCIe switches and NICs of node ``k``."""
     p = f"n{k}/"
     host, pcie, su, so = spec.host, spec.pcie, spec.scale_up, spec.scale_out
     n_gpu = spec.gpus_per_node
@@ -98,6 +108,14 @@ def _add_node_devices(g: nx.DiGraph, spec: ClusterSpec, k: int) -> None:
         g.add_node(f"{p}pcie{q}", kind="pcie_switch", node=k, local=q)
     for j in range(so.nics_per_node):
         g.add_node(f"{p}nic{j}", kind="nic", node=k, local=j, bw_Bps=so.nic_bw_Bps)
+
+
+def _add_node_links(g: nx.DiGraph, spec: ClusterSpec, k: int) -> None:
+    """Links of node ``k``: DRAM–socket, socket–socket (UPI), GPU–NVSwitch or NVLink mesh,
+    PCIe switch uplinks, and GPUs and NICs on PCIe (assumptions 1–3)."""
+    p = f"n{k}/"
+    host, pcie, su, so = spec.host, spec.pcie, spec.scale_up, spec.scale_out
+    n_gpu = spec.gpus_per_node
     # memory and socket links
     for s in range(host.sockets):
         _link(g, spec, f"{p}dram{s}", f"{p}cpu{s}", "dram", host.dram_bw_Bps)

@@ -48,6 +48,7 @@ class Router:
         return int(node[1:]) * self.per_node + self._index[local]
 
     def device_name(self, dev: int) -> str:
+        """Name ``n<k>/<local>`` of a global device id (inverse of :meth:`device`)."""
         return f"n{dev // self.per_node}/{self.local_devices[dev % self.per_node]}"
 
     def gpus(self) -> np.ndarray:

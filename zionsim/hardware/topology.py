@@ -58,6 +58,10 @@ class ScaleUpSpec:
 
 @dataclass(frozen=True)
 class PcieSpec:
+    """PCIe tree of a node: ``bw_Bps`` per GPU or NIC link and ``uplink_bw_Bps`` per
+    switch-to-socket link (bytes/s per direction), and ``switches`` per node (0: GPUs and NICs
+    hang off the sockets)."""
+
     bw_Bps: float
     switches: int
     uplink_bw_Bps: float
@@ -110,6 +114,7 @@ class ClusterSpec:
 
     @property
     def gpus(self) -> int:
+        """GPUs in the whole cluster (nodes × GPUs per node)."""
         return self.nodes * self.gpus_per_node
 
     def with_nodes(self, nodes: int) -> ClusterSpec:

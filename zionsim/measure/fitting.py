@@ -26,6 +26,9 @@ from zionsim.network.collectives import busbw_factor
 
 @dataclass(frozen=True)
 class Fit:
+    """A fitted collective model and, per size (bytes), the measured and simulated busbw (GB/s)
+    and the protocol the tuner picked."""
+
     model: nccl.CollectiveModel
     sizes: np.ndarray
     measured_GBps: np.ndarray
@@ -34,6 +37,7 @@ class Fit:
 
     @property
     def error_pct(self) -> np.ndarray:
+        """Simulated against measured busbw, in percent (positive: the model is too fast)."""
         return 100.0 * (self.simulated_GBps / self.measured_GBps - 1.0)
 
 

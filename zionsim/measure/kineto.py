@@ -230,6 +230,8 @@ class _Doc:
         return out
 
     def launch_ts(self, kernel: dict) -> float:
+        """Host time (µs) a GPU kernel was launched: its CUDA runtime call, else the CPU op that
+        launched it, else its own start."""
         rt = self.runtime.get(_arg(kernel, "correlation"))
         chain = self.chain(kernel)
         return rt["ts"] if rt else chain[0]["ts"] if chain else kernel["ts"]

@@ -234,13 +234,25 @@ def format_nccl_tests(
     nccl-tests' output loses (busbw to 0.01 GB/s, time to 0.01 µs or coarser).
     """
     binary = {v: k for k, v in reversed(BINARIES.items())}[op]
-    rooted = op in ("broadcast", "reduce")
-    reduces = op in ("all_reduce", "reduce_scatter", "reduce")
-    elem = TYPE_BYTES[dtype]
-    per_rank = op in ("all_gather", "reduce_scatter", "all_to_all", "gather", "scatter")
     sizes = rows["size_bytes"].to_numpy(dtype=float)
     out = [f"# {line}" for line in (comment or "").splitlines()]
+    out += _log_header(binary, sizes, ranks, host, device_name)
+    factor, busbws = busbw_factor(op, ranks), []
+    ip = rows["ip_time_s"] if "ip_time_s" in rows else rows["time_s"]
+    for size, t_oop, t_ip in zip(sizes, rows["time_s"], ip, strict=True):
+        out.append(_log_row(op, ranks, dtype, redop, size, t_oop, t_ip, factor, busbws))
     out += [
+        "# Out of bounds values : 0 OK",
+        f"# Avg bus bandwidth    : {float(np.mean(busbws)):g} ",
+        "#",
+    ]
+    return "\n".join(out) + "\n"
+
+
+def _log_header(binary: str, sizes, ranks: int, host: str, device_name: str) -> list[str]:
+    """nccl-tests' header: version, test, parameters, one ``# Rank`` line per rank (rank r on
+    device r of ``host``) and the column titles."""
+    out = [
         "# nccl-tests version 2.13.8 nccl-headers=21805 nccl-library=21805",
         f"# Collective test starting: {binary}_perf",
         f"# nThread 1 nGpus 1 minBytes {int(sizes.min())} maxBytes {int(sizes.max())} "
@@ -264,25 +276,25 @@ def format_nccl_tests(
         f"{'(GB/s)':>6s}  {'(GB/s)':>6s}  {'':>5s}  {'(us)':>7s}  {'(GB/s)':>6s}  "
         f"{'(GB/s)':>6s}  {'':>5s}",
     ]
-    factor, busbws = busbw_factor(op, ranks), []
-    ip = rows["ip_time_s"] if "ip_time_s" in rows else rows["time_s"]
-    for size, t_oop, t_ip in zip(sizes, rows["time_s"], ip, strict=True):
-        count = int(size // elem // (ranks if per_rank else 1))
-        line = (
-            f"{int(size):12d}  {count:12d}  {dtype:>8s}  {redop if reduces else 'none':>6s}  "
-            f"{0 if rooted else -1:6d}"
-        )
-        for t, wrong in ((t_oop, "0"), (t_ip, "N/A" if op == "all_to_all" else "0")):
-            algbw = size / t / 1e9
-            busbws.append(algbw * factor)
-            line += f"  {_time_text(t * 1e6):>7s}  {algbw:6.2f}  {algbw * factor:6.2f}  {wrong:>5s}"
-        out.append(line)
-    out += [
-        "# Out of bounds values : 0 OK",
-        f"# Avg bus bandwidth    : {float(np.mean(busbws)):g} ",
-        "#",
-    ]
-    return "\n".join(out) + "\n"
+    return out
+
+
+def _log_row(op, ranks, dtype, redop, size, t_oop, t_ip, factor, busbws: list) -> str:
+    """One size's line: count, type, redop, root, then time (µs), algbw and busbw (GB/s) out of
+    place and in place; appends both busbws to ``busbws``."""
+    rooted = op in ("broadcast", "reduce")
+    reduces = op in ("all_reduce", "reduce_scatter", "reduce")
+    per_rank = op in ("all_gather", "reduce_scatter", "all_to_all", "gather", "scatter")
+    count = int(size // TYPE_BYTES[dtype] // (ranks if per_rank else 1))
+    line = (
+        f"{int(size):12d}  {count:12d}  {dtype:>8s}  {redop if reduces else 'none':>6s}  "
+        f"{0 if rooted else -1:6d}"
+    )
+    for t, wrong in ((t_oop, "0"), (t_ip, "N/A" if op == "all_to_all" else "0")):
+        algbw = size / t / 1e9
+        busbws.append(algbw * factor)
+        line += f"  {_time_text(t * 1e6):>7s}  {algbw:6.2f}  {algbw * factor:6.2f}  {wrong:>5s}"
+    return line
 
 
 def _time_text(us: float) -> str:
@@ -322,7 +334,32 @@ def fit_from_nccl_logs(
     """
     base = base or nccl.fitted_model(cluster)  # the cluster's own fitted protocols, if any
     cluster = bare_cluster(cluster)  # candidates are not overridden by the topology's
-    n, notes = len(cluster.gpus), []
+    notes: list[str] = []
+    pts = _usable_points(frames, len(cluster.gpus), min_bytes, notes)
+    ops = list(dict.fromkeys(pts["op"]))
+    fitted = "all_reduce" if "all_reduce" in ops else next((o for o in ops if o in RING_OPS), None)
+    p2p_alg = "pxn" if cluster.spec.nodes > 1 else "direct"
+    alg_of = {o: (p2p_alg if o == "all_to_all" else algorithm) for o in ops}
+    fitted = fitted or "all_to_all"
+    mine = pts[pts["op"] == fitted]
+    sizes, meas = mine["size_bytes"].to_numpy(float), mine["busbw_GBps"].to_numpy(float)
+    start = base
+    if fitted != "all_to_all":
+        start = fit_protocols(cluster, fitted, sizes, meas, base, alg_of[fitted]).model
+    else:
+        notes.append("all_to_all fitted alone: only the Simple efficiency and LL overhead move")
+    model = _refine(cluster, fitted, sizes, meas, start, alg_of[fitted])
+    out = _fit_report(cluster, pts, model, fitted, alg_of)
+    out.attrs["notes"] = notes
+    return model, out
+
+
+def _usable_points(
+    frames: list[pd.DataFrame], n: int, min_bytes: float, notes: list
+) -> pd.DataFrame:
+    """(op, size_bytes, busbw_GBps, source) of every modelled operation's sizes ≥ ``min_bytes``
+    with a printed busbw > 0; checks each log's rank count against the cluster's ``n`` GPUs and
+    notes the operations skipped."""
     points = []
     for df in frames:
         source = df.attrs.get("source", "<log>")
@@ -342,20 +379,12 @@ def fit_from_nccl_logs(
             points.append(part.loc[keep, ["op", "size_bytes", "busbw_GBps"]].assign(source=source))
     if not points:
         raise InputError("no usable nccl-tests points to fit", field="frames")
-    pts = pd.concat(points, ignore_index=True)
-    ops = list(dict.fromkeys(pts["op"]))
-    fitted = "all_reduce" if "all_reduce" in ops else next((o for o in ops if o in RING_OPS), None)
-    p2p_alg = "pxn" if cluster.spec.nodes > 1 else "direct"
-    alg_of = {o: (p2p_alg if o == "all_to_all" else algorithm) for o in ops}
-    fitted = fitted or "all_to_all"
-    mine = pts[pts["op"] == fitted]
-    sizes, meas = mine["size_bytes"].to_numpy(float), mine["busbw_GBps"].to_numpy(float)
-    start = base
-    if fitted != "all_to_all":
-        start = fit_protocols(cluster, fitted, sizes, meas, base, alg_of[fitted]).model
-    else:
-        notes.append("all_to_all fitted alone: only the Simple efficiency and LL overhead move")
-    model = _refine(cluster, fitted, sizes, meas, start, alg_of[fitted])
+    return pd.concat(points, ignore_index=True)
+
+
+def _fit_report(cluster, pts: pd.DataFrame, model, fitted: str, alg_of: dict) -> pd.DataFrame:
+    """Measured against simulated busbw (GB/s) of every point, by log and operation; ``role`` is
+    ``fit`` for the fitted operation, ``held_out`` for the rest."""
     report = []
     for (source, op), part in pts.groupby(["source", "op"], sort=False):
         s = part["size_bytes"].to_numpy(float)
@@ -376,8 +405,7 @@ def fit_from_nccl_logs(
         )
     out = pd.concat(report, ignore_index=True)
     out.insert(6, "error_pct", 100.0 * (out["simulated_GBps"] / out["measured_GBps"] - 1.0))
-    out.attrs["notes"] = notes
-    return model, out
+    return out
 
 
 def _objective(err: np.ndarray) -> float:
@@ -400,30 +428,49 @@ def _refine(
     polished by Nelder–Mead.  ``fit_protocols`` alone can stop in a local minimum where the
     tuner never picks a protocol (a protocol with no points keeps ``start``'s values).
     """
-    gpus, k = cluster.gpus, cluster.spec.collective_latency_scale
-    protos = start.protocols(algorithm)
-    family_p2p = nccl.FAMILY[algorithm] == "p2p"
-    okey = {p: "LL" if family_p2p else p for p in protos}
-    zero = {p: 0.0 for p in nccl.PROTOCOLS}
-    t1, t2 = (
-        _estimates(cluster, op, sizes, start.with_fit(zero, dict.fromkeys(zero, e)), algorithm)
-        for e in (1.0, 0.5)
-    )
-    B = t2 - t1
-    C = t1 - B
-    t_meas = sizes * busbw_factor(op, len(gpus)) / (np.asarray(meas) * 1e9)
+    f = _AffineFit(cluster, op, sizes, meas, start, algorithm)
+    best = f.best_assignment()
+    best = min((best, f.polish(best)), key=lambda c: f.loss(*c))
+    if f.loss(*best) >= f.loss(start.overhead_s, start.efficiency):
+        return start
+    return start.with_fit(*best)
 
-    def times(over: dict, eff: dict) -> np.ndarray:
-        o = np.array([k * over[okey[p]] for p in protos])
-        w = np.array([1.0 / eff[p] for p in protos])
-        return o + C + B * w
 
-    def loss(over: dict, eff: dict) -> float:
-        return _objective(np.log(t_meas / times(over, eff).min(axis=1)))
+class _AffineFit:
+    """:func:`_refine`'s search: per-protocol times ``k·o[p] + C[p](s) + B[p](s)/e[p]`` against the
+    measured times ``t_meas`` (s) of ``op`` at ``sizes``, and fits of (overheads, efficiencies)."""
 
-    def fit_assignment(pick: np.ndarray) -> tuple[dict, dict]:
-        over, eff = dict(start.overhead_s), dict(start.efficiency)
-        for j, p in enumerate(protos):
+    def __init__(self, cluster, op, sizes, meas, start: nccl.CollectiveModel, algorithm: str):
+        gpus, self.k = cluster.gpus, cluster.spec.collective_latency_scale
+        self.sizes, self.start = sizes, start
+        self.protos = start.protocols(algorithm)
+        family_p2p = nccl.FAMILY[algorithm] == "p2p"
+        self.okey = {p: "LL" if family_p2p else p for p in self.protos}
+        zero = {p: 0.0 for p in nccl.PROTOCOLS}
+        t1, t2 = (
+            _estimates(cluster, op, sizes, start.with_fit(zero, dict.fromkeys(zero, e)), algorithm)
+            for e in (1.0, 0.5)
+        )
+        self.B = t2 - t1
+        self.C = t1 - self.B
+        self.t_meas = sizes * busbw_factor(op, len(gpus)) / (np.asarray(meas) * 1e9)
+
+    def times(self, over: dict, eff: dict) -> np.ndarray:
+        """Estimated seconds, one row per size, one column per protocol."""
+        o = np.array([self.k * over[self.okey[p]] for p in self.protos])
+        w = np.array([1.0 / eff[p] for p in self.protos])
+        return o + self.C + self.B * w
+
+    def loss(self, over: dict, eff: dict) -> float:
+        """The objective of the log errors of the tuner's pick (the fastest protocol)."""
+        return _objective(np.log(self.t_meas / self.times(over, eff).min(axis=1)))
+
+    def fit_assignment(self, pick: np.ndarray) -> tuple[dict, dict]:
+        """Least-squares (overhead, 1/efficiency) of each protocol from the sizes ``pick`` gives
+        it (overhead ≥ 0, efficiency ≤ 1); a protocol with no sizes keeps ``start``'s values."""
+        k, B, C, t_meas, okey = self.k, self.B, self.C, self.t_meas, self.okey
+        over, eff = dict(self.start.overhead_s), dict(self.start.efficiency)
+        for j, p in enumerate(self.protos):
             sel = pick == j
             if not sel.any():
                 continue
@@ -440,39 +487,43 @@ def _refine(
             over[okey[p]], eff[p] = float(o), 1.0 / max(1.0, float(w))
         return over, eff
 
-    n, m = len(sizes), len(protos)
-    order = np.argsort(sizes)
-    candidates = [(dict(start.overhead_s), dict(start.efficiency))]
-    cuts = list(itertools.combinations_with_replacement(range(n + 1), m - 1))
-    for cut in cuts:
-        pick = np.empty(n, dtype=int)
-        pick[order] = np.searchsorted(np.array(cut, dtype=int), np.arange(n), side="right")
-        candidates.append(fit_assignment(pick))
-    best = min(candidates, key=lambda c: loss(*c))
-    for _ in range(20):  # reassign to the tuner's pick until stable
-        again = fit_assignment(times(*best).argmin(axis=1))
-        if loss(*again) >= loss(*best) - 1e-15:
-            break
-        best = again
-    x0 = np.r_[
-        [np.log(max(best[0][okey[p]], 1e-9)) for p in protos],
-        [np.log(best[1][p] / (1 - best[1][p] + 1e-12)) for p in protos],
-    ]
+    def best_assignment(self) -> tuple[dict, dict]:
+        """The best of ``start`` and every contiguous assignment of sizes to protocols (in size
+        order), then reassigned to the tuner's pick until that stops improving."""
+        n, m = len(self.sizes), len(self.protos)
+        order = np.argsort(self.sizes)
+        candidates = [(dict(self.start.overhead_s), dict(self.start.efficiency))]
+        cuts = list(itertools.combinations_with_replacement(range(n + 1), m - 1))
+        for cut in cuts:
+            pick = np.empty(n, dtype=int)
+            pick[order] = np.searchsorted(np.array(cut, dtype=int), np.arange(n), side="right")
+            candidates.append(self.fit_assignment(pick))
+        best = min(candidates, key=lambda c: self.loss(*c))
+        for _ in range(20):  # reassign to the tuner's pick until stable
+            again = self.fit_assignment(self.times(*best).argmin(axis=1))
+            if self.loss(*again) >= self.loss(*best) - 1e-15:
+                break
+            best = again
+        return best
 
-    def unpack(x):
-        over, eff = dict(best[0]), dict(best[1])
-        for j, p in enumerate(protos):
-            over[okey[p]] = float(np.exp(x[j]))
-            eff[p] = float(1.0 / (1.0 + np.exp(-x[m + j])))
-        return over, eff
+    def polish(self, best: tuple[dict, dict]) -> tuple[dict, dict]:
+        """``best`` moved by Nelder–Mead over log overheads and logit efficiencies."""
+        protos, okey, m = self.protos, self.okey, len(self.protos)
+        x0 = np.r_[
+            [np.log(max(best[0][okey[p]], 1e-9)) for p in protos],
+            [np.log(best[1][p] / (1 - best[1][p] + 1e-12)) for p in protos],
+        ]
 
-    options = {"maxiter": 4000, "xatol": 1e-6, "fatol": 1e-12}
-    res = minimize(lambda x: loss(*unpack(x)), x0, method="Nelder-Mead", options=options)
-    polished = unpack(res.x)
-    best = min((best, polished), key=lambda c: loss(*c))
-    if loss(*best) >= loss(start.overhead_s, start.efficiency):
-        return start
-    return start.with_fit(*best)
+        def unpack(x):
+            over, eff = dict(best[0]), dict(best[1])
+            for j, p in enumerate(protos):
+                over[okey[p]] = float(np.exp(x[j]))
+                eff[p] = float(1.0 / (1.0 + np.exp(-x[m + j])))
+            return over, eff
+
+        options = {"maxiter": 4000, "xatol": 1e-6, "fatol": 1e-12}
+        res = minimize(lambda x: self.loss(*unpack(x)), x0, method="Nelder-Mead", options=options)
+        return unpack(res.x)
 
 
 def _estimates(cluster, op, sizes, model, algorithm) -> np.ndarray:

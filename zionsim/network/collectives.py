@@ -1,6 +1,6 @@
 """Collective algorithms: a collective on a group of GPUs → phases of point-to-point flows.
 
-Algorithms know nothing of link rates; the network model (``network.py``) decides how fast the
+Algorithms know nothing of link rates; the network model (``network.flows``) decides how fast the
 flows go.  A :class:`Schedule` is a sequence of :class:`Phase` s; phases run one after another,
 the flows inside a phase run together (NCCL pipelines chunks, so a pipelined ring is one phase
 whose flows stream for the whole operation).  Sizes follow nccl-tests (DESIGN §9): all_reduce the
@@ -51,6 +51,9 @@ class Phase:
 
 @dataclass(frozen=True)
 class Schedule:
+    """A collective as it runs: ``op`` with ``algorithm`` on ``ranks`` (GPU device ids),
+    ``size_bytes`` as nccl-tests counts it, and its phases in order."""
+
     op: str
     algorithm: str
     ranks: np.ndarray
@@ -126,11 +129,15 @@ def _ring_phase(cluster, ranks, per_rank_bytes: float, steps: int) -> Phase:
 
 # ------------------------------------------------------------------------------ algorithms
 def ring_all_reduce(cluster, ranks, size, matrix=None):
+    """Ring all_reduce (assumption 1): one pipelined phase, ``2(n−1)/n·size`` bytes from each rank
+    to its successor, split over the channels, in ``2(n−1)`` steps."""
     n = len(ranks)
     return (_ring_phase(cluster, ranks, 2 * (n - 1) / n * size, 2 * (n - 1)),)
 
 
 def ring_reduce_scatter(cluster, ranks, size, matrix=None):
+    """Ring reduce_scatter, also all_gather (assumption 1): ``(n−1)/n·size`` bytes per rank in
+    ``n−1`` steps."""
     n = len(ranks)
     return (_ring_phase(cluster, ranks, (n - 1) / n * size, n - 1),)
 
@@ -139,6 +146,8 @@ ring_all_gather = ring_reduce_scatter
 
 
 def tree_all_reduce(cluster, ranks, size, matrix=None):
+    """Double binary tree all_reduce (assumption 2): every tree edge carries ``size/2`` each way,
+    in 2 × (tree depth over nodes + chain length in a node) steps."""
     groups = [np.sort(g) for g in _by_node(cluster, np.sort(ranks))]
     src, dst = [], []
     n_nodes = len(groups)
@@ -156,6 +165,9 @@ def tree_all_reduce(cluster, ranks, size, matrix=None):
 
 
 def hierarchical_all_reduce(cluster, ranks, size, matrix=None):
+    """2D all_reduce (assumption 3): intra-node reduce-scatter, ring all_reduce of each
+    ``size/g`` shard along its rail, intra-node all_gather; a plain ring on one node or with one
+    GPU per node."""
     groups = _by_node(cluster, np.sort(ranks))
     g = min(len(x) for x in groups)
     if len(groups) == 1 or g == 1:
@@ -170,6 +182,9 @@ def hierarchical_all_reduce(cluster, ranks, size, matrix=None):
 
 
 def nvls_all_reduce(cluster, ranks, size, matrix=None):
+    """NVLink SHARP all_reduce (assumption 4; NVSwitch generation ≥ 3, else InputError).  Across
+    nodes: each GPU sends ``size`` to its switch and gets its ``size/g`` reduced slice back, the
+    slices are ring all-reduced along the rails, then sent up and multicast back (``size``)."""
     su = cluster.spec.scale_up
     if su.kind != "nvswitch" or su.nvswitch_generation < 3:
         raise InputError(
@@ -216,12 +231,17 @@ def _uniform_matrix(ranks, size):
 
 
 def direct_all_to_all(cluster, ranks, size, matrix=None):
+    """all_to_all(v) (assumption 5): one flow per ordered pair with bytes, ``matrix[i, j]`` from
+    rank ``i`` to ``j`` (default ``size/n`` each)."""
     m = _uniform_matrix(ranks, size) if matrix is None else matrix
     i, j = np.nonzero(~np.eye(len(ranks), dtype=bool) & (m > 0))
     return (Phase(ranks[i], ranks[j], m[i, j], 1),)
 
 
 def pxn_all_to_all(cluster, ranks, size, matrix=None):
+    """Rail-aligned all_to_all(v) (PXN, assumption 5): an NVLink relay to the same-rail GPU of the
+    sender's node and one aggregated flow per rail and node pair, both in one phase; direct inside
+    a node or without a scale-up fabric."""
     m = _uniform_matrix(ranks, size) if matrix is None else matrix
     if cluster.spec.scale_up.kind == "none" or len(np.unique(cluster.node_of(ranks))) == 1:
         return direct_all_to_all(cluster, ranks, size, m)
@@ -243,7 +263,7 @@ def pxn_all_to_all(cluster, ranks, size, matrix=None):
     keep = proxy != ranks[s_idx]
     intra = Phase(ranks[s_idx][keep], proxy[keep], relay[s_idx, m_idx][keep], 1)
     # network leg: (a, m) → (b, m) carries the data of every sender on node a (assumption 5);
-    # its weight is the number of senders merged into it (network.py assumption 3)
+    # its weight is the number of senders merged into it (network.flows assumption 3)
     cross = node[:, None] != node[None, :]
     agg = np.zeros((n_nodes, n_nodes, g))
     senders = np.zeros((n_nodes, n_nodes, g))
@@ -258,6 +278,7 @@ def pxn_all_to_all(cluster, ranks, size, matrix=None):
 
 
 def send_recv(cluster, ranks, size, matrix=None):
+    """One flow of ``size`` bytes from ``ranks[0]`` to ``ranks[1]`` (exactly two ranks)."""
     if len(ranks) != 2:
         raise InputError(f"send_recv needs 2 ranks, got {len(ranks)}", field="ranks")
     return (Phase(ranks[:1], ranks[1:], np.array([float(size)]), 1),)

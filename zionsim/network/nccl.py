@@ -63,9 +63,11 @@ class CollectiveModel:
     efficiency: dict[str, float]
 
     def protocols(self, algorithm: str) -> tuple[str, ...]:
+        """The protocols (of LL, LL128, Simple) that ``algorithm``'s family has latencies for."""
         return tuple(p for p in PROTOCOLS if p in self.base_s[FAMILY[algorithm]])
 
     def with_fit(self, overhead_s: dict[str, float], efficiency: dict[str, float]):
+        """The same latencies with other per-protocol overheads (s) and efficiencies (0–1]."""
         return CollectiveModel(self.base_s, self.step_s, dict(overhead_s), dict(efficiency))
 
     def scaled(self, factor: float) -> CollectiveModel:
@@ -117,6 +119,9 @@ def cluster_model(cluster, model: CollectiveModel | None = None) -> CollectiveMo
 
 @dataclass(frozen=True)
 class Choice:
+    """What :func:`choose` picked: the schedule (with its algorithm), the protocol, and the
+    model's estimate of its time in seconds."""
+
     schedule: Schedule
     protocol: str
     estimate_s: float

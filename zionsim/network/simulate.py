@@ -18,6 +18,7 @@ class CountingEnvironment(simpy.Environment):
 
     @property
     def events_scheduled(self) -> int:
+        """Events scheduled so far."""
         # simpy numbers every scheduled event from one counter; peek without consuming a number
         probe = next(self._eid)
         self._eid = itertools.count(probe)
@@ -40,6 +41,7 @@ class CollectiveResult:
     flows: int
 
     def row(self) -> dict:
+        """The result as a table row (sizes in bytes, time in s, bandwidths in GB/s = 1e9 B/s)."""
         return {
             "size_bytes": self.size_bytes,
             "ranks": self.ranks,

@@ -190,6 +190,8 @@ class _Run:
         return ev
 
     def stream(self, rank: int, ops, iterations: int):
+        """Process running one (rank, stream)'s ops in order for ``iterations`` iterations, each
+        after its deps; records (iteration, op, free, start, end) per op."""
         env, dur, rows = self.env, self.rec.durations_s, self.rec.ops
         for it in range(iterations):
             for op in ops:

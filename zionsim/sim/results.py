@@ -56,6 +56,8 @@ class Analysis:
 
     # ----------------------------------------------------------------------------- figures
     def iteration_times(self) -> np.ndarray:
+        """Seconds of each measured iteration (end to end of consecutive iterations, module
+        docstring), warm-up excluded."""
         starts = np.concatenate([[0.0], self.ends[:-1]])
         return (self.ends - starts)[self.warmup :]
 
@@ -89,6 +91,8 @@ class Analysis:
         return segs
 
     def end_of(self, k: int, op, it: int) -> float:
+        """End (s) of record ``k``, op ``op`` in iteration ``it``: the collective's end for a
+        collective op, else the op's own."""
         cr = self.rec.collectives.get((it, op.args.get("coll")))
         return cr.end_s if op.kind == "collective" and cr is not None else self.end[k]
 
@@ -142,10 +146,23 @@ class Analysis:
 
     # ----------------------------------------------------------------------------- tables
     def events(self) -> pd.DataFrame:
-        """One row per executed op, then one per network batch (collective phase)."""
+        """One row per executed op, then one per network batch (collective phase) and one per
+        background (shadow) sync round; sorted by start time, then rank, stream and name."""
+        parts = [self._op_events(), self._network_events(), self._sync_round_events()]
+        df = pd.concat([p for p in parts if p is not None], ignore_index=True)
+        if "bytes" not in df:
+            df["bytes"] = 0.0
+        df["bytes"] = df["bytes"].fillna(0.0)
+        df["duration_s"] = df["end_s"] - df["start_s"]
+        return df.sort_values(
+            ["start_s", "rank", "stream", "name"], kind="stable", ignore_index=True
+        )
+
+    def _op_events(self) -> pd.DataFrame:
+        """One row per executed op; ``wait_s`` is the time it sat ready behind its stream."""
         ops = self.trace.ops
         idx = self.op
-        df = pd.DataFrame(
+        return pd.DataFrame(
             {
                 "iteration": self.it,
                 "rank": [ops[i].rank for i in idx],
@@ -158,58 +175,58 @@ class Analysis:
                 "wait_s": self.start - self.free,
             }
         )
+
+    def _network_events(self) -> pd.DataFrame | None:
+        """One row per network batch (rank -1, stream ``network``) with its bytes; None if none."""
         spans = self.rec.network.spans if self.rec.network else []
-        if spans:
-            colls = self.trace.collectives
-
-            def label(tag):
-                if tag[0] == "host":
-                    return tag[1], f"uvm_rank{tag[2]}", "host_transfer"
-                if tag[0] == "emb_ps":
-                    return tag[1], f"ps_rank{tag[2]}", "parameter_server"
-                if tag[0] in ("ps", "sync"):
-                    return tag[1], f"sync_rank{tag[2]}" if tag[0] == "ps" else "sync_round", "sync"
-                return tag[0], f"coll{tag[1]}", colls[tag[1]].op
-
-            labels = [label(t) for t, *_ in spans]
-            net = pd.DataFrame(
-                {
-                    "iteration": [x[0] for x in labels],
-                    "rank": -1,
-                    "stream": "network",
-                    "name": [x[1] for x in labels],
-                    "kind": "flows",
-                    "category": [x[2] for x in labels],
-                    "start_s": [s[1] for s in spans],
-                    "end_s": [s[2] for s in spans],
-                    "wait_s": 0.0,
-                    "bytes": [s[3] for s in spans],
-                }
-            )
-            df = pd.concat([df, net], ignore_index=True)
-        if self.rec.sync_rounds:
-            sr = self.rec.sync_rounds
-            bg = pd.DataFrame(
-                {
-                    "iteration": [x[3] for x in sr],
-                    "rank": [x[0] for x in sr],
-                    "stream": "sync",
-                    "name": "shadow_round",
-                    "kind": "sync",
-                    "category": "sync",
-                    "start_s": [x[1] for x in sr],
-                    "end_s": [x[2] for x in sr],
-                    "wait_s": 0.0,
-                }
-            )
-            df = pd.concat([df, bg], ignore_index=True)
-        if "bytes" not in df:
-            df["bytes"] = 0.0
-        df["bytes"] = df["bytes"].fillna(0.0)
-        df["duration_s"] = df["end_s"] - df["start_s"]
-        return df.sort_values(
-            ["start_s", "rank", "stream", "name"], kind="stable", ignore_index=True
+        if not spans:
+            return None
+        labels = [_span_label(t, self.trace.collectives) for t, *_ in spans]
+        return pd.DataFrame(
+            {
+                "iteration": [x[0] for x in labels],
+                "rank": -1,
+                "stream": "network",
+                "name": [x[1] for x in labels],
+                "kind": "flows",
+                "category": [x[2] for x in labels],
+                "start_s": [s[1] for s in spans],
+                "end_s": [s[2] for s in spans],
+                "wait_s": 0.0,
+                "bytes": [s[3] for s in spans],
+            }
         )
+
+    def _sync_round_events(self) -> pd.DataFrame | None:
+        """One row per background (ShadowSync) round on stream ``sync``; None if none."""
+        sr = self.rec.sync_rounds
+        if not sr:
+            return None
+        return pd.DataFrame(
+            {
+                "iteration": [x[3] for x in sr],
+                "rank": [x[0] for x in sr],
+                "stream": "sync",
+                "name": "shadow_round",
+                "kind": "sync",
+                "category": "sync",
+                "start_s": [x[1] for x in sr],
+                "end_s": [x[2] for x in sr],
+                "wait_s": 0.0,
+            }
+        )
+
+
+def _span_label(tag: tuple, colls) -> tuple:
+    """(iteration, name, category) of a network span from its tag: a UVM transfer, an embedding
+    parameter-server transfer, a sync transfer or round, or a collective phase."""
+    if tag[0] == "host":
+        return tag[1], f"uvm_rank{tag[2]}", "host_transfer"
+    if tag[0] == "emb_ps":
+        return tag[1], f"ps_rank{tag[2]}", "parameter_server"
+    if tag[0] in ("ps", "sync"):
+        return tag[1], f"sync_rank{tag[2]}" if tag[0] == "ps" else "sync_round", "sync"
+    return tag[0], f"coll{tag[1]}", colls[tag[1]].op
 
 
 def links_table(cluster, network, sim_time_s: float) -> pd.DataFrame:

@@ -2,7 +2,7 @@
 
 :func:`simulate_run` lowers the workload under the plan (default: table-wise round-robin), checks
 HBM capacity, executes the iterations, and returns a :class:`RunResult` of plain data: the summary
-mapping behind ``summary.json`` and the tables behind the other files.  Writing is ``io.py``'s job.
+mapping behind ``summary.json`` and the tables behind the other files.  ``io.files`` writes them.
 """
 
 from __future__ import annotations
@@ -31,6 +31,10 @@ from zionsim.sim.results import Analysis, links_table, perfetto
 
 @dataclass
 class RunResult:
+    """One run as plain data: ``summary`` (``summary.json``), ``timing`` (the simulator's own
+    wall time and event count), the events, breakdown, links and per-GPU memory tables, and the
+    trace that ran."""
+
     summary: dict
     timing: dict
     events: pd.DataFrame
@@ -40,6 +44,7 @@ class RunResult:
     trace: Trace
 
     def perfetto(self) -> dict:
+        """The events as a Chrome/Perfetto trace (see :func:`zionsim.sim.results.perfetto`)."""
         return perfetto(self.events)
 
 
@@ -109,21 +114,10 @@ def simulate_run(
     events = a.events()
     links = links_table(cluster, rec.network, rec.sim_time_s)
     wall = time.perf_counter() - t0
-    gb = int(trace.meta.get("global_batch", 0))
     summary = {
-        "topology": cluster.spec.name,
-        "nodes": cluster.spec.nodes,
-        "gpus": len(cluster.gpus),
-        "workload": trace.meta.get("workload"),
-        "plan": trace.meta.get("plan"),
-        "stack": (trace.meta.get("stack") or {}).get("name", "bare"),
-        "model": trace.meta.get("model", {}),
-        "global_batch": gb,
-        "iterations": iterations,
-        "warmup": warmup,
-        "fidelity": fidelity,
+        **_run_header(cluster, trace, iterations, warmup, fidelity),
         "iteration_time_s": iter_s,
-        "samples_per_s": gb / iter_s if iter_s else 0.0,
+        "samples_per_s": int(trace.meta.get("global_batch", 0)) / iter_s if iter_s else 0.0,
         "breakdown_s": breakdown,
         "busy_s": busy,
         "exposed_comm_s": sum(exposed.values()),
@@ -140,7 +134,30 @@ def simulate_run(
         "simpy_events": rec.events,
         "events_per_s": rec.events / wall if wall else 0.0,
     }
-    bd = pd.DataFrame(
+    bd = _breakdown_table(breakdown, busy, exposed)
+    return RunResult(summary, timing, events, bd, links, memory, trace)
+
+
+def _run_header(cluster, trace: Trace, iterations: int, warmup: int, fidelity: str) -> dict:
+    """The first fields of ``summary.json``: what was run (cluster, workload, plan, batch)."""
+    return {
+        "topology": cluster.spec.name,
+        "nodes": cluster.spec.nodes,
+        "gpus": len(cluster.gpus),
+        "workload": trace.meta.get("workload"),
+        "plan": trace.meta.get("plan"),
+        "stack": (trace.meta.get("stack") or {}).get("name", "bare"),
+        "model": trace.meta.get("model", {}),
+        "global_batch": int(trace.meta.get("global_batch", 0)),
+        "iterations": iterations,
+        "warmup": warmup,
+        "fidelity": fidelity,
+    }
+
+
+def _breakdown_table(breakdown: dict, busy: dict, exposed: dict) -> pd.DataFrame:
+    """``breakdown.csv``: per category, critical-path, busy and exposed seconds per iteration."""
+    return pd.DataFrame(
         {
             "category": list(breakdown),
             "critical_path_s": list(breakdown.values()),
@@ -148,7 +165,6 @@ def simulate_run(
             "exposed_s": [exposed.get(k, 0.0) for k in breakdown],
         }
     )
-    return RunResult(summary, timing, events, bd, links, memory, trace)
 
 
 def _sync_summary(cluster, trace: Trace, rec, a: Analysis, iterations, warmup, fidelity) -> dict:
@@ -271,20 +287,12 @@ def run_point(options: dict) -> RunResult:
     >>> run_point({"topology": "zionex", "nodes": 1, "workload": "tiny"}).summary["gpus"]
     8
     """
-    from zionsim.base.errors import InputError
-    from zionsim.dlrm.planner import PLANNERS
     from zionsim.dlrm.workload import load_workload, with_global_batch
     from zionsim.hardware.cluster import Cluster
 
+    _check_run_options(options)
     topo_sets = [f"{k[9:]}={v}" for k, v in options.items() if k.startswith("topology.")]
     work_sets = [f"{k[9:]}={v}" for k, v in options.items() if k.startswith("workload.")]
-    unknown = sorted(k for k in options if "." not in k and k not in RUN_OPTIONS)
-    if unknown:
-        raise InputError(
-            f"unknown run option {unknown[0]!r}",
-            field=unknown[0],
-            allowed=", ".join(RUN_OPTIONS) + ", topology.PATH, workload.PATH",
-        )
     cluster = Cluster.load(
         options.get("topology", "zionex"),
         nodes=options.get("nodes"),
@@ -300,19 +308,6 @@ def run_point(options: dict) -> RunResult:
         w = with_global_batch(w, int(options["global_batch"]), len(cluster.gpus))
     stack = resolve_stack(options.get("stack"))
     w = apply_stack(w, stack)
-    plan_name = {"auto": "greedy"}.get(options.get("plan", "auto"), options.get("plan", "auto"))
-    if plan_name in PLANNERS:
-        plan = PLANNERS[plan_name](cluster, w)
-    else:
-        from zionsim.dlrm.plan import load_plan
-
-        plan = load_plan(
-            plan_name,
-            w,
-            len(cluster.gpus),
-            cluster.spec.gpus_per_node,
-            cluster.spec.nodes * cluster.spec.host.sockets,
-        )
     extra = {k: options[k] for k in ("sync", "sync_every") if options.get(k) is not None}
     extra.update(
         {
@@ -324,11 +319,42 @@ def run_point(options: dict) -> RunResult:
     return simulate_run(
         cluster,
         w,
-        plan,
+        _point_plan(options.get("plan", "auto"), cluster, w),
         iterations=int(options.get("iterations", 3)),
         warmup=int(options.get("warmup", 1)),
         fidelity=options.get("fidelity", "flow"),
         fused=bool(options.get("fused", True)),
         stack=stack,
         **extra,
+    )
+
+
+def _check_run_options(options: dict) -> None:
+    """Every undotted key is one of :data:`RUN_OPTIONS` (InputError naming the first that isn't)."""
+    from zionsim.base.errors import InputError
+
+    unknown = sorted(k for k in options if "." not in k and k not in RUN_OPTIONS)
+    if unknown:
+        raise InputError(
+            f"unknown run option {unknown[0]!r}",
+            field=unknown[0],
+            allowed=", ".join(RUN_OPTIONS) + ", topology.PATH, workload.PATH",
+        )
+
+
+def _point_plan(name: str, cluster, w: WorkloadSpec) -> Plan:
+    """The plan of a run: a planner's (``auto`` is ``greedy``) or a plan file's."""
+    from zionsim.dlrm.planner import PLANNERS
+
+    plan_name = {"auto": "greedy"}.get(name, name)
+    if plan_name in PLANNERS:
+        return PLANNERS[plan_name](cluster, w)
+    from zionsim.dlrm.plan import load_plan
+
+    return load_plan(
+        plan_name,
+        w,
+        len(cluster.gpus),
+        cluster.spec.gpus_per_node,
+        cluster.spec.nodes * cluster.spec.host.sockets,
     )

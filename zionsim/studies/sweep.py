@@ -224,15 +224,18 @@ class _Progress:
         self.bar.set_postfix(self.counts)
 
     def running(self, n: int) -> None:
+        """Show ``n`` points in flight."""
         self.counts["running"] = n
         self.bar.set_postfix(self.counts)
 
     def finished(self, ok: bool) -> None:
+        """Count one point done, ``ok`` or failed."""
         self.counts["ok" if ok else "failed"] += 1
         self.bar.update(1)
         self.bar.set_postfix(self.counts)
 
     def close(self) -> None:
+        """Close the bar."""
         self.bar.close()
 
 
