@@ -15,12 +15,12 @@ from zionsim.io.files import read_trace, write_trace
 from zionsim.sim.run import build_trace, simulate_run
 
 IDEAL = [
-    "scale_up.link_bw=1e18",
-    "pcie.bw=1e18",
-    "pcie.uplink_bw=1e18",
-    "scale_out.nic_bw=1e18",
-    "host.socket_link_bw=1e18",
-    "host.dram_bw=1e18",
+    "scale_up.link_bw=1e18 B/s",
+    "pcie.bw=1e18 B/s",
+    "pcie.uplink_bw=1e18 B/s",
+    "scale_out.nic_bw=1e18 B/s",
+    "host.socket_link_bw=1e18 B/s",
+    "host.dram_bw=1e18 B/s",
     "collectives.latency_scale=0",
     "links.nvlink.latency=0",
     "links.pcie.latency=0",

@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 
 from zionsim.base.errors import InputError
-from zionsim.base.units import parse_quantity
+from zionsim.base.units import parse_quantity, require_unit
 
 _PACKAGE = Path(__file__).resolve().parent.parent
 
@@ -197,11 +197,15 @@ class Fields:
         *,
         minimum: float = 0.0,
         strict: bool = True,
+        unit: bool = True,
     ) -> float:
-        """A quantity in SI units, ``> minimum`` when ``strict`` else ``>= minimum``."""
-        value = parse_quantity(
-            self.raw(key, default), dimension, field=self.path(key), file=self.file
-        )
+        """A quantity in SI units, ``> minimum`` when ``strict`` else ``>= minimum``; a
+        bytes/bandwidth/FLOPS/time value must carry its unit unless ``unit`` is False (for keys
+        whose name states it, such as ``launch_overhead_us``) or it is 0."""
+        raw = self.raw(key, default)
+        if unit and key in self.data:
+            require_unit(raw, dimension, field=self.path(key), file=self.file)
+        value = parse_quantity(raw, dimension, field=self.path(key), file=self.file)
         if value != value or (value <= minimum if strict else value < minimum):
             op = ">" if strict else ">="
             raise self.error(key, f"must be {op} {minimum:g}, got {self.raw(key, default)!r}")

@@ -47,6 +47,13 @@ UNITS.update(
 UNITS["B"] = ("bytes", 1.0)
 UNITS["%"] = ("fraction", 0.01)
 
+#: dimensions whose value must carry a unit in a file or ``--set`` (a bare ``400`` for a NIC
+#: would silently be 400 bytes/s); 0 needs none
+UNIT_REQUIRED = ("bytes", "bandwidth", "flops", "time")
+#: the largest magnitude accepted in any dimension (SI): beyond it a value is a typo or an
+#: overflow, not hardware (1e30 B/s, 1e30 FLOP/s, 1e30 bytes, 1e30 s)
+MAX_MAGNITUDE = 1e30
+
 _NUM = re.compile(r"^\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*([A-Za-zµ/%]*)\s*$")
 
 
@@ -65,7 +72,7 @@ def parse_quantity(
     if isinstance(value, bool):
         raise InputError(f"expected a quantity, got {value!r}", file=file, field=field)
     if isinstance(value, int | float):
-        return float(value)
+        return _finite(float(value), value, dimension, file, field)
     if not isinstance(value, str):
         raise InputError(
             f"expected a number or a string with a unit, got {value!r}", file=file, field=field
@@ -80,7 +87,7 @@ def parse_quantity(
         )
     number, unit = float(m.group(1)), m.group(2)
     if unit == "":
-        return number
+        return _finite(number, value, dimension, file, field)
     if unit not in UNITS:
         raise InputError(
             f"unknown unit {unit!r} in {value!r}",
@@ -96,7 +103,32 @@ def parse_quantity(
             field=field,
             allowed=_allowed(dimension),
         )
-    return number * factor
+    return _finite(number * factor, value, dimension, file, field)
+
+
+def _finite(number: float, value: object, dimension, file, field) -> float:
+    """``number`` if finite and within :data:`MAX_MAGNITUDE`, else an :class:`InputError`."""
+    if number != number or abs(number) > MAX_MAGNITUDE:
+        raise InputError(
+            f"{value!r} is not a finite quantity of plausible size",
+            file=file,
+            field=field,
+            allowed=f"|value| <= {MAX_MAGNITUDE:g} in SI units; " + _allowed(dimension),
+        )
+    return number
+
+
+def require_unit(value: object, dimension: str, *, field=None, file=None) -> None:
+    """Refuse a bare non-zero number for a unit-bearing ``dimension`` (``UNIT_REQUIRED``)."""
+    if dimension not in UNIT_REQUIRED or isinstance(value, bool):
+        return
+    bare = isinstance(value, int | float) or (
+        isinstance(value, str) and (m := _NUM.match(value)) is not None and m.group(2) == ""
+    )
+    if bare and float(value) != 0:
+        raise InputError(
+            f"{value!r} has no unit", file=file, field=field, allowed=_allowed(dimension)
+        )
 
 
 def parse_size_list(text: str) -> list[int]:
@@ -132,6 +164,10 @@ def _nccl_size(token: str) -> int:
 def _allowed(dimension: str | None) -> str:
     if dimension is None:
         return "a plain SI number or a number with a unit"
+    if dimension in UNIT_REQUIRED:
+        prefix = "a number with a unit, e.g. "
+    else:
+        prefix = "a plain SI number or e.g. "
     units = sorted(u for u, (d, _) in UNITS.items() if d == dimension)
     examples = {
         "bytes": "40 GiB, 1.5 TB",
@@ -139,4 +175,4 @@ def _allowed(dimension: str | None) -> str:
         "flops": "312 TFLOPS",
         "time": "1.5 us, 3 ms",
     }.get(dimension, ", ".join(units[:4]))
-    return f"a plain SI number or e.g. {examples}"
+    return prefix + examples

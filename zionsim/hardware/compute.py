@@ -122,10 +122,12 @@ def load_compute_model(path: str | None = None) -> ComputeModel:
             a: _arch(f.sub("architectures").sub(a), fitted.sub("gemm").sub(a))
             for a in ARCHITECTURES
         },
-        sector_bytes=emb.quantity("sector_bytes", "bytes"),
-        access_overhead_bytes=fitted.quantity("access_overhead_bytes", "bytes", strict=False),
-        index_bytes=emb.quantity("index_bytes_per_lookup", "bytes"),
-        backward_index_bytes=emb.quantity("backward_index_bytes_per_lookup", "bytes"),
+        sector_bytes=emb.quantity("sector_bytes", "bytes", unit=False),
+        access_overhead_bytes=fitted.quantity(
+            "access_overhead_bytes", "bytes", strict=False, unit=False
+        ),
+        index_bytes=emb.quantity("index_bytes_per_lookup", "bytes", unit=False),
+        backward_index_bytes=emb.quantity("backward_index_bytes_per_lookup", "bytes", unit=False),
         backward_kernels=emb.integer("backward_kernels"),
         unfused_bw_factor=emb.fraction("unfused_bandwidth_factor"),
     )
@@ -133,12 +135,12 @@ def load_compute_model(path: str | None = None) -> ComputeModel:
 
 def _arch(f: Fields, g: Fields) -> ArchModel:
     return ArchModel(
-        launch_s=f.quantity("launch_overhead_us", "time") * 1e-6,
+        launch_s=f.quantity("launch_overhead_us", "time", unit=False) * 1e-6,
         stream_eff=f.fraction("stream_efficiency"),
         gather_eff=f.fraction("gather_efficiency"),
         gemm=GemmFit(
             eff_max=g.fraction("eff_max"),
-            half_time_s=g.quantity("half_time_us", "time") * 1e-6,
+            half_time_s=g.quantity("half_time_us", "time", unit=False) * 1e-6,
             exponent=g.quantity("exponent", "fraction"),
         ),
     )

@@ -159,7 +159,7 @@ def _case(f: Fields, sources: dict[str, str]) -> Case:
 def _check_params(sim: Fields, kind: str, params: dict) -> None:
     """Parse the quantities now, so a bad size fails at load with its field named."""
     if kind == "collective":
-        sim.quantity("size", "bytes")
+        sim.quantity("size", "bytes", unit=False)
         sim.integer("nodes")
         if "set" in params and not isinstance(params["set"], list):
             raise sim.error("set", "expected a list of PATH=VALUE strings")
@@ -167,7 +167,7 @@ def _check_params(sim: Fields, kind: str, params: dict) -> None:
         for key in ("m", "n", "k"):
             sim.integer(key)
     elif kind == "memory":
-        sim.quantity("bytes", "bytes")
+        sim.quantity("bytes", "bytes", unit=False)
     elif not isinstance(params["options"], dict):
         raise sim.error("options", "expected a mapping of run options")
 
