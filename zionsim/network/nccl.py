@@ -216,7 +216,10 @@ def _log2i(x: int) -> int:
 def latency_s(model: CollectiveModel, st: Setting, algorithm: str, protocol: str) -> float:
     """NCCL's latency of ``algorithm``/``protocol`` (tuning.cc:384-435), overhead included."""
     fam = FAMILY[algorithm]
-    base = model.base_s[fam][protocol] + model.overhead_s.get(protocol, 0.0)
+    # a fitted overhead of point-to-point kernels is the LL one (their launch floor)
+    base = model.base_s[fam][protocol] + model.overhead_s.get(
+        "LL" if fam == "p2p" else protocol, 0.0
+    )
     step = model.step_s[fam]
     intra = step[st.intra][protocol]
     if fam == "p2p":
@@ -236,11 +239,7 @@ def latency_s(model: CollectiveModel, st: Setting, algorithm: str, protocol: str
         post = t["net_overhead_us"][st.vendor] * 1e-6 * scale * (3 if protocol == "Simple" else 1)
         lat = base + (steps - n_inter) * max(intra, post) + n_inter * inter
         channels = t["channels"].get(st.generation, 12)
-        if (
-            protocol == "Simple"
-            and st.op == "all_reduce"
-            and st.nbytes / (channels * st.n) >= 64
-        ):
+        if protocol == "Simple" and st.op == "all_reduce" and st.nbytes / (channels * st.n) >= 64:
             lat *= t["ring_plateau_factor"] if st.generation != "volta" else 1.9
         return lat
     if fam == "tree":
