@@ -115,7 +115,7 @@ class CollectiveModel:
             {p: v * factor for p, v in self.overhead_s.items()},
             self.efficiency,
             self.table,
-            self.launch_s,
+            {g: v * factor for g, v in self.launch_s.items()},
             self.latency_scale * factor,
         )
 
