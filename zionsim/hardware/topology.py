@@ -109,6 +109,12 @@ class ClusterSpec:
     #: built-in model: overhead (s) and payload efficiency per protocol; empty = built-in
     collective_overhead_s: dict[str, float] = field(default_factory=dict)
     collective_efficiency: dict[str, float] = field(default_factory=dict)
+    #: host CPU vendor as NCCL sees it (``collectives.cpu_vendor``): intel or amd; sets NCCL's
+    #: net post overhead per ring step and its multi-node LL bandwidth cap
+    collective_cpu_vendor: str = "intel"
+    #: in-network reduction (``collectives.sharp``: InfiniBand SHARP through NCCL's CollNet
+    #: plugin): lets NVLS span nodes, as NCCL does only with CollNet
+    collective_sharp: bool = False
     file: str = ""
     raw: dict = field(default_factory=dict, compare=False, repr=False)
 
@@ -181,6 +187,8 @@ def cluster_from_dict(data: dict, file: str = "<topology>") -> ClusterSpec:
         collective_latency_scale=_collectives(coll),
         collective_overhead_s=_protocols(coll, "overhead"),
         collective_efficiency=_protocols(coll, "efficiency"),
+        collective_cpu_vendor=coll.choice("cpu_vendor", ("intel", "amd"), "intel"),
+        collective_sharp=coll.flag("sharp", False),
         file=file,
         raw=data,
     )
@@ -308,7 +316,7 @@ def _links(f: Fields) -> dict[str, LinkSpec]:
 
 
 def _collectives(f: Fields) -> float:
-    f.check_keys({"latency_scale", "protocols"})
+    f.check_keys({"latency_scale", "protocols", "cpu_vendor", "sharp"})
     return f.quantity("latency_scale", "fraction", 1.0, strict=False)
 
 

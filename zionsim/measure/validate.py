@@ -64,7 +64,7 @@ METRICS = {
 KIND_KEYS = {
     "collective": (
         {"topology", "nodes", "op", "size"},
-        {"gpus_per_node", "set", "metric", "algorithm", "protocol"},
+        {"gpus_per_node", "set", "metric", "algorithm", "protocol", "gpus_per_process"},
         ("busbw", "algbw", "time"),
     ),
     "gemm": ({"topology", "m", "n", "k", "dtype"}, {"metric"}, ("throughput",)),
@@ -188,7 +188,12 @@ def _collective(p: dict, metric: str) -> float:
     cluster = _cluster(p["topology"], p["nodes"], p.get("gpus_per_node"), tuple(p.get("set", ())))
     size = int(parse_quantity(p["size"], "bytes", field="simulate.size"))
     r = simulate_collective(
-        cluster, p["op"], size, algorithm=p.get("algorithm"), protocol=p.get("protocol")
+        cluster,
+        p["op"],
+        size,
+        algorithm=p.get("algorithm"),
+        protocol=p.get("protocol"),
+        launch_gpus=int(p.get("gpus_per_process", 1)),
     )
     return {"busbw": r.busbw_GBps * 1e9, "algbw": r.algbw_GBps * 1e9, "time": r.time_s}[metric]
 

@@ -14,12 +14,16 @@ Modelling assumptions:
    else one channel on an NVSwitch (its GPU↔switch edge already aggregates all NVLinks) and the
    ring plus its reverse on a point-to-point NVLink mesh.  Each rank streams ``2(n−1)/n·S/C``
    (all_reduce) or ``(n−1)/n·S/C`` (reduce_scatter, all_gather) to its ring successor.
-2. Tree (all_reduce): NCCL's double binary tree — a chain inside each node and a binary tree over
-   nodes, two trees (mirrored, different head GPUs), each reducing and broadcasting half the buffer.
+2. Tree (all_reduce): NCCL's double binary tree, one pair per channel — a chain inside each node
+   and a binary tree over nodes, the two trees of a pair mirrored; across nodes there is one
+   channel per NIC (rail) with its own head GPU, so every rail carries tree traffic, each tree
+   reducing and broadcasting ``S/(2C)``.
 3. Hierarchical (2D) all_reduce: intra-node ring reduce-scatter, inter-node ring all_reduce of each
    shard among same-index GPUs (one rail each), intra-node ring all_gather; three phases.
 4. NVLS (NVSwitch generation ≥ 3): in-switch reduction; each GPU sends ``S(1+1/g)`` to the switch
-   and receives the same (multimem load-reduce of its slice + multicast store).
+   and receives the same (multimem load-reduce of its slice + multicast store).  Across nodes the
+   ``S/g`` shards are all-reduced among same-index GPUs: by a ring (NVLS with SHARP) or by
+   double binary trees (NVLSTree), pipelined with the intra-node legs.
 5. all_to_all(v) direct: one flow per ordered pair with its bytes.  PXN (rail-aligned): data for
    GPU ``(b, m)`` first crosses NVLink to GPU ``(a, m)`` on the sender's node, which sends the
    aggregate of its node over its own rail; both legs stream together (pipelined relay).
@@ -145,23 +149,43 @@ def ring_reduce_scatter(cluster, ranks, size, matrix=None):
 ring_all_gather = ring_reduce_scatter
 
 
-def tree_all_reduce(cluster, ranks, size, matrix=None):
-    """Double binary tree all_reduce (assumption 2): every tree edge carries ``size/2`` each way,
-    in 2 × (tree depth over nodes + chain length in a node) steps."""
+def tree_channels(cluster, ranks: np.ndarray) -> int:
+    """Tree channels: one per NIC of a node across nodes (every rail), one inside a node."""
+    if len(np.unique(cluster.node_of(ranks))) == 1:
+        return 1
+    g = min(len(x) for x in _by_node(cluster, np.sort(ranks)))
+    return max(1, min(cluster.spec.scale_out.nics_per_node, g))
+
+
+def _tree_phase(cluster, ranks, size: float) -> Phase:
+    """Double binary trees, one pair per channel (assumption 2): chains inside nodes, a binary
+    tree over nodes whose heads are the channel's GPUs (so channel ``c`` leaves every node through
+    the NIC of local GPU ``c·g/C``); each tree reduces and broadcasts ``S/(2C)``."""
     groups = [np.sort(g) for g in _by_node(cluster, np.sort(ranks))]
-    src, dst = [], []
     n_nodes = len(groups)
-    for t in range(2):
-        chains = [g if t == 0 else g[::-1] for g in groups]
-        heads = [c[0] for c in chains]
-        order = list(range(n_nodes)) if t == 0 else list(range(n_nodes))[::-1]
-        edges = [(c[i + 1], c[i]) for c in chains for i in range(len(c) - 1)]
-        edges += [(heads[order[i]], heads[order[(i - 1) // 2]]) for i in range(1, n_nodes)]
-        for child, parent in edges:
-            src += [child, parent]
-            dst += [parent, child]
-    depth = int(np.ceil(np.log2(n_nodes + 1))) + max(len(g) for g in groups) - 1
-    return (Phase(np.array(src), np.array(dst), np.full(len(src), size / 2), 2 * depth),)
+    channels = tree_channels(cluster, ranks)
+    g = min(len(x) for x in groups)
+    src, dst = [], []
+    for c in range(channels):
+        offset = c * g // channels
+        for t in range(2):
+            chains = [np.roll(x, -offset) if t == 0 else np.roll(x, -offset)[::-1] for x in groups]
+            if t == 1:  # the mirror tree: same head GPU, reversed chain and node order
+                chains = [np.concatenate([x[-1:], x[:-1]]) for x in chains]
+            heads = [x[0] for x in chains]
+            order = list(range(n_nodes)) if t == 0 else list(range(n_nodes))[::-1]
+            edges = [(x[i + 1], x[i]) for x in chains for i in range(len(x) - 1)]
+            edges += [(heads[order[i]], heads[order[(i - 1) // 2]]) for i in range(1, n_nodes)]
+            for child, parent in edges:
+                src += [child, parent]
+                dst += [parent, child]
+    depth = int(np.ceil(np.log2(n_nodes + 1))) + max(len(x) for x in groups) - 1
+    return Phase(np.array(src), np.array(dst), np.full(len(src), size / (2 * channels)), 2 * depth)
+
+
+def tree_all_reduce(cluster, ranks, size, matrix=None):
+    """Double binary tree all_reduce over every rail (:func:`_tree_phase`), one phase."""
+    return (_tree_phase(cluster, ranks, size),)
 
 
 def hierarchical_all_reduce(cluster, ranks, size, matrix=None):
@@ -202,6 +226,16 @@ def nvls_all_reduce(cluster, ranks, size, matrix=None):
         dst = np.concatenate([np.full(len(x), sw), x])
         return (Phase(src, dst, np.full(2 * len(x), per), 2),)
 
+    return _nvls_multinode(cluster, groups, switch, size, inter="ring")
+
+
+def _nvls_multinode(cluster, groups, switch, size, inter: str):
+    """Multi-node NVLS: NVLS reduce-scatter inside each node, the shards all-reduced across
+    nodes among same-index GPUs (``ring`` with SHARP/CollNet, ``tree`` for NVLSTree), NVLS
+    all-gather inside each node; the three legs are pipelined by NCCL, so they run as one phase.
+    """
+    g = min(len(x) for x in groups)
+
     def leg(out_bytes, in_bytes):
         src = np.concatenate(
             [np.concatenate([x, np.full(len(x), s)]) for x, s in zip(groups, switch, strict=True)]
@@ -219,10 +253,35 @@ def nvls_all_reduce(cluster, ranks, size, matrix=None):
 
     n = len(groups)
     rails = [np.array([x[i] for x in groups]) for i in range(g)]
-    inter = _merge(
-        [_ring_phase(cluster, r, 2 * (n - 1) / n * size / g, 2 * (n - 1)) for r in rails]
-    )
-    return (leg(size, size / g), inter, leg(size / g, size))
+    if inter == "tree":
+        across = _merge([_tree_phase(cluster, r, size / g) for r in rails])
+    else:
+        across = _merge(
+            [_ring_phase(cluster, r, 2 * (n - 1) / n * size / g, 2 * (n - 1)) for r in rails]
+        )
+    intra = leg(size + size / g, size / g + size)
+    return (_merge([intra, across]),)
+
+
+def nvls_tree_all_reduce(cluster, ranks, size, matrix=None):
+    """NVLSTree all_reduce: NVLS reduction inside each node (NVSwitch-3), trees across nodes;
+    plain NVLS on one node."""
+    groups = _by_node(cluster, np.sort(ranks))
+    if len(groups) == 1:
+        return nvls_all_reduce(cluster, ranks, size)
+    _nvls_check(cluster)
+    switch = [cluster.router.local("nvswitch", int(cluster.node_of(x[:1])[0])) for x in groups]
+    return _nvls_multinode(cluster, groups, switch, size, inter="tree")
+
+
+def _nvls_check(cluster):
+    su = cluster.spec.scale_up
+    if su.kind != "nvswitch" or su.nvswitch_generation < 3:
+        raise InputError(
+            "NVLS needs an NVSwitch of generation 3 or later",
+            field="--algorithm",
+            allowed="ring, tree, hierarchical",
+        )
 
 
 def _uniform_matrix(ranks, size):
@@ -302,6 +361,7 @@ ALGORITHMS = {
         "tree": tree_all_reduce,
         "hierarchical": hierarchical_all_reduce,
         "nvls": nvls_all_reduce,
+        "nvls_tree": nvls_tree_all_reduce,
     },
     "reduce_scatter": {"ring": ring_reduce_scatter},
     "all_gather": {"ring": ring_all_gather},

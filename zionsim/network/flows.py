@@ -5,8 +5,11 @@ event that fires when the last flow of the batch has arrived.  Two fidelities sh
 
 * :class:`FlowNetwork` — flow-level, max-min fair sharing of every directed link, rates recomputed
   whenever a flow starts or ends (the fluid model validated by SimGrid).
-* :class:`AnalyticNetwork` — α-β: each flow alone on its path at the bottleneck capacity, no
-  contention; fast, and the cross-check for the flow model.
+* :class:`AnalyticNetwork` — per-link load: a batch's flows share each link in proportion to
+  their weights (no re-solving as flows start and end), and a link carries one batch's bytes
+  after the bytes it already has queued (a reservation per link), so no link is ever loaded
+  above its capacity; the cross-check for the flow model, with which it agrees where batches do
+  not overlap and every flow of a batch is limited by the same links.
 
 Modelling assumptions:
 
@@ -16,7 +19,9 @@ Modelling assumptions:
    It holds bandwidth from the moment it is submitted.
 3. Flows that share a path and start together may be merged into one flow of ``weight`` w: it
    carries the bytes of all of them and gets w fair shares (exact under max-min fairness).
-4. The state lives in numpy arrays; there is no Python object per flow, so a collective of a
+4. A flow may carry a rate cap of its own (bytes/s; ``inf`` = none): NCCL's per-channel and
+   per-protocol limits, which no link of the graph represents.
+5. The state lives in numpy arrays; there is no Python object per flow, so a collective of a
    million flows costs a few array passes per rate change.
 """
 
@@ -51,12 +56,15 @@ class NetworkStats:
     spans: list = field(default_factory=list)  # (tag, start_s, end_s, bytes, n_flows)
 
 
-def maxmin_rates(routes: np.ndarray, capacity: np.ndarray, weight: np.ndarray) -> np.ndarray:
+def maxmin_rates(
+    routes: np.ndarray, capacity: np.ndarray, weight: np.ndarray, cap: np.ndarray | None = None
+) -> np.ndarray:
     """Max-min fair rate of each flow (bytes/s) by progressive filling.
 
     ``routes`` is (F, H) edge ids padded with -1; a flow with no edge gets ``inf``.  Each round
     finds the links with the smallest fair share per unit weight, fixes every flow crossing one of
-    them at that share × its weight, and removes their load from the other links.
+    them at that share × its weight, and removes their load from the other links.  A flow's own
+    ``cap`` (bytes/s) acts as a private link of that capacity.
     """
     n_flows, hops = routes.shape
     n_links = len(capacity)
@@ -66,6 +74,9 @@ def maxmin_rates(routes: np.ndarray, capacity: np.ndarray, weight: np.ndarray) -
     flat = np.where(routes >= 0, routes, n_links)
     has_link = (routes >= 0).any(axis=1)
     rate[~has_link] = np.inf
+    if cap is None:
+        cap = np.full(n_flows, np.inf)
+    rate[~has_link] = np.minimum(rate[~has_link], cap[~has_link])
     active = has_link.copy()
     remaining = np.append(capacity.astype(float), np.inf)
     ravel = flat.ravel()
@@ -75,9 +86,10 @@ def maxmin_rates(routes: np.ndarray, capacity: np.ndarray, weight: np.ndarray) -
         load[n_links] = 0.0
         with np.errstate(divide="ignore", invalid="ignore"):
             share = np.where(load > 0, remaining / load, np.inf)
-        level = share.min()
+        own = np.where(active, cap / weight, np.inf)
+        level = min(share.min(), own.min())
         bottleneck = share <= level * (1 + 1e-9)
-        hit = active & bottleneck[flat].any(axis=1)
+        hit = active & (bottleneck[flat].any(axis=1) | (own <= level * (1 + 1e-9)))
         rate[hit] = level * weight[hit]
         used = np.bincount(
             flat[hit].ravel(), weights=np.repeat(rate[hit], hops), minlength=n_links + 1
@@ -127,17 +139,22 @@ class _Network:
         latency_s: np.ndarray,
         weight: np.ndarray | None = None,
         tag: object = None,
+        cap: np.ndarray | None = None,
     ) -> simpy.Event:
-        """Start a batch of flows now; the event fires (value: finish time) when all arrived."""
+        """Start a batch of flows now; the event fires (value: finish time) when all arrived.
+
+        ``cap`` is each flow's own rate limit in bytes/s (default: none).
+        """
         nbytes = np.asarray(nbytes, dtype=float)
         weight = np.ones(len(nbytes)) if weight is None else np.asarray(weight, dtype=float)
+        cap = np.full(len(nbytes), np.inf) if cap is None else np.asarray(cap, dtype=float)
         latency_s = np.asarray(latency_s, dtype=float) * np.ones(len(nbytes))
         bid, event = self._new_batch(len(nbytes), float(nbytes.sum()), tag)
         if len(nbytes) == 0:  # nothing to move: the batch is complete now
             self._finish_batch(bid)
             return event
         self._account(routes, nbytes)
-        self._start(bid, routes, nbytes, latency_s, weight)
+        self._start(bid, routes, nbytes, latency_s, weight, cap)
         return event
 
     def _account(self, routes: np.ndarray, nbytes: np.ndarray) -> None:
@@ -151,14 +168,41 @@ class _Network:
 
 
 class AnalyticNetwork(_Network):
-    """α-β model: every flow alone on its path; time = latency + bytes / bottleneck capacity."""
+    """Per-link load: each link carries a batch's bytes after what is queued on it already.
 
-    def _start(self, bid, routes, nbytes, latency_s, weight) -> None:
-        cap = np.append(self.capacity, np.inf)[np.where(routes >= 0, routes, len(self.capacity))]
-        bottleneck = cap.min(axis=1) if routes.shape[1] else np.full(len(nbytes), np.inf)
-        with np.errstate(divide="ignore"):
-            times = np.where(nbytes > 0, nbytes / (bottleneck * weight), 0.0) + latency_s
-        self._batches[bid].finish_s = self.env.now + (float(times.max()) if len(times) else 0.0)
+    A flow's rate is the smallest, over its links, of the link's capacity × the flow's share of
+    the batch's weight on that link (and its own cap); a link still busy with earlier batches
+    delays the flows that cross it by its backlog.  Every link therefore carries at most its
+    capacity, whatever overlaps; no rate is re-solved, so a batch costs a few array passes.
+    """
+
+    def __init__(self, env: simpy.Environment, capacity_Bps: np.ndarray, record_spans: bool = True):
+        super().__init__(env, capacity_Bps, record_spans)
+        self._free_at = np.zeros(len(self.capacity) + 1)
+
+    def _start(self, bid, routes, nbytes, latency_s, weight, cap) -> None:
+        n_links = len(self.capacity)
+        flat = np.where(routes >= 0, routes, n_links)
+        hops = routes.shape[1]
+        cap_all = np.append(self.capacity, np.inf)
+        wload = np.bincount(flat.ravel(), np.repeat(weight, hops), minlength=n_links + 1)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            share = np.where(wload > 0, cap_all / wload, np.inf)
+        share[n_links] = np.inf
+        rate = np.minimum(share[flat].min(axis=1) * weight if hops else np.inf, cap)
+        now = self.env.now
+        backlog = np.maximum(self._free_at - now, 0.0)
+        backlog[n_links] = 0.0
+        wait = backlog[flat].max(axis=1) if hops else np.zeros(len(nbytes))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            busy = np.where(nbytes > 0, nbytes / rate, 0.0)
+        times = wait + busy + latency_s
+        # each link is busy for the bytes it carries at its capacity, after its backlog
+        load = np.bincount(flat.ravel(), np.repeat(nbytes, hops), minlength=n_links + 1)
+        used = load > 0
+        used[n_links] = False
+        self._free_at[used] = now + backlog[used] + load[used] / cap_all[used]
+        self._batches[bid].finish_s = now + (float(times.max()) if len(times) else 0.0)
         self._batches[bid].pending = 0
         self._finish_batch(bid)
 
@@ -174,10 +218,11 @@ class FlowNetwork(_Network):
         self._tail = np.zeros(0)
         self._batch = np.zeros(0, dtype=np.int64)
         self._rate = np.zeros(0)
+        self._cap = np.zeros(0)
         self._last = env.now
         self._generation = 0
 
-    def _start(self, bid, routes, nbytes, latency_s, weight) -> None:
+    def _start(self, bid, routes, nbytes, latency_s, weight, cap) -> None:
         n = len(nbytes)
         self._advance()
         width = max(self._routes.shape[1], routes.shape[1])
@@ -187,6 +232,7 @@ class FlowNetwork(_Network):
         self._tail = np.concatenate([self._tail, latency_s])
         self._batch = np.concatenate([self._batch, np.full(n, bid)])
         self._rate = np.concatenate([self._rate, np.zeros(n)])
+        self._cap = np.concatenate([self._cap, cap])
         self._settle()
 
     def _advance(self) -> None:
@@ -213,11 +259,12 @@ class FlowNetwork(_Network):
             self._routes, self._left = self._routes[keep], self._left[keep]
             self._weight, self._tail = self._weight[keep], self._tail[keep]
             self._batch, self._rate = self._batch[keep], self._rate[keep]
+            self._cap = self._cap[keep]
             for bid in sorted(finished_batches):
                 self._finish_batch(bid)
         if len(self._left) == 0:
             return
-        self._rate = maxmin_rates(self._routes, self.capacity, self._weight)
+        self._rate = maxmin_rates(self._routes, self.capacity, self._weight, self._cap)
         self.stats.solves += 1
         zero = self._left <= 1e-6
         if zero.any():  # zero-byte flows: arrive after their latency only

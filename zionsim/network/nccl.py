@@ -1,28 +1,38 @@
-"""NCCL-like cost model: protocols, latencies, the algorithm/protocol tuner, and execution.
+"""NCCL's cost structure: protocols, latencies, channels, the algorithm tuner, and execution.
 
-A collective's time is
+A collective's time follows NCCL's own model (``src/graph/tuning.cc``, constants and provenance in
+``zionsim/data/nccl_model.yaml``):
 
-    overhead[p] + base[a][p] + Σ_phases steps × step[a][hw][p] + (flows of the phase at wire bytes)
+    time = max(G × launch, overhead[p] + latency(a, p) + bandwidth part)
 
-for algorithm family ``a`` (ring, tree, nvls, p2p), protocol ``p`` (LL, LL128, Simple) and the
-hop class ``hw`` of each step (nvlink, pcie, or net for the steps that cross nodes).  ``base``
-and ``step`` are NCCL's own published constants (``src/graph/tuning.cc``); ``overhead`` (launch
-and software time NCCL's model leaves out) and the payload ``efficiency`` of each protocol (wire
-bytes = payload / efficiency) are fitted to measured nccl-tests curves by
-``zionsim.measure.calibration`` — see
-``zionsim/data/nccl_model.yaml`` for values and provenance; a topology's
-``collectives.protocols`` (e.g. an overlay written by ``zionsim calibrate``) replaces them for
-that cluster (:func:`cluster_model`).  Point-to-point operations
-(send/recv, all-to-all) pay only the launch floor, the LL overhead.
+* ``latency(a, p)`` is NCCL's formula for algorithm ``a`` and protocol ``p``: base latency plus
+  per-step hardware latencies by link class — a ring pays ``nsteps`` steps, of which the steps
+  that cross nodes pay the network latency and the others at least NCCL's net post overhead; a
+  tree pays ``2((ppn−1)·intra + log2(nodes)·net)``; NVLS, NVLSTree and CollNet their own terms;
+  with one GPU per node the network latency is the tree's (:func:`latency_s`).  Point-to-point
+  operations (send/recv, all-to-all) have no NCCL cost model: they pay one launch of the kernel
+  (the ring base latency) and one hop of the slowest link class they cross.
+* the bandwidth part is the algorithm's flows on the network (``flows.py``) at wire bytes =
+  payload / protocol efficiency (LL 1/2, LL128 0.92, Simple 1; tree and NVLS their own), each
+  flow capped by what NCCL's channels can carry: the channels in use for this size (NCCL drops
+  channels for small sizes) × the per-channel caps of LL128 and tree, LL's total cap, and the
+  NVSwitch's reduction rate for NVLS (:func:`prepare`).  Contention with other traffic comes
+  from the network model, so NCCL's per-channel ``bw`` numbers are not used: the links are.
+* ``launch`` is the host time to launch one kernel, fitted per GPU generation; ``G`` is how many
+  GPUs one thread launches for (nccl-tests ``-g``; 1 in training, one process per GPU).  Kernels
+  launched back to back overlap the launches, hence the max.
+* ``overhead`` and an extra payload efficiency per protocol are 0 and 1 in the built-in model;
+  a topology's ``collectives.protocols`` (e.g. written by ``zionsim calibrate``) sets them for
+  its cluster (:func:`cluster_model`).
 
 Without an explicit algorithm the tuner does what NCCL does: estimate every (algorithm, protocol)
-it would consider and take the fastest.  The estimate uses the most loaded link of each phase
-(contention included, no simulation), the run itself uses the chosen network model.
+NCCL would consider on this system — latency plus bytes over the most loaded link of each phase
+(contention included, no simulation), launch excluded as in NCCL — and take the fastest.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
@@ -39,28 +49,33 @@ FAMILY = {
     "hierarchical": "ring",
     "tree": "tree",
     "nvls": "nvls",
+    "nvls_tree": "nvls_tree",
     "direct": "p2p",
     "pxn": "p2p",
 }
 #: algorithms NCCL itself chooses among (hierarchical 2D is zionsim's, used only when asked)
 AUTO = {
-    "all_reduce": ("ring", "tree", "nvls"),
+    "all_reduce": ("ring", "tree", "nvls", "nvls_tree"),
     "reduce_scatter": ("ring",),
     "all_gather": ("ring",),
     "all_to_all": ("pxn",),
     "send_recv": ("direct",),
 }
 MODEL_FILE = Path(__file__).resolve().parent.parent / "data" / "nccl_model.yaml"
+GENERATIONS = ("volta", "ampere", "hopper")
 
 
 @dataclass(frozen=True)
 class CollectiveModel:
-    """Latency and protocol-efficiency parameters of the NCCL-like model (SI units)."""
+    """NCCL's cost-model constants and the fitted parameters (SI units; see the YAML)."""
 
     base_s: dict[str, dict[str, float]]
     step_s: dict[str, dict[str, dict[str, float]]]
     overhead_s: dict[str, float]
     efficiency: dict[str, float]
+    table: dict = field(default_factory=dict, compare=False, repr=False)
+    launch_s: dict[str, float] = field(default_factory=dict)
+    latency_scale: float = 1.0
 
     def protocols(self, algorithm: str) -> tuple[str, ...]:
         """The protocols (of LL, LL128, Simple) that ``algorithm``'s family has latencies for."""
@@ -68,7 +83,27 @@ class CollectiveModel:
 
     def with_fit(self, overhead_s: dict[str, float], efficiency: dict[str, float]):
         """The same latencies with other per-protocol overheads (s) and efficiencies (0–1]."""
-        return CollectiveModel(self.base_s, self.step_s, dict(overhead_s), dict(efficiency))
+        return CollectiveModel(
+            self.base_s,
+            self.step_s,
+            dict(overhead_s),
+            dict(efficiency),
+            self.table,
+            self.launch_s,
+            self.latency_scale,
+        )
+
+    def with_launch(self, launch_s: dict[str, float]) -> CollectiveModel:
+        """The same model with other kernel-launch times (s) per GPU generation."""
+        return CollectiveModel(
+            self.base_s,
+            self.step_s,
+            self.overhead_s,
+            self.efficiency,
+            self.table,
+            dict(launch_s),
+            self.latency_scale,
+        )
 
     def scaled(self, factor: float) -> CollectiveModel:
         """Every software latency × ``factor`` (the topology's ``collectives.latency_scale``)."""
@@ -82,12 +117,19 @@ class CollectiveModel:
             },
             {p: v * factor for p, v in self.overhead_s.items()},
             self.efficiency,
+            self.table,
+            {g: v * factor for g, v in self.launch_s.items()},
+            self.latency_scale * factor,
         )
+
+    def launch(self, generation: str) -> float:
+        """Kernel launch time of ``generation`` (the Ampere fit where none is fitted)."""
+        return self.launch_s.get(generation, self.launch_s.get("ampere", 0.0))
 
 
 @lru_cache(maxsize=4)
 def load_model(path: str | None = None) -> CollectiveModel:
-    """The collective model in ``path`` (default: the built-in calibrated one)."""
+    """The collective model in ``path`` (default: the built-in one)."""
     data = yaml.safe_load(Path(path or MODEL_FILE).read_text())
     us = 1e-6
     return CollectiveModel(
@@ -98,6 +140,8 @@ def load_model(path: str | None = None) -> CollectiveModel:
         },
         overhead_s={p: v * us for p, v in data["fitted"]["overhead_us"].items()},
         efficiency=dict(data["fitted"]["efficiency"]),
+        table=data,
+        launch_s={g: v * us for g, v in data["fitted"]["launch_us"].items()},
     )
 
 
@@ -127,53 +171,198 @@ class Choice:
     estimate_s: float
 
 
-def phase_hw(cluster, phase, routes: np.ndarray) -> tuple[str, float]:
-    """(hop class inside nodes, fraction of the phase's flows that cross nodes).
+@dataclass(frozen=True)
+class Setting:
+    """What NCCL's model needs to know of a collective's system."""
 
-    NCCL charges the network hop latency only on the steps that leave a node and the intra-node
-    latency (NVLink, or PCIe where a flow has no NVLink) on the others; the fraction of flows
-    that cross nodes is that share of a ring's or tree's steps.
-    """
-    nodes = cluster.node_of
-    crossing = nodes(phase.src) != nodes(phase.dst)
-    intra = routes[~crossing]
-    kinds = set(cluster.router.edge_kind[np.unique(intra[intra >= 0])])
-    hw = "pcie" if kinds & {"pcie", "upi"} or (kinds and "nvlink" not in kinds) else "nvlink"
-    return hw, float(crossing.mean()) if len(crossing) else 0.0
+    op: str
+    n: int
+    nodes: int
+    ppn: int
+    generation: str
+    vendor: str
+    intra: str  # nvlink or pcie
+    nbytes: float  # NCCL's nBytes: the buffer (all_reduce) or the total (gather, scatter)
+
+
+def setting(cluster, sched: Schedule) -> Setting:
+    """What NCCL's tuner sees of a collective: op, ranks, nodes, GPUs per node, GPU generation,
+    CPU vendor, intra-node link kind and bytes."""
+    nodes = cluster.node_of(sched.ranks)
+    n_nodes = len(np.unique(nodes))
+    su = cluster.spec.scale_up
+    return Setting(
+        sched.op,
+        len(sched.ranks),
+        n_nodes,
+        max(1, len(sched.ranks) // max(1, n_nodes)),
+        generation(cluster),
+        cluster.spec.collective_cpu_vendor,
+        "pcie" if su.kind == "none" else "nvlink",
+        sched.size_bytes,
+    )
+
+
+def generation(cluster) -> str:
+    """The cluster GPU's architecture (``volta``/``ampere``/``hopper``); Ampere if unknown."""
+    from zionsim.hardware.compute import architecture
+
+    try:
+        return architecture(cluster.spec.gpu)
+    except InputError:
+        return "ampere"
+
+
+def _col(nodes: int) -> int:
+    """NCCL's bandwidth-table column: 1 node, 2 nodes, 3 or more (tuning.cc:267)."""
+    return 0 if nodes <= 1 else (1 if nodes == 2 else 2)
+
+
+def _log2i(x: int) -> int:
+    return max(0, int(x).bit_length() - 1)
+
+
+def latency_s(model: CollectiveModel, st: Setting, algorithm: str, protocol: str) -> float:
+    """NCCL's latency of ``algorithm``/``protocol`` (tuning.cc:384-435), overhead included."""
+    fam = FAMILY[algorithm]
+    # a fitted overhead of point-to-point kernels is the LL one (their launch floor)
+    base = model.base_s[fam][protocol] + model.overhead_s.get(
+        "LL" if fam == "p2p" else protocol, 0.0
+    )
+    step = model.step_s[fam]
+    intra = step[st.intra][protocol]
+    if fam == "p2p":
+        return base + (step["net"][protocol] if st.nodes > 1 else intra)
+    t = model.table
+    scale = model.latency_scale
+    net_family = "tree" if (st.ppn == 1 and fam == "ring") else fam
+    inter = model.step_s[net_family]["net"][protocol]
+    if fam == "ring":
+        steps = 2 * (st.n - 1) if st.op == "all_reduce" else st.n - 1
+        if algorithm == "hierarchical" and st.nodes > 1:
+            n_inter = 2 * (st.nodes - 1)
+            return base + 2 * (st.ppn - 1) * intra + n_inter * inter
+        if st.nodes == 1:
+            return base + steps * intra
+        n_inter = 2 * (st.nodes - 1) if st.op == "all_reduce" else st.nodes - 1
+        post = t["net_overhead_us"][st.vendor] * 1e-6 * scale * (3 if protocol == "Simple" else 1)
+        lat = base + (steps - n_inter) * max(intra, post) + n_inter * inter
+        channels = t["channels"].get(st.generation, 12)
+        if protocol == "Simple" and st.op == "all_reduce" and st.nbytes / (channels * st.n) >= 64:
+            lat *= t["ring_plateau_factor"] if st.generation != "volta" else 1.9
+        return lat
+    if fam == "tree":
+        return base + 2 * ((st.ppn - 1) * intra + _log2i(st.nodes) * inter)
+    if fam == "nvls":
+        return base + intra + (inter if st.nodes > 1 else 0.0)
+    if fam == "nvls_tree":
+        return base + intra + 2 * _log2i(st.nodes) * inter
+    raise InputError(f"no latency model for {algorithm!r}", field="--algorithm")
+
+
+def channels_for(model: CollectiveModel, st: Setting, algorithm: str, protocol: str) -> int:
+    """Channels NCCL runs for this size (enqueue.cc:2093-2096) out of the graph's channels."""
+    t = model.table
+    nc = int(t["channels"].get(st.generation, 12))
+    thr = t["max_threads"][protocol] * t["thread_threshold"][protocol]
+    if FAMILY[algorithm] == "ring" and protocol == "LL":
+        thr *= st.n
+    while nc >= 2 and st.nbytes < nc * thr:
+        nc -= 1
+    return nc
 
 
 def fixed_latency_s(
-    model: CollectiveModel, algorithm: str, protocol: str, phases_hw: list[tuple[int, str, float]]
+    model: CollectiveModel, algorithm: str, protocol: str, st: Setting
 ) -> tuple[float, list[float]]:
-    """(overhead + base latency, per-phase step latency) of one collective.
-
-    ``phases_hw`` holds (steps, intra-node hop class, fraction of steps that cross nodes).
-    """
-    fam = FAMILY[algorithm]
-    # the fitted overheads belong to the pipelined ring/tree kernels they were measured on;
-    # point-to-point operations pay the launch floor only (the LL overhead: smallest messages)
-    over = model.overhead_s["LL"] if fam == "p2p" else model.overhead_s[protocol]
-    start = over + model.base_s[fam][protocol]
-    step = model.step_s[fam]
-    return start, [
-        steps * (frac * step["net"][protocol] + (1 - frac) * step[hw][protocol])
-        for steps, hw, frac in phases_hw
-    ]
-
-
-def _latencies(
-    cluster, sched: Schedule, protocol: str, model: CollectiveModel, routes: list[np.ndarray]
-) -> tuple[float, list[float]]:
-    return fixed_latency_s(
-        model,
-        sched.algorithm,
-        protocol,
-        [(p.steps, *phase_hw(cluster, p, r)) for p, r in zip(sched.phases, routes, strict=True)],
-    )
+    """(latency, []) of one collective: NCCL's latency, paid before its flows start."""
+    return latency_s(model, st, algorithm, protocol), []
 
 
 def _phase_routes(cluster, sched: Schedule):
     return [cluster.router.routes(p.src, p.dst) for p in sched.phases]
+
+
+@dataclass(frozen=True)
+class _Wire:
+    wire: np.ndarray  # bytes on the wire per flow
+    cap: np.ndarray  # each flow's own rate cap (wire bytes/s)
+
+
+def _phase_wire(
+    cluster, model: CollectiveModel, st: Setting, algorithm: str, protocol: str, phase, routes
+) -> _Wire:
+    """Wire bytes and per-flow rate caps of one phase (NCCL's protocol and channel limits)."""
+    t = model.table
+    fam = FAMILY[algorithm]
+    gen = st.generation
+    col = _col(st.nodes)
+    extra = model.efficiency.get(protocol, 1.0)
+    n_flows = len(phase.nbytes)
+    cap_link = np.append(cluster.router.capacity_Bps, np.inf)
+    bottleneck = (
+        cap_link[np.where(routes >= 0, routes, len(cap_link) - 1)].min(axis=1)
+        if routes.shape[1]
+        else np.full(n_flows, np.inf)
+    )
+    cap = np.full(n_flows, np.inf)
+    if fam == "p2p":
+        eff = np.full(n_flows, t["protocol_efficiency"]["other"][protocol] * extra)
+        return _Wire(phase.nbytes / eff, cap)
+    # flows per sending rank: a rank's payload rate (bus bandwidth) is shared by its flows
+    per_src = np.bincount(np.searchsorted(np.unique(phase.src), phase.src))[
+        np.searchsorted(np.unique(phase.src), phase.src)
+    ].astype(float)
+    if fam in ("nvls", "nvls_tree"):
+        switches = _switch_devices(cluster)
+        leg = np.isin(phase.src, switches) | np.isin(phase.dst, switches)
+        nvls_eff = t["nvls_efficiency"].get(gen, 0.0) or 1.0
+        eff = np.where(leg, nvls_eff, 1.0) * extra
+        if fam == "nvls_tree" and st.nodes > 1:
+            per_ch = t["per_channel_nvls_tree_bw"].get(gen, [0, 0, 0])[col] * 1e9
+            if per_ch > 0:
+                across = ~leg
+                busbw = per_ch * min(t["nvls_channels"], t["channels"].get(gen, 16))
+                cap = np.where(across, busbw / per_src, cap)
+        return _Wire(phase.nbytes / eff, cap)
+    nc = channels_for(model, st, algorithm, protocol)
+    nc_max = int(t["channels"].get(gen, 12))
+    cap = bottleneck * nc / nc_max  # the channels in use for this size
+    if fam == "ring":
+        eff = t["protocol_efficiency"]["ring"][protocol]
+        if protocol == "LL":
+            busbw = _ll_max(t, st) * 1e9
+        elif protocol == "LL128":
+            busbw = nc * t["per_channel_ring_ll128_bw"].get(gen, 20.0) * 1e9
+        else:
+            busbw = np.inf
+    else:  # tree
+        eff = t["protocol_efficiency"]["tree"][protocol]
+        if protocol == "LL128" and st.nodes > 1:
+            eff = t["protocol_efficiency"]["tree_multinode_LL128"]
+        if protocol == "LL":
+            busbw = _ll_max(t, st) * 1e9
+        elif protocol == "LL128":
+            busbw = nc * t["per_channel_tree_ll128_bw"].get(gen, [20.0] * 3)[col] * 1e9
+        else:
+            busbw = nc * t["per_channel_tree_bw"].get(gen, [24.0] * 3)[col] * 1e9
+    eff *= extra
+    cap = np.minimum(cap, busbw / per_src / eff)
+    return _Wire(phase.nbytes / eff, cap)
+
+
+def _ll_max(t: dict, st: Setting) -> float:
+    if st.nodes <= 1:
+        return t["ll_max_bw"].get(st.generation, t["ll_max_bw"]["ampere"])[0]
+    return t["ll_max_bw_multinode"][st.vendor][_col(st.nodes)]
+
+
+def _switch_devices(cluster) -> np.ndarray:
+    nodes = cluster.spec.nodes
+    try:
+        return np.array([cluster.router.local("nvswitch", k) for k in range(nodes)])
+    except (KeyError, InputError, ValueError, IndexError):
+        return np.zeros(0, dtype=np.int64)
 
 
 def estimate_s(
@@ -183,20 +372,25 @@ def estimate_s(
     model: CollectiveModel,
     routes: list[np.ndarray] | None = None,
 ) -> float:
-    """Time estimate from the most loaded link of each phase (contention-aware, no events)."""
+    """NCCL-style estimate: latency + each phase's bytes over its most loaded link or flow cap."""
     routes = routes if routes is not None else _phase_routes(cluster, sched)
+    st = setting(cluster, sched)
     cap = cluster.router.capacity_Bps
-    eff = model.efficiency[protocol]
-    start, steps = _latencies(cluster, sched, protocol, model, routes)
-    total = start
-    for phase, r, lat in zip(sched.phases, routes, steps, strict=True):
+    total = latency_s(model, st, sched.algorithm, protocol)
+    for phase, r in zip(sched.phases, routes, strict=True):
+        w = _phase_wire(cluster, model, st, sched.algorithm, protocol, phase, r)
         valid = r >= 0
-        load = np.bincount(
-            r[valid],
-            weights=np.broadcast_to((phase.nbytes / eff)[:, None], r.shape)[valid],
-            minlength=len(cap),
-        )
-        total += float((load / cap).max()) + lat if valid.any() else lat
+        worst = 0.0
+        if valid.any():
+            load = np.bincount(
+                r[valid],
+                weights=np.broadcast_to(w.wire[:, None], r.shape)[valid],
+                minlength=len(cap),
+            )
+            worst = float((load / cap).max())
+        with np.errstate(divide="ignore", invalid="ignore"):
+            own = np.where(w.wire > 0, w.wire / w.cap, 0.0)
+        total += max(worst, float(own.max()) if len(own) else 0.0)
     return total
 
 
@@ -214,18 +408,21 @@ def choose(
     model = cluster_model(cluster, model)
     if op not in ALGORITHMS:
         raise InputError(f"unknown collective {op!r}", field="--op", allowed=", ".join(ALGORITHMS))
-    candidates = [algorithm] if algorithm else [a for a in AUTO[op] if _available(cluster, a)]
+    n_nodes = len(np.unique(cluster.node_of(np.asarray(ranks))))
+    candidates = (
+        [algorithm] if algorithm else [a for a in AUTO[op] if _available(cluster, a, n_nodes)]
+    )
     best = None
     for alg in candidates:
         sched = schedule(cluster, op, ranks, size_bytes, alg, matrix)
         routes = _phase_routes(cluster, sched)
-        protos = model.protocols(alg)
+        protos = _protocols(model, alg, sched, cluster)
         if protocol is not None:
-            if protocol not in protos:
+            if protocol not in model.protocols(alg):
                 raise InputError(
                     f"protocol {protocol!r} is not used by {alg}",
                     field="--protocol",
-                    allowed=", ".join(protos),
+                    allowed=", ".join(model.protocols(alg)),
                 )
             protos = (protocol,)
         for proto in protos:
@@ -235,43 +432,70 @@ def choose(
     return best
 
 
-def _available(cluster, algorithm: str) -> bool:
+def _protocols(model: CollectiveModel, alg: str, sched: Schedule, cluster) -> tuple[str, ...]:
+    """Protocols NCCL would use: point-to-point is LL up to 16 KiB per peer per channel, else
+    Simple (enqueue.cc:859,931-933); collectives try every protocol of the algorithm."""
+    if FAMILY[alg] != "p2p":
+        return model.protocols(alg)
+    biggest = max((float(p.nbytes.max()) for p in sched.phases if len(p.nbytes)), default=0.0)
+    per_peer = model.table["p2p_channels"].get(generation(cluster), 2)
+    return ("LL",) if biggest <= model.table["p2p_ll_threshold"] * per_peer else ("Simple",)
+
+
+def _available(cluster, algorithm: str, n_nodes: int) -> bool:
+    """NCCL's algorithm conditions (enqueue.cc:2000-2008, tuning.cc:501-509): NVLS needs an
+    NVSwitch of generation ≥ 3 and, across nodes, CollNet (SHARP); NVLSTree needs more than one
+    node."""
     su = cluster.spec.scale_up
+    nvls = su.kind == "nvswitch" and su.nvswitch_generation >= 3
     if algorithm == "nvls":
-        return su.kind == "nvswitch" and su.nvswitch_generation >= 3
+        return nvls and (n_nodes == 1 or cluster.spec.collective_sharp)
+    if algorithm == "nvls_tree":
+        return nvls and n_nodes > 1
     return True
 
 
 @dataclass(frozen=True)
 class Prepared:
-    """A chosen collective ready to execute: start latency and, per phase, the flows."""
+    """A chosen collective ready to execute: start latency, per phase the flows, launch floor."""
 
     start_s: float
-    phases: tuple[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None], ...]
+    phases: tuple[tuple, ...]  # (routes, wire bytes, tail latency, weight, rate cap)
     algorithm: str
     protocol: str
+    floor_s: float = 0.0
 
 
-def prepare(cluster, choice: Choice, model: CollectiveModel | None = None) -> Prepared:
-    """Routes, wire bytes and step latencies of a chosen collective (reusable across runs)."""
+def prepare(
+    cluster, choice: Choice, model: CollectiveModel | None = None, launch_gpus: int = 1
+) -> Prepared:
+    """Routes, wire bytes, rate caps and latency of a chosen collective (reusable across runs).
+
+    ``launch_gpus`` is how many GPUs one host thread launches the collective on (nccl-tests
+    ``-g``): the collective takes at least that many kernel launches.
+    """
     model = cluster_model(cluster, model)
     sched, proto = choice.schedule, choice.protocol
     routes = _phase_routes(cluster, sched)
-    start, steps = _latencies(cluster, sched, proto, model, routes)
-    eff = model.efficiency[proto]
-    phases = tuple(
-        (r, p.nbytes / eff, np.full(len(p.nbytes), lat), p.weight)
-        for p, r, lat in zip(sched.phases, routes, steps, strict=True)
-    )
-    return Prepared(start, phases, sched.algorithm, proto)
+    st = setting(cluster, sched)
+    start = latency_s(model, st, sched.algorithm, proto)
+    phases = []
+    for p, r in zip(sched.phases, routes, strict=True):
+        w = _phase_wire(cluster, model, st, sched.algorithm, proto, p, r)
+        phases.append((r, w.wire, np.zeros(len(p.nbytes)), p.weight, w.cap))
+    floor = launch_gpus * model.launch(st.generation)
+    return Prepared(start, tuple(phases), sched.algorithm, proto, floor)
 
 
 def execute(env: simpy.Environment, net, prepared: Prepared, tag: object = None):
     """simpy process: run a prepared collective on ``net``; returns its end time."""
+    t0 = env.now
     if prepared.start_s > 0:
         yield env.timeout(prepared.start_s)
-    for routes, wire, lat, weight in prepared.phases:
-        yield net.transfer(routes, wire, lat, weight=weight, tag=tag)
+    for routes, wire, lat, weight, cap in prepared.phases:
+        yield net.transfer(routes, wire, lat, weight=weight, tag=tag, cap=cap)
+    if env.now < t0 + prepared.floor_s:
+        yield env.timeout(t0 + prepared.floor_s - env.now)
     return env.now
 
 
@@ -282,6 +506,7 @@ def run(
     choice: Choice,
     model: CollectiveModel | None = None,
     tag: object = None,
+    launch_gpus: int = 1,
 ):
     """simpy process: execute a chosen collective on ``net``; returns its end time."""
-    return (yield from execute(env, net, prepare(cluster, choice, model), tag))
+    return (yield from execute(env, net, prepare(cluster, choice, model, launch_gpus), tag))

@@ -64,15 +64,19 @@ def simulate_collective(
     ranks: np.ndarray | None = None,
     matrix: np.ndarray | None = None,
     model: nccl.CollectiveModel | None = None,
+    launch_gpus: int = 1,
 ) -> CollectiveResult:
-    """Simulate one collective on ``cluster`` (all GPUs unless ``ranks``) and time it."""
+    """Simulate one collective on ``cluster`` (all GPUs unless ``ranks``) and time it.
+
+    ``launch_gpus``: GPUs one host thread launches for (nccl-tests ``-g``; see ``nccl``).
+    """
     ranks = cluster.gpus if ranks is None else np.asarray(ranks)
     if op == "send_recv" and ranks is cluster.gpus:
         ranks = ranks[[0, -1]]
     choice = nccl.choose(cluster, op, ranks, size_bytes, model, algorithm, protocol, matrix)
     env = CountingEnvironment()
     net = make_network(fidelity, env, cluster.router.capacity_Bps, record_spans=False)
-    proc = env.process(nccl.run(env, net, cluster, choice, model))
+    proc = env.process(nccl.run(env, net, cluster, choice, model, launch_gpus=launch_gpus))
     env.run()
     t = proc.value
     n = len(ranks)
