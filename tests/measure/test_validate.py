@@ -148,3 +148,17 @@ def test_cli_case_that_cannot_simulate_exits_2(tmp_path, capsys):
     path = _write(tmp_path, [bad])
     assert cli.main(["validate", "--cases", path, "--out", str(tmp_path / "out")]) == 2
     assert "case g" in capsys.readouterr().err
+
+
+def test_end_to_end_cases_name_a_stack_and_every_fitted_stack_has_calibration_cases():
+    from zionsim.dlrm.stack import load_stack
+
+    e2e = [c for c in load_cases() if c.family == "end_to_end"]
+    stacks = {c.id: c.params["options"].get("stack") for c in e2e}
+    assert all(stacks.values()), [i for i, s in stacks.items() if not s]
+    calibrated = {stacks[c.id] for c in e2e if c.calibrated}
+    held_out = {stacks[c.id] for c in e2e if not c.calibrated}
+    fitted = {"hugectr", "nvidia_pytorch_dlrm", "tensorflow_sok", "torchrec"}
+    assert fitted <= calibrated  # every shipped stack's step_overhead is fitted on its own cases
+    assert all(load_stack(s).name == s for s in calibrated | held_out)
+    assert len(held_out) >= 3 and sum(not c.calibrated for c in e2e) >= 12
