@@ -209,13 +209,7 @@ def nvls_all_reduce(cluster, ranks, size, matrix=None):
     """NVLink SHARP all_reduce (assumption 4; NVSwitch generation ≥ 3, else InputError).  Across
     nodes: each GPU sends ``size`` to its switch and gets its ``size/g`` reduced slice back, the
     slices are ring all-reduced along the rails, then sent up and multicast back (``size``)."""
-    su = cluster.spec.scale_up
-    if su.kind != "nvswitch" or su.nvswitch_generation < 3:
-        raise InputError(
-            "NVLS needs an NVSwitch of generation 3 or later",
-            field="--algorithm",
-            allowed="ring, tree, hierarchical",
-        )
+    _nvls_check(cluster)
     groups = _by_node(cluster, np.sort(ranks))
     g = min(len(x) for x in groups)
     switch = [cluster.router.local("nvswitch", int(cluster.node_of(x[:1])[0])) for x in groups]
@@ -275,6 +269,7 @@ def nvls_tree_all_reduce(cluster, ranks, size, matrix=None):
 
 
 def _nvls_check(cluster):
+    """InputError unless the cluster's GPUs sit on an NVSwitch of generation 3 or later."""
     su = cluster.spec.scale_up
     if su.kind != "nvswitch" or su.nvswitch_generation < 3:
         raise InputError(
