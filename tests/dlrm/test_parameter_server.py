@@ -119,7 +119,8 @@ def test_ps_tables_must_fit_host_dram():
 
 def test_ps_trace_round_trips_and_rejects_bad_args():
     """A trace with parameter-server ops survives the file schema; a short byte list does not."""
-    from zionsim.dlrm.trace import lower, trace_from_dict, trace_to_dict
+    from zionsim.dlrm.trace import lower
+    from zionsim.dlrm.trace_file import trace_from_dict, trace_to_dict
 
     w = load_workload("tiny")
     trace = lower(w, _ps_plan(w, [0, 1, 2, 3]), N, gpus_per_node=G)

@@ -13,7 +13,7 @@ from tests.conftest import DATA, TINY
 from zionsim.base.errors import InputError
 from zionsim.cli.main import main
 from zionsim.dlrm.retarget import retarget
-from zionsim.dlrm.trace import trace_from_dict, trace_to_dict
+from zionsim.dlrm.trace_file import trace_from_dict, trace_to_dict
 from zionsim.hardware.cluster import Cluster
 from zionsim.io.files import read_trace
 from zionsim.measure.kineto import (

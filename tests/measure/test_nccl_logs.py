@@ -9,8 +9,8 @@ import pytest
 from tests.conftest import DATA, TINY
 from zionsim.base.errors import InputError
 from zionsim.hardware.cluster import Cluster
+from zionsim.measure.nccl_fit import fit_from_nccl_logs
 from zionsim.measure.nccl_logs import (
-    fit_from_nccl_logs,
     format_nccl_tests,
     parse_nccl_tests,
     read_nccl_log,

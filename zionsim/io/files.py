@@ -289,7 +289,8 @@ PLAN_HEADER = "# zionsim plan (docs/plans.md)\n"
 def write_trace(path: str | Path, trace, force: bool = False) -> None:
     """A trace file (schema ``zionsim.trace/1``, ``docs/traces.md``), written atomically; an
     existing file is replaced only if zionsim wrote it, or with ``force``."""
-    from zionsim.dlrm.trace import SCHEMA, trace_to_dict
+    from zionsim.dlrm.trace import SCHEMA
+    from zionsim.dlrm.trace_file import trace_to_dict
 
     check_file_target(path, SCHEMA, force)
     write_atomic(path, json.dumps(trace_to_dict(trace), separators=(",", ":")))
@@ -298,7 +299,7 @@ def write_trace(path: str | Path, trace, force: bool = False) -> None:
 def read_trace(path: str | Path):
     """Load and validate a trace file; errors name the file and the field."""
     from zionsim.base.errors import InputError
-    from zionsim.dlrm.trace import trace_from_dict
+    from zionsim.dlrm.trace_file import trace_from_dict
 
     p = Path(path)
     if not p.is_file():

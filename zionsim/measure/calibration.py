@@ -1,7 +1,7 @@
 """Calibration (pure: data in, parameters and fit quality out).
 
 :func:`calibrate` is what ``zionsim calibrate`` runs: it refits the NCCL protocol parameters to
-parsed nccl-tests logs (``nccl_logs.fit_from_nccl_logs``) and the compute model to measured
+parsed nccl-tests logs (``nccl_fit.fit_from_nccl_logs``) and the compute model to measured
 kernel times (``kernel_times.fit_compute``), and returns the topology overlay that holds only the
 fitted fields, with a fit report (``docs/calibration.md``).  The fits themselves are in
 ``fitting``.
@@ -37,7 +37,7 @@ class Calibration:
 def calibrate(cluster, nccl_frames=(), kernels: pd.DataFrame | None = None) -> Calibration:
     """Refit protocol parameters to nccl-tests logs and compute parameters to kernel times."""
     from zionsim.measure.kernel_times import check_gpu, fit_compute
-    from zionsim.measure.nccl_logs import fit_from_nccl_logs
+    from zionsim.measure.nccl_fit import fit_from_nccl_logs
 
     fields, parts, notes = {}, [], []
     if nccl_frames:
