@@ -343,3 +343,23 @@ def write_tables_and_figures(out_dir: str | Path, files: dict) -> list[Path]:
         write_atomic(path, png_bytes(obj) if name.endswith(".png") else obj.to_csv(index=False))
         written.append(path)
     return written
+
+
+def write_sweep_table(out_dir: str | Path, table) -> None:
+    """A sweep's combined table as ``results.parquet`` and ``results.csv`` in ``out_dir``, each
+    written atomically (``docs/sweeps.md``)."""
+    out = Path(out_dir)
+    write_atomic(out / "results.parquet", _parquet(_arrow_safe(table)))
+    write_atomic(out / "results.csv", table.to_csv(index=False))
+
+
+def _arrow_safe(table):
+    """Object columns mixing types (e.g. ``[512, "1k"]``) as strings, so parquet accepts them."""
+    import pandas as pd
+
+    out = table.copy()
+    for col in [c for c in out.columns if pd.api.types.is_object_dtype(out[c])]:
+        kinds = {type(v) for v in out[col] if v is not None and v == v}
+        if len(kinds) > 1:
+            out[col] = out[col].map(lambda v: None if v is None else str(v))
+    return out

@@ -341,10 +341,11 @@ class _Run:
     def _run_collective(self, cr: CollectiveRecord, tag: tuple | None = None):
         prep = self._prepare(cr.coll)
         cr.algorithm, cr.protocol = prep.algorithm, prep.protocol
-        start = self.env.now
-        busy = float(self.compute_busy[self.trace.collectives[cr.coll].ranks].mean())
+        start, busy = self.env.now, 0.0
+        if self.slow_comm:  # share of members computing as it begins: their kernels share SMs
+            busy = float(self.compute_busy[self.trace.collectives[cr.coll].ranks].mean())
         yield from nccl.execute(self.env, self.net, prep, tag=tag or (cr.iteration, cr.coll))
-        if self.slow_comm and busy:  # members computing as it began: their kernels share SMs
+        if busy:
             yield self.env.timeout((self.env.now - start) * self.slow_comm * busy)
         cr.end_s = self.env.now
         cr.event.succeed()

@@ -25,7 +25,6 @@ This module reads and writes files (the point files and the table); the simulati
 from __future__ import annotations
 
 import hashlib
-import io
 import itertools
 import json
 import multiprocessing
@@ -37,7 +36,7 @@ from pathlib import Path
 import pandas as pd
 
 from zionsim.base.errors import InputError
-from zionsim.io.files import to_json, write_atomic
+from zionsim.io.files import to_json, write_atomic, write_sweep_table
 from zionsim.sim.results import summary_row
 from zionsim.sim.run import RUN_OPTIONS, run_point
 
@@ -187,7 +186,7 @@ def run_sweep(
     finally:
         bar.close()
     table = combine(out, [p["point_id"] for p in pts])
-    write_table(out, table)
+    write_sweep_table(out, table)
     return table
 
 
@@ -322,26 +321,6 @@ def table_from_records(records: list[dict]) -> pd.DataFrame:
 
 def _tail(rec: dict) -> dict:
     return {k: rec.get(k) for k in ("status", "error", "sim_wall_s")}
-
-
-def write_table(out_dir: str | Path, table: pd.DataFrame) -> None:
-    """``results.parquet`` and ``results.csv`` in ``out_dir``, each written atomically."""
-    out = Path(out_dir)
-    safe = _arrow_safe(table)
-    buf = io.BytesIO()
-    safe.to_parquet(buf, index=False)
-    write_atomic(out / "results.parquet", buf.getvalue())
-    write_atomic(out / "results.csv", table.to_csv(index=False))
-
-
-def _arrow_safe(table: pd.DataFrame) -> pd.DataFrame:
-    """Object columns mixing types (e.g. ``[512, "1k"]``) as strings, so parquet accepts them."""
-    out = table.copy()
-    for col in [c for c in out.columns if pd.api.types.is_object_dtype(out[c])]:
-        kinds = {type(v) for v in out[col] if v is not None and v == v}
-        if len(kinds) > 1:
-            out[col] = out[col].map(lambda v: None if v is None else str(v))
-    return out
 
 
 def brief_rows(table: pd.DataFrame, keys: list[str], fmt: str = "table") -> list[dict]:
