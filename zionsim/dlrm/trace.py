@@ -246,10 +246,14 @@ class _RankOps:
             return None
         return self.b.op(self.r, name, "collective", cat, stream, deps, coll=self.c[key])
 
-    def gemm(self, name, m, n, k, deps=(), launches=1):
+    def gemm(self, name, m, n, k, deps=(), launches=1, act=0):
         """An (m×k)·(k×n) GEMM in the dense precision on the compute stream, with ``launches``
-        kernels in all (the stack's bias/activation kernels beside the GEMM)."""
+        kernels in all: the stack's bias / activation kernels beside the GEMM, each of which
+        reads and writes the layer's output activation of ``act`` elements once
+        (``eltwise_bytes``)."""
         extra = {"launches": launches} if launches != 1 else {}
+        if launches > 1 and act:
+            extra["eltwise_bytes"] = float((launches - 1) * 2 * act * DTYPE_BYTES[self.dt])
         return self.b.op(
             self.r, name, "gemm", "gemm", "compute", deps, m=m, n=n, k=k, dtype=self.dt, **extra
         )
@@ -322,10 +326,10 @@ def _lower_dense_fwd(o: _RankOps, outs: list) -> int:
     w, B = o.w, o.w.batch_per_gpu
     last = None
     for i, (k, n) in enumerate(w.bottom_layers()):
-        last = o.gemm(f"bottom_fwd{i}", B, n, k, (), o.stack.mlp_kernels[0])
+        last = o.gemm(f"bottom_fwd{i}", B, n, k, (), o.stack.mlp_kernels[0], B * n)
     x = _interaction(o.b, w, o.r, B, o.dt, (last, *outs), "fwd")
     for i, (k, n) in enumerate(w.top_layers()):
-        x = o.gemm(f"top_fwd{i}", B, n, k, (x,), o.stack.mlp_kernels[0])
+        x = o.gemm(f"top_fwd{i}", B, n, k, (x,), o.stack.mlp_kernels[0], B * n)
     return o.b.op(o.r, "loss", "memory", "interaction", "compute", (x,), nbytes=float(16 * B))
 
 
@@ -336,7 +340,7 @@ def _lower_top_bwd(o: _RankOps, x: int, grads_done: dict) -> int:
     w, B = o.w, o.w.batch_per_gpu
     for i, (k, n) in reversed(list(enumerate(w.top_layers()))):
         grads_done[f"top{i}"] = o.gemm(f"top_wgrad{i}", k, n, B, (x,))
-        x = o.gemm(f"top_dgrad{i}", B, k, n, (x,), o.stack.mlp_kernels[1] - 1)
+        x = o.gemm(f"top_dgrad{i}", B, k, n, (x,), o.stack.mlp_kernels[1] - 1, B * n)
     x = _interaction(o.b, w, o.r, B, o.dt, (x,), "bwd")
     if w.interaction_params:
         grads_done["interaction"] = x
@@ -358,7 +362,7 @@ def _lower_sparse_bwd(o: _RankOps, node, local, e_args, x, grads_done) -> tuple:
     for i, (k, n) in reversed(list(enumerate(w.bottom_layers()))):
         grads_done[f"bottom{i}"] = o.gemm(f"bottom_wgrad{i}", k, n, B, (x,))
         if i > 0:
-            x = o.gemm(f"bottom_dgrad{i}", B, k, n, (x,), o.stack.mlp_kernels[1] - 1)
+            x = o.gemm(f"bottom_dgrad{i}", B, k, n, (x,), o.stack.mlp_kernels[1] - 1, B * n)
     n_look = e_args["lookups"]
     e_bwd = o.b.op(
         o.r, "emb_bwd", "embedding_bwd", "embedding", "compute", tuple(backs),

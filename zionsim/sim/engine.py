@@ -80,6 +80,11 @@ def _duration(gpu, kind: str, a: dict, model) -> float:
         return float(a["seconds"])
     extra = (a.get("launches", 1) - 1) * compute.launch_overhead_s(gpu, model)
     if kind == "gemm":
+        eltwise = a.get("eltwise_bytes", 0.0)
+        if eltwise:
+            extra += compute.memory_time_s(gpu, eltwise, model) - compute.launch_overhead_s(
+                gpu, model
+            )
         return compute.gemm_time_s(gpu, a["m"], a["n"], a["k"], a["dtype"], model) + extra
     if kind == "memory":
         return compute.memory_time_s(gpu, a["nbytes"], model) + extra
