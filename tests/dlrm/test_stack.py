@@ -115,3 +115,20 @@ def test_communication_follows_dense_only_under_mixed_precision():
     assert tf32.precision["communication"] == w.precision["communication"] == "fp32"
     with pytest.raises(InputError, match="communication"):
         stack_from_dict({"name": "s", "precision": {"communication": "fp8"}})
+
+
+def test_embedding_stream_overlaps_but_never_runs_two_kernels_at_once():
+    """``embedding_stream``: lookups on their own stream hide communication (never slower), and a
+    GPU's two compute streams take turns: no two compute kernels of a rank overlap in time."""
+    base = {"topology": TINY, "workload": "tiny", "iterations": 3}
+    serial = stack_from_dict({"name": "serial", "embedding_stream": False})
+    streamed = stack_from_dict({"name": "streamed", "embedding_stream": True})
+    a = run_point({**base, "stack": serial})
+    b = run_point({**base, "stack": streamed})
+    assert b.summary["iteration_time_s"] <= a.summary["iteration_time_s"] * (1 + 1e-9)
+    ev = b.events
+    kernels = ev[ev.stream.isin(["compute", "embedding"]) & (ev.kind != "host")]
+    assert set(kernels.stream) == {"compute", "embedding"}
+    for _, r in kernels.groupby("rank"):
+        r = r.sort_values("start_s")
+        assert (r.start_s.to_numpy()[1:] >= r.end_s.to_numpy()[:-1] - 1e-15).all()

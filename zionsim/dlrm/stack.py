@@ -22,6 +22,11 @@ TensorFlow + SOK.  A stack profile states, as data with sources, what differs be
    ``compute_slowdown`` slower (NCCL takes SMs and HBM bandwidth) and its collectives
    ``comm_slowdown`` slower while its compute stream is busy.
 7. ``fused_embedding`` — table-batched (fused) embedding kernels, or one kernel per table.
+8. ``embedding_stream`` — the embedding lookups and updates run on a CUDA stream of their own
+   (HugeCTR's model-parallel stream): they share the GPU with the dense stream one kernel at a
+   time, but wait for no dense work, so the next iteration's lookups and their all-to-all run
+   while this iteration's dense backward and all-reduce do (HugeCTR's intra- and
+   inter-iteration overlap).
 
 The fitted field (``step_overhead``) is fitted per stack on the cases marked calibrated in
 ``validation/cases.yaml``; every other number cites its source.
@@ -47,6 +52,7 @@ STACK_KEYS = {
     "step_overhead",
     "interference",
     "fused_embedding",
+    "embedding_stream",
 }
 PRECISION_KEYS = ("embedding", "dense", "communication")
 #: ``precision.communication`` value: exchange in the dense math's 16-bit type under mixed precision
@@ -73,6 +79,7 @@ class StackSpec:
     compute_slowdown: float = 0.0
     comm_slowdown: float = 0.0
     fused_embedding: bool = True
+    embedding_stream: bool = False
     file: str = ""
 
     def to_dict(self) -> dict:
@@ -87,6 +94,7 @@ class StackSpec:
             "compute_slowdown": self.compute_slowdown,
             "comm_slowdown": self.comm_slowdown,
             "fused_embedding": self.fused_embedding,
+            "embedding_stream": self.embedding_stream,
         }
 
 
@@ -152,5 +160,6 @@ def stack_from_dict(data: dict, file: str = "<stack>") -> StackSpec:
         compute_slowdown=i.quantity("compute_slowdown", "fraction", 0.0, strict=False),
         comm_slowdown=i.quantity("comm_slowdown", "fraction", 0.0, strict=False),
         fused_embedding=f.flag("fused_embedding", True),
+        embedding_stream=f.flag("embedding_stream", False),
         file=file,
     )

@@ -39,9 +39,10 @@ from zionsim.dlrm.workload import (
 )
 
 SCHEMA = "zionsim.trace/1"
-#: in-order streams of a rank: the GPU's compute stream, two NCCL streams, and the host threads
-#: that talk to embedding parameter servers (``ps`` tier)
-STREAMS = ("compute", "a2a", "allreduce", "ps")
+#: in-order streams of a rank: the GPU's compute stream, two NCCL streams, the host threads
+#: that talk to embedding parameter servers (``ps`` tier), and the embedding stream of a stack
+#: that runs its lookups on a stream of their own (``embedding_stream``)
+STREAMS = ("compute", "a2a", "allreduce", "ps", "embedding")
 #: ``host``: a fixed span of host work the GPU waits for (a stack's per-step overhead)
 COMPUTE_KINDS = ("gemm", "embedding_fwd", "embedding_bwd", "memory", "host")
 KINDS = COMPUTE_KINDS + ("collective", "transfer")
@@ -237,6 +238,7 @@ class _RankOps:
     def __init__(self, b: _Builder, w: WorkloadSpec, r: int, lay, c: dict, stack=BARE):
         self.b, self.w, self.r, self.lay, self.c = b, w, r, lay, c
         self.stack = stack
+        self.emb_stream = "embedding" if stack.embedding_stream else "compute"
         self.dt = w.precision["dense"]
         self.servers = [int(k) for k in np.flatnonzero(lay.ps_pooled[r])]
 
@@ -307,7 +309,7 @@ def _lower_embedding_fwd(o: _RankOps, node: int, local: int, e_args: dict) -> li
     a_in = o.coll("input_a2a", "in", "all_to_all", "a2a")
     h2d = o.host("uvm_read", "h2d", (a_in,))
     e_fwd = o.b.op(
-        o.r, "emb_fwd", "embedding_fwd", "embedding", "compute", (a_in, h2d),
+        o.r, "emb_fwd", "embedding_fwd", "embedding", o.emb_stream, (a_in, h2d),
         out_bytes=float(o.lay.out_bytes[o.r]), **e_args,
     )  # fmt: skip
     outs = [
@@ -365,7 +367,7 @@ def _lower_sparse_bwd(o: _RankOps, node, local, e_args, x, grads_done) -> tuple:
             x = o.gemm(f"bottom_dgrad{i}", B, k, n, (x,), o.stack.mlp_kernels[1] - 1, B * n)
     n_look = e_args["lookups"]
     e_bwd = o.b.op(
-        o.r, "emb_bwd", "embedding_bwd", "embedding", "compute", tuple(backs),
+        o.r, "emb_bwd", "embedding_bwd", "embedding", o.emb_stream, tuple(backs),
         optimizer=w.optimizer["embedding"],
         state_bytes_per_row=float(lay.state_bytes[o.r] / n_look) if n_look else 0.0,
         unique_rows=float(lay.unique_rows[o.r]), **e_args,

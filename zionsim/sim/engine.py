@@ -7,9 +7,11 @@ last member of its group arrives, the collective runs on the shared network mode
 concurrent collective contend for links), and every member's op ends when it ends.  Several
 iterations run back to back; the streams carry each iteration's ops after the previous one's.
 
-Assumptions: a stream runs one op at a time in trace order (CUDA-stream semantics); compute ops
-of different streams of one GPU do not slow each other (there is one compute stream); collectives
-that have been launched progress independently of compute (NCCL kernels on their own SMs).
+Assumptions: a stream runs one op at a time in trace order (CUDA-stream semantics); where a
+stack runs its embeddings on a stream of their own, a GPU's two compute streams take turns, one
+kernel at a time (no two kernels share the SMs); collectives that have been launched progress
+independently of compute (NCCL kernels on their own SMs), slowing it by the stack's interference
+factor.
 """
 
 from __future__ import annotations
@@ -186,6 +188,10 @@ class _Run:
         self.slow_comm = float(stack.get("comm_slowdown", 0.0))
         self.comm_in_flight = [0] * trace.ranks  # a rank's collective ops launched, not ended
         self.compute_busy = np.zeros(trace.ranks, dtype=bool)  # a compute kernel is running
+        #: with a second compute stream (a stack's ``embedding_stream``) the streams of a GPU take
+        #: turns, one kernel at a time; None when each GPU has one compute stream
+        two = any(op.stream == "embedding" for op in trace.ops)
+        self.gpu = [simpy.Resource(env, 1) for _ in range(trace.ranks)] if two else None
 
     def _done(self, it: int, op_id: int) -> simpy.Event:
         i = it * self.n_ops + op_id
@@ -214,6 +220,11 @@ class _Run:
                     self.comm_in_flight[rank] -= 1
                 elif op.kind == "transfer":
                     yield self._host_transfer(it, rank, op.args)
+                elif dur[op.id] > 0 and self.gpu is not None and op.kind != "host":
+                    with self.gpu[rank].request() as turn:  # one kernel at a time per GPU
+                        yield turn
+                        start = env.now
+                        yield from self._compute(rank, op, dur[op.id])
                 elif dur[op.id] > 0:
                     yield from self._compute(rank, op, dur[op.id])
                 rows.append((it, op.id, free, start, env.now))

@@ -248,7 +248,15 @@ def links_table(cluster, network, sim_time_s: float) -> pd.DataFrame:
 
 def perfetto(events: pd.DataFrame) -> dict:
     """Chrome/Perfetto trace: one process per rank (network as -1), one thread per stream."""
-    streams = {"compute": 0, "a2a": 1, "allreduce": 2, "ps": 3, "network": 4, "sync": 5}
+    streams = {
+        "compute": 0,
+        "a2a": 1,
+        "allreduce": 2,
+        "ps": 3,
+        "network": 4,
+        "sync": 5,
+        "embedding": 6,
+    }
     out = [
         {
             "name": "process_name",
