@@ -1,9 +1,11 @@
 """Workload files: built-ins load, derived sizes are right, bad input names file and field."""
 
+import re
+
 import pytest
 import yaml
 
-from zionsim.base.config import builtin_names
+from zionsim.base.config import builtin_dir, builtin_names
 from zionsim.base.errors import InputError
 from zionsim.dlrm.workload import load_workload
 
@@ -56,3 +58,39 @@ def test_malformed_workloads(tmp_path, edit, field):
     with pytest.raises(InputError) as err:
         load_workload(str(path))
     assert err.value.file == str(path) and err.value.field == field
+
+
+def _uncited_lines(text: str) -> list[str]:
+    """Lines of a shipped YAML that hold a number but name no source: a ``[key]`` of its
+    ``references`` (or ``[assumption]``) on the line, on the comment lines right below it, or,
+    for a nested line, on its top-level key's line."""
+    refs = set(re.findall(r"^  (\w+):", text.split("references:")[1], re.M))
+    lines, bad, top, parent = text.splitlines(), [], None, False
+    for i, line in enumerate(lines):
+        if not line.strip() or line.strip().startswith("#"):
+            continue
+        indent = len(line) - len(line.lstrip())
+        if indent == 0:
+            top = line.split(":")[0]
+        cites = set(re.findall(r"\[([A-Za-z]\w*)", line))
+        j = i + 1
+        while j < len(lines) and lines[j].strip().startswith("#"):
+            cites |= set(re.findall(r"\[([A-Za-z]\w*)", lines[j]))
+            j += 1
+        if indent == 0:
+            parent = bool(cites)
+        value = line.split("#")[0]
+        value = value if line.strip().startswith("- ") else value.split(":", 1)[-1]
+        if top in ("name", "description", "references") or not re.search(r"\d", value):
+            continue
+        if not ((cites and cites <= refs | {"assumption"}) or (indent and parent)):
+            bad.append(line.strip())
+    return bad
+
+
+def test_every_workload_cites_every_number():
+    """Each built-in workload loads and names a source for every number it holds."""
+    for name in builtin_names("workloads"):
+        load_workload(name)
+        text = (builtin_dir("workloads") / f"{name}.yaml").read_text()
+        assert _uncited_lines(text) == [], name
