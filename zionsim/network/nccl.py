@@ -290,9 +290,20 @@ class _Wire:
 
 
 def _phase_wire(
-    cluster, model: CollectiveModel, st: Setting, algorithm: str, protocol: str, phase, routes
+    cluster,
+    model: CollectiveModel,
+    st: Setting,
+    algorithm: str,
+    protocol: str,
+    phase,
+    routes,
+    tuning: bool = False,
 ) -> _Wire:
-    """Wire bytes and per-flow rate caps of one phase (NCCL's protocol and channel limits)."""
+    """Wire bytes and per-flow rate caps of one phase (NCCL's protocol and channel limits).
+
+    ``tuning``: as NCCL's tuner sees it, with every channel of the graph (its bandwidth table
+    does not know that fewer channels will run small sizes: enqueue.cc drops them after the
+    algorithm is chosen)."""
     t = model.table
     fam = FAMILY[algorithm]
     gen = st.generation
@@ -325,8 +336,8 @@ def _phase_wire(
                 busbw = per_ch * min(t["nvls_channels"], t["channels"].get(gen, 16))
                 cap = np.where(across, busbw / per_src, cap)
         return _Wire(phase.nbytes / eff, cap)
-    nc = channels_for(model, st, algorithm, protocol)
     nc_max = int(t["channels"].get(gen, 12))
+    nc = nc_max if tuning else channels_for(model, st, algorithm, protocol)
     cap = bottleneck * nc / nc_max  # the channels in use for this size
     if fam == "ring":
         eff = t["protocol_efficiency"]["ring"][protocol]
@@ -371,14 +382,20 @@ def estimate_s(
     protocol: str,
     model: CollectiveModel,
     routes: list[np.ndarray] | None = None,
+    tuning: bool = False,
 ) -> float:
-    """NCCL-style estimate: latency + each phase's bytes over its most loaded link or flow cap."""
+    """NCCL-style estimate: latency + each phase's bytes over its most loaded link or flow cap.
+
+    ``tuning``: NCCL's tuner's view, which picks the algorithm — every channel of the graph and
+    its derating of trees (:func:`_tree_correction`); else the collective as it runs (the
+    channels in use for this size), which is what :class:`Choice` reports."""
     routes = routes if routes is not None else _phase_routes(cluster, sched)
     st = setting(cluster, sched)
     cap = cluster.router.capacity_Bps
     total = latency_s(model, st, sched.algorithm, protocol)
+    slow = _tree_correction(model, st, sched.algorithm, protocol) if tuning else 1.0
     for phase, r in zip(sched.phases, routes, strict=True):
-        w = _phase_wire(cluster, model, st, sched.algorithm, protocol, phase, r)
+        w = _phase_wire(cluster, model, st, sched.algorithm, protocol, phase, r, tuning)
         valid = r >= 0
         worst = 0.0
         if valid.any():
@@ -390,8 +407,19 @@ def estimate_s(
             worst = float((load / cap).max())
         with np.errstate(divide="ignore", invalid="ignore"):
             own = np.where(w.wire > 0, w.wire / w.cap, 0.0)
-        total += max(worst, float(own.max()) if len(own) else 0.0)
+        total += max(worst, float(own.max()) if len(own) else 0.0) / slow
     return total
+
+
+def _tree_correction(model: CollectiveModel, st: Setting, algorithm: str, protocol: str) -> float:
+    """NCCL's tuner derates tree all_reduce bandwidth at medium sizes by a static factor per
+    protocol and power of two of ``nBytes/64`` (treeCorrectionFactor, tuning.cc:620-644); 1 for
+    other algorithms and sizes."""
+    if FAMILY[algorithm] != "tree" or st.op != "all_reduce" or st.nbytes < 64:
+        return 1.0
+    row = model.table["tree_correction_factor"][protocol]
+    log_size = _log2i(int(st.nbytes) >> 6)
+    return row[log_size] if log_size < len(row) - 1 else 1.0
 
 
 def choose(
@@ -412,7 +440,7 @@ def choose(
     candidates = (
         [algorithm] if algorithm else [a for a in AUTO[op] if _available(cluster, a, n_nodes)]
     )
-    best = None
+    best, best_view = None, np.inf
     for alg in candidates:
         sched = schedule(cluster, op, ranks, size_bytes, alg, matrix)
         routes = _phase_routes(cluster, sched)
@@ -426,10 +454,11 @@ def choose(
                 )
             protos = (protocol,)
         for proto in protos:
-            est = estimate_s(cluster, sched, proto, model, routes)
-            if best is None or est < best.estimate_s:
-                best = Choice(sched, proto, est)
-    return best
+            view = estimate_s(cluster, sched, proto, model, routes, tuning=True)
+            if best is None or view < best_view:
+                best, best_view = (sched, proto, routes), view
+    sched, proto, routes = best
+    return Choice(sched, proto, estimate_s(cluster, sched, proto, model, routes))
 
 
 def _protocols(model: CollectiveModel, alg: str, sched: Schedule, cluster) -> tuple[str, ...]:
