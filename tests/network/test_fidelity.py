@@ -22,8 +22,8 @@ SIZES = (8.0, 4096.0, 2.0**20, 2.0**26, 2.0**30)
 
 def random_cluster(rng: np.random.Generator) -> Cluster:
     """A valid small cluster: nodes, GPUs per node, fabric tiers and oversubscription, NICs per
-    node and where they attach, NIC, NVLink and PCIe rates and the scale-up kind all drawn
-    (redrawn while the topology check rejects the combination, e.g. a fabric too small)."""
+    node and where they attach, NIC, NVLink and PCIe rates, the scale-up kind and SHARP all
+    drawn (redrawn while the topology check rejects the combination, e.g. a fabric too small)."""
     while True:
         try:
             return Cluster.build(cluster_from_dict(_random_topology(rng), TINY))
@@ -54,6 +54,7 @@ def _random_topology(rng: np.random.Generator) -> dict:
         "oversubscription": float(rng.choice([1.0, 2.0, 4.0])),
         "rail_optimized": bool(rng.random() < 0.3),
     }
+    d["collectives"] = {"sharp": bool(rng.random() < 0.3)}  # in-network reduction (CollNet)
     for kind, eff in zip(("nvlink", "pcie", "roce"), rng.uniform(0.6, 1.0, 3), strict=True):
         d["links"][kind] = {**d["links"][kind], "efficiency": float(eff)}
     return d
