@@ -64,13 +64,16 @@ def load_with_overrides(
     overrides: dict[str, Any] | list[str] | None,
     defaults: dict[str, Any] | None = None,
 ) -> tuple[dict, str]:
-    """:func:`load_yaml` (an overlay merged over its base), then optional top-level ``defaults``,
-    then ``--set`` overrides."""
+    """:func:`load_yaml` (an overlay merged over its base), then optional top-level ``defaults``
+    (a mapping fills in the fields the file leaves out), then ``--set`` overrides."""
     data, file = load_yaml(name_or_path, kind)
     if "base" in data:
         data = resolve_overlay(data, file, kind)
-    for key, value in (defaults or {}).items():
-        data.setdefault(key, value)
+    for key, value in (defaults or {}).items():  # mappings: the file's fields over the defaults
+        if isinstance(value, dict) and isinstance(data.get(key), dict):
+            data[key] = merge_fields(value, data[key])
+        else:
+            data.setdefault(key, value)
     if isinstance(overrides, list):
         overrides = dict(parse_override(o) for o in overrides)
     return apply_overrides(data, overrides or {}, file), file

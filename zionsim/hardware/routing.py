@@ -100,6 +100,33 @@ class Router:
         out = np.where(same, _pad(intra, width), _pad(inter, width))
         return out
 
+    def reduction_tree(self, devices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Legs of an in-network reduction (SHARP) among ``devices`` of different nodes: (up,
+        down) edge-id rows padded with -1.  Up: each device to its leaf switch (through its
+        nearest NIC), then one leg per switch below the root to its parent (the switch reduces
+        what its children send, so it forwards one stream); down: the same legs reversed (the
+        result multicast back).  The root is the lowest tier above every device's leaf."""
+        devices = np.asarray(devices, dtype=np.int64)
+        d, epn, npn = self.per_node, self.edges_per_node, self.spec.scale_out.nics_per_node
+        ns, ls = devices // d, devices % d
+        nic = ns * npn + self._nic_of[ls]
+        leaves = np.unique(self._leaf_of_nic[nic])
+        pods = np.unique(self._pod_of_leaf[leaves])
+        to_nic, from_nic = _shift(self._t_up[ls], ns * epn), _shift(self._t_down[ls], ns * epn)
+        up = [np.concatenate([to_nic, self._nic_up[nic][:, None]], 1)]
+        down = [np.concatenate([self._nic_down[nic][:, None], from_nic], 1)]
+        if len(leaves) > 1:  # leaves report to their tier-2 switch
+            up.append(self._leaf_up[leaves][:, None])
+            down.append(self._leaf_down[leaves][:, None])
+        if len(pods) > 1:  # tier-2 switches report to the core
+            up.append(self._pod_up[pods][:, None])
+            down.append(self._pod_down[pods][:, None])
+        width = max(x.shape[1] for x in up)
+        return (
+            np.concatenate([_pad(x, width) for x in up]),
+            np.concatenate([_pad(x, width) for x in down]),
+        )
+
     def latency(self, routes: np.ndarray) -> np.ndarray:
         """Sum of link latencies along each route (s)."""
         lat = np.append(self.latency_s, 0.0)

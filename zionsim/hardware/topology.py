@@ -145,6 +145,10 @@ TOP_KEYS = {
 }
 
 
+#: ``collectives.*`` fields a file may leave out (so ``--set`` can reach them): docs/topologies.md
+COLLECTIVE_DEFAULTS = {"latency_scale": 1.0, "cpu_vendor": "intel", "sharp": False}
+
+
 def load_topology(
     name_or_path: str | Path,
     *,
@@ -158,7 +162,7 @@ def load_topology(
     16
     """
     data, file = load_with_overrides(
-        name_or_path, "topologies", overrides, defaults={"collectives": {"latency_scale": 1.0}}
+        name_or_path, "topologies", overrides, defaults={"collectives": COLLECTIVE_DEFAULTS}
     )
     if nodes is not None:
         data["nodes"] = nodes

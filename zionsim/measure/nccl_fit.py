@@ -144,6 +144,9 @@ def _refine(
     tuner never picks a protocol (a protocol with no points keeps ``start``'s values).
     """
     f = _AffineFit(cluster, op, sizes, meas, start, algorithm)
+    if f.rule is not None:  # point-to-point: protocols by size, one shared overhead
+        best = f.fit_p2p()
+        return start.with_fit(*best) if f.loss(*best) < f.loss(*_params(start)) else start
     best = f.best_assignment()
     best = min((best, f.polish(best)), key=lambda c: f.loss(*c))
     if f.loss(*best) >= f.loss(start.overhead_s, start.efficiency):
@@ -169,6 +172,11 @@ class _AffineFit:
         self.B = t2 - t1
         self.C = t1 - self.B
         self.t_meas = sizes * busbw_factor(op, len(gpus)) / (np.asarray(meas) * 1e9)
+        #: point-to-point kernels take their protocol by size, not the fastest (nccl._protocols)
+        self.rule = None
+        if family_p2p:
+            picks = [nccl.choose(cluster, op, gpus, float(x), start, algorithm) for x in sizes]
+            self.rule = np.array([self.protos.index(c.protocol) for c in picks])
 
     def times(self, over: dict, eff: dict) -> np.ndarray:
         """Estimated seconds, one row per size, one column per protocol."""
@@ -177,8 +185,32 @@ class _AffineFit:
         return o + self.C + self.B * w
 
     def loss(self, over: dict, eff: dict) -> float:
-        """The objective of the log errors of the tuner's pick (the fastest protocol)."""
-        return _objective(np.log(self.t_meas / self.times(over, eff).min(axis=1)))
+        """The objective of the log errors of the protocol NCCL runs: the tuner's pick (the
+        fastest), or for point-to-point the one its size rule gives."""
+        t = self.times(over, eff)
+        t = t.min(axis=1) if self.rule is None else t[np.arange(len(t)), self.rule]
+        return _objective(np.log(self.t_meas / t))
+
+    def fit_p2p(self) -> tuple[dict, dict]:
+        """Point-to-point kernels (all_to_all): least squares of the one overhead every size pays
+        (the LL one, ``nccl.latency_s``) and of the Simple efficiency, each size with the
+        protocol NCCL's size rule gives it; LL's efficiency is kept, as its few small sizes
+        cannot tell it from the overhead (overhead ≥ 0, efficiency ≤ 1)."""
+        over, eff = _params(self.start)
+        rows, simple = np.arange(len(self.sizes)), self.protos.index("Simple")
+        b, c = self.B[rows, self.rule], self.C[rows, self.rule]
+        is_simple = self.rule == simple
+        w_kept = np.array([1.0 / eff[self.protos[j]] for j in self.rule])
+        a = np.c_[np.full(len(rows), self.k), np.where(is_simple, b, 0.0)] / self.t_meas[:, None]
+        y = 1.0 - (c + np.where(is_simple, 0.0, b * w_kept)) / self.t_meas
+        if not is_simple.any():
+            over["LL"] = max(0.0, float(y @ a[:, 0] / (a[:, 0] @ a[:, 0])))
+            return over, eff
+        (o, w), *_ = np.linalg.lstsq(a, y, rcond=None)
+        if o < 0:
+            o, w = 0.0, float(y @ a[:, 1] / (a[:, 1] @ a[:, 1]))
+        over["LL"], eff["Simple"] = float(o), 1.0 / max(1.0, float(w))
+        return over, eff
 
     def fit_assignment(self, pick: np.ndarray) -> tuple[dict, dict]:
         """Least-squares (overhead, 1/efficiency) of each protocol from the sizes ``pick`` gives
@@ -239,6 +271,11 @@ class _AffineFit:
         options = {"maxiter": 4000, "xatol": 1e-6, "fatol": 1e-12}
         res = minimize(lambda x: self.loss(*unpack(x)), x0, method="Nelder-Mead", options=options)
         return unpack(res.x)
+
+
+def _params(model: nccl.CollectiveModel) -> tuple[dict, dict]:
+    """Copies of ``model``'s per-protocol overheads and efficiencies."""
+    return dict(model.overhead_s), dict(model.efficiency)
 
 
 def _estimates(cluster, op, sizes, model, algorithm) -> np.ndarray:

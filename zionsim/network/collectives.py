@@ -22,17 +22,24 @@ Modelling assumptions:
    shard among same-index GPUs (one rail each), intra-node ring all_gather; three phases.
 4. NVLS (NVSwitch generation ≥ 3): in-switch reduction; each GPU sends ``S(1+1/g)`` to the switch
    and receives the same (multimem load-reduce of its slice + multicast store).  Across nodes the
-   ``S/g`` shards are all-reduced among same-index GPUs: by a ring (NVLS with SHARP) or by
-   double binary trees (NVLSTree), pipelined with the intra-node legs.
+   ``S/g`` shards are all-reduced among same-index GPUs: in the network (NVLS with SHARP,
+   assumption 6) or by double binary trees (NVLSTree), pipelined with the intra-node legs.
 5. all_to_all(v) direct: one flow per ordered pair with its bytes.  PXN (rail-aligned): data for
    GPU ``(b, m)`` first crosses NVLink to GPU ``(a, m)`` on the sender's node, which sends the
    aggregate of its node over its own rail; both legs stream together (pipelined relay).
+6. In-network reduction (CollNet with SHARP): a device's slice goes once up the fabric's
+   reduction tree — to its leaf, whose reduced stream goes to its parent, up to the lowest
+   switch above all participants — and the result comes back down the same legs, so a NIC
+   carries the slice once each way (a ring carries ``2(n−1)/n`` of it).  CollNet Direct
+   (all_reduce, NVSwitch nodes): inside a node every GPU scatters ``S/h`` to each of ``h``
+   heads (one per NIC) and gathers the result back; each head's slice is reduced in the
+   network.  Both legs run together (NCCL pipelines them).
 """
 
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 import numpy as np
@@ -51,6 +58,9 @@ class Phase:
     nbytes: np.ndarray
     steps: int
     weight: np.ndarray | None = None
+    #: each flow's edge ids (padded with -1) where the algorithm routes it itself (legs that
+    #: end in a fabric switch, as in-network reduction); None: the router's path src → dst
+    routes: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
@@ -207,8 +217,9 @@ def hierarchical_all_reduce(cluster, ranks, size, matrix=None):
 
 def nvls_all_reduce(cluster, ranks, size, matrix=None):
     """NVLink SHARP all_reduce (assumption 4; NVSwitch generation ≥ 3, else InputError).  Across
-    nodes: each GPU sends ``size`` to its switch and gets its ``size/g`` reduced slice back, the
-    slices are ring all-reduced along the rails, then sent up and multicast back (``size``)."""
+    nodes (NCCL runs it only with CollNet/SHARP): each GPU sends ``size`` to its switch and gets
+    its ``size/g`` reduced slice back, the slices are reduced in the network along the rails
+    (assumption 6), then sent up and multicast back (``size``)."""
     _nvls_check(cluster)
     groups = _by_node(cluster, np.sort(ranks))
     g = min(len(x) for x in groups)
@@ -220,14 +231,14 @@ def nvls_all_reduce(cluster, ranks, size, matrix=None):
         dst = np.concatenate([np.full(len(x), sw), x])
         return (Phase(src, dst, np.full(2 * len(x), per), 2),)
 
-    return _nvls_multinode(cluster, groups, switch, size, inter="ring")
+    return _nvls_multinode(cluster, groups, switch, size, inter="sharp")
 
 
 def _nvls_multinode(cluster, groups, switch, size, inter: str):
     """Multi-node NVLS: NVLS reduce-scatter inside each node, the shards all-reduced across
-    nodes among same-index GPUs (``ring`` with SHARP/CollNet, ``tree`` for NVLSTree), NVLS
-    all-gather inside each node; the three legs are pipelined by NCCL, so they run as one phase.
-    """
+    nodes among same-index GPUs (``sharp``: in the network, as NCCL's NVLS with CollNet;
+    ``tree`` for NVLSTree; ``ring``), NVLS all-gather inside each node; the three legs are
+    pipelined by NCCL, so they run as one phase."""
     g = min(len(x) for x in groups)
 
     def leg(out_bytes, in_bytes):
@@ -247,13 +258,15 @@ def _nvls_multinode(cluster, groups, switch, size, inter: str):
 
     n = len(groups)
     rails = [np.array([x[i] for x in groups]) for i in range(g)]
+    intra = leg(size + size / g, size / g + size)
+    if inter == "sharp":
+        return (_merge([_routed(cluster, intra), _sharp_phase(cluster, rails, size / g)]),)
     if inter == "tree":
         across = _merge([_tree_phase(cluster, r, size / g) for r in rails])
     else:
         across = _merge(
             [_ring_phase(cluster, r, 2 * (n - 1) / n * size / g, 2 * (n - 1)) for r in rails]
         )
-    intra = leg(size + size / g, size / g + size)
     return (_merge([intra, across]),)
 
 
@@ -266,6 +279,29 @@ def nvls_tree_all_reduce(cluster, ranks, size, matrix=None):
     _nvls_check(cluster)
     switch = [cluster.router.local("nvswitch", int(cluster.node_of(x[:1])[0])) for x in groups]
     return _nvls_multinode(cluster, groups, switch, size, inter="tree")
+
+
+def collnet_direct_all_reduce(cluster, ranks, size, matrix=None):
+    """CollNet Direct all_reduce (assumption 6; 2+ nodes, else InputError): inside each node
+    every GPU sends ``size/h`` to each of its node's ``h`` heads (one per NIC) and gets the
+    reduced ``size/h`` back from each; each head's slice is reduced in the network with the
+    same-channel heads of the other nodes.  NCCL pipelines the legs: one phase."""
+    groups = _by_node(cluster, np.sort(ranks))
+    if len(groups) < 2:
+        raise InputError("CollNet needs 2 or more nodes", field="--algorithm", allowed="ring, tree")
+    g = min(len(x) for x in groups)
+    h = max(1, min(cluster.spec.scale_out.nics_per_node, g))
+    heads = [x[[c * g // h for c in range(h)]] for x in groups]  # GPU c·g/h uses NIC c
+    src, dst = [], []
+    for x, hd in zip(groups, heads, strict=True):
+        a, b = np.meshgrid(x, hd, indexing="ij")
+        keep = a != b
+        src += [a[keep], b[keep]]
+        dst += [b[keep], a[keep]]
+    src = np.concatenate(src)
+    intra = Phase(src, np.concatenate(dst), np.full(len(src), size / h), 2)
+    rails = [np.array([hd[c] for hd in heads]) for c in range(h)]
+    return (_merge([_routed(cluster, intra), _sharp_phase(cluster, rails, size / h)]),)
 
 
 def _nvls_check(cluster):
@@ -339,15 +375,52 @@ def send_recv(cluster, ranks, size, matrix=None):
 
 
 def _merge(phases: list[Phase]) -> Phase:
-    """Phases that run together as one (their flows share the network)."""
+    """Phases that run together as one (their flows share the network); explicit routes are
+    kept if every phase has them (see :func:`_routed`)."""
     weights = [p.weight if p.weight is not None else np.ones(len(p.src)) for p in phases]
+    routes = None
+    if all(p.routes is not None for p in phases):
+        width = max(p.routes.shape[1] for p in phases)
+        routes = np.concatenate(
+            [np.pad(p.routes, ((0, 0), (0, width - p.routes.shape[1])), constant_values=-1)
+             for p in phases]
+        )  # fmt: skip
     return Phase(
         np.concatenate([p.src for p in phases]),
         np.concatenate([p.dst for p in phases]),
         np.concatenate([p.nbytes for p in phases]),
         max(p.steps for p in phases),
         np.concatenate(weights),
+        routes,
     )
+
+
+def _routed(cluster, phase: Phase) -> Phase:
+    """``phase`` with its router paths written out (to merge it with explicitly routed legs)."""
+    if phase.routes is not None:
+        return phase
+    return replace(phase, routes=cluster.router.routes(phase.src, phase.dst))
+
+
+def _sharp_phase(cluster, rails: list[np.ndarray], slice_bytes: float) -> Phase:
+    """In-network reduction (assumption 6) of ``slice_bytes`` on each rail (one device per
+    node): every device sends its slice up the fabric's reduction tree, each switch forwards one
+    reduced stream to its parent, and the result comes back down the same legs.  A fabric
+    switch, which has no device id, is written -1 in ``src``/``dst``."""
+    src, dst, routes = [], [], []
+    for rail in rails:
+        up, down = cluster.router.reduction_tree(rail)
+        k, extra = len(rail), len(up) - len(rail)
+        switch = np.full(k + 2 * extra, -1)
+        src += [rail, switch]  # up legs leave the devices, down legs reach them
+        dst += [switch, rail]
+        routes += [up[:k], up[k:], down[k:], down[:k]]
+    src = np.concatenate(src)
+    width = max(r.shape[1] for r in routes)
+    rows = np.concatenate(
+        [np.pad(r, ((0, 0), (0, width - r.shape[1])), constant_values=-1) for r in routes]
+    )
+    return Phase(src, np.concatenate(dst), np.full(len(src), slice_bytes), 2, None, rows)
 
 
 ALGORITHMS = {
@@ -357,6 +430,7 @@ ALGORITHMS = {
         "hierarchical": hierarchical_all_reduce,
         "nvls": nvls_all_reduce,
         "nvls_tree": nvls_tree_all_reduce,
+        "collnet_direct": collnet_direct_all_reduce,
     },
     "reduce_scatter": {"ring": ring_reduce_scatter},
     "all_gather": {"ring": ring_all_gather},

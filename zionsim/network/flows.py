@@ -5,11 +5,12 @@ event that fires when the last flow of the batch has arrived.  Two fidelities sh
 
 * :class:`FlowNetwork` — flow-level, max-min fair sharing of every directed link, rates recomputed
   whenever a flow starts or ends (the fluid model validated by SimGrid).
-* :class:`AnalyticNetwork` — per-link load: a batch's flows share each link in proportion to
-  their weights (no re-solving as flows start and end), and a link carries one batch's bytes
-  after the bytes it already has queued (a reservation per link), so no link is ever loaded
-  above its capacity; the cross-check for the flow model, with which it agrees where batches do
-  not overlap and every flow of a batch is limited by the same links.
+* :class:`AnalyticNetwork` — per-link load: every link drains a batch's bytes at its capacity
+  after the bytes it already has queued (a reservation per link), and a flow arrives once every
+  link of its path has drained (no rate is solved), so no link is ever loaded above its
+  capacity; the cross-check for the flow model, with which it agrees where batches do not
+  overlap and the batch's busiest links stay busy until they drain (every collective schedule
+  of ``collectives.py``: tests/network/test_fidelity.py).
 
 Modelling assumptions:
 
@@ -170,10 +171,11 @@ class _Network:
 class AnalyticNetwork(_Network):
     """Per-link load: each link carries a batch's bytes after what is queued on it already.
 
-    A flow's rate is the smallest, over its links, of the link's capacity × the flow's share of
-    the batch's weight on that link (and its own cap); a link still busy with earlier batches
-    delays the flows that cross it by its backlog.  Every link therefore carries at most its
-    capacity, whatever overlaps; no rate is re-solved, so a batch costs a few array passes.
+    Link ``l`` with backlog ``b_l`` (s) and batch bytes ``L_l`` has drained at ``b_l + L_l/C_l``;
+    a flow arrives when the last link of its path has drained, or, if its own rate cap is
+    slower, ``n/cap`` after the longest backlog on its path (then its latency).  Links serve
+    batches one after another, so every link carries at most its capacity whatever overlaps;
+    nothing is re-solved, so a batch costs a few array passes.  Flow weights do not matter here.
     """
 
     def __init__(self, env: simpy.Environment, capacity_Bps: np.ndarray, record_spans: bool = True):
@@ -185,23 +187,25 @@ class AnalyticNetwork(_Network):
         flat = np.where(routes >= 0, routes, n_links)
         hops = routes.shape[1]
         cap_all = np.append(self.capacity, np.inf)
-        wload = np.bincount(flat.ravel(), np.repeat(weight, hops), minlength=n_links + 1)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            share = np.where(wload > 0, cap_all / wload, np.inf)
-        share[n_links] = np.inf
-        rate = np.minimum(share[flat].min(axis=1) * weight if hops else np.inf, cap)
         now = self.env.now
         backlog = np.maximum(self._free_at - now, 0.0)
         backlog[n_links] = 0.0
-        wait = backlog[flat].max(axis=1) if hops else np.zeros(len(nbytes))
-        with np.errstate(divide="ignore", invalid="ignore"):
-            busy = np.where(nbytes > 0, nbytes / rate, 0.0)
-        times = wait + busy + latency_s
-        # each link is busy for the bytes it carries at its capacity, after its backlog
+        # each link drains the batch's bytes at its capacity after its backlog (a reservation);
+        # a flow has arrived once every link of its path has drained, and not before its own cap
+        # lets its bytes through after the longest backlog on its path
         load = np.bincount(flat.ravel(), np.repeat(nbytes, hops), minlength=n_links + 1)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            drained = backlog + np.where(load > 0, load / cap_all, 0.0)
+            own = np.where(nbytes > 0, nbytes / cap, 0.0)
+        drained[n_links] = 0.0
+        if hops:
+            wait = backlog[flat].max(axis=1)
+            times = np.maximum(drained[flat].max(axis=1), wait + own) + latency_s
+        else:
+            times = own + latency_s
         used = load > 0
         used[n_links] = False
-        self._free_at[used] = now + backlog[used] + load[used] / cap_all[used]
+        self._free_at[used] = now + drained[used]
         self._batches[bid].finish_s = now + (float(times.max()) if len(times) else 0.0)
         self._batches[bid].pending = 0
         self._finish_batch(bid)

@@ -50,12 +50,13 @@ FAMILY = {
     "tree": "tree",
     "nvls": "nvls",
     "nvls_tree": "nvls_tree",
+    "collnet_direct": "collnet",
     "direct": "p2p",
     "pxn": "p2p",
 }
 #: algorithms NCCL itself chooses among (hierarchical 2D is zionsim's, used only when asked)
 AUTO = {
-    "all_reduce": ("ring", "tree", "nvls", "nvls_tree"),
+    "all_reduce": ("ring", "tree", "nvls", "nvls_tree", "collnet_direct"),
     "reduce_scatter": ("ring",),
     "all_gather": ("ring",),
     "all_to_all": ("pxn",),
@@ -257,6 +258,9 @@ def latency_s(model: CollectiveModel, st: Setting, algorithm: str, protocol: str
         return base + intra + (inter if st.nodes > 1 else 0.0)
     if fam == "nvls_tree":
         return base + intra + 2 * _log2i(st.nodes) * inter
+    if fam == "collnet":  # CollNet Direct, with its 0.4 us arity serialisation
+        arity = t["collnet_arity_us"] * 1e-6 * scale
+        return base + 2 * (min(1, st.ppn - 1) * intra + (st.ppn - 1) * arity) + inter
     raise InputError(f"no latency model for {algorithm!r}", field="--algorithm")
 
 
@@ -280,7 +284,10 @@ def fixed_latency_s(
 
 
 def _phase_routes(cluster, sched: Schedule):
-    return [cluster.router.routes(p.src, p.dst) for p in sched.phases]
+    return [
+        p.routes if p.routes is not None else cluster.router.routes(p.src, p.dst)
+        for p in sched.phases
+    ]
 
 
 @dataclass(frozen=True)
@@ -290,9 +297,13 @@ class _Wire:
 
 
 def _phase_wire(
-    cluster, model: CollectiveModel, st: Setting, algorithm: str, protocol: str, phase, routes
+    cluster, model, st: Setting, algorithm: str, protocol: str, phase, routes, tuning=False
 ) -> _Wire:
-    """Wire bytes and per-flow rate caps of one phase (NCCL's protocol and channel limits)."""
+    """Wire bytes and per-flow rate caps of one phase (NCCL's protocol and channel limits).
+
+    ``tuning``: as NCCL's tuner sees it, with every channel of the graph (its bandwidth table
+    does not know that fewer channels will run small sizes: enqueue.cc drops them after the
+    algorithm is chosen)."""
     t = model.table
     fam = FAMILY[algorithm]
     gen = st.generation
@@ -313,20 +324,13 @@ def _phase_wire(
     per_src = np.bincount(np.searchsorted(np.unique(phase.src), phase.src))[
         np.searchsorted(np.unique(phase.src), phase.src)
     ].astype(float)
+    if fam == "collnet":  # CollNet Direct's derating on sm90+ (T:340-350)
+        eff = t["protocol_efficiency"]["other"][protocol] * extra
+        return _Wire(phase.nbytes / (eff * t["collnet_efficiency"].get(gen, 1.0)), cap)
     if fam in ("nvls", "nvls_tree"):
-        switches = _switch_devices(cluster)
-        leg = np.isin(phase.src, switches) | np.isin(phase.dst, switches)
-        nvls_eff = t["nvls_efficiency"].get(gen, 0.0) or 1.0
-        eff = np.where(leg, nvls_eff, 1.0) * extra
-        if fam == "nvls_tree" and st.nodes > 1:
-            per_ch = t["per_channel_nvls_tree_bw"].get(gen, [0, 0, 0])[col] * 1e9
-            if per_ch > 0:
-                across = ~leg
-                busbw = per_ch * min(t["nvls_channels"], t["channels"].get(gen, 16))
-                cap = np.where(across, busbw / per_src, cap)
-        return _Wire(phase.nbytes / eff, cap)
-    nc = channels_for(model, st, algorithm, protocol)
+        return _nvls_wire(cluster, t, st, fam, phase, extra, per_src)
     nc_max = int(t["channels"].get(gen, 12))
+    nc = nc_max if tuning else channels_for(model, st, algorithm, protocol)
     cap = bottleneck * nc / nc_max  # the channels in use for this size
     if fam == "ring":
         eff = t["protocol_efficiency"]["ring"][protocol]
@@ -351,6 +355,22 @@ def _phase_wire(
     return _Wire(phase.nbytes / eff, cap)
 
 
+def _nvls_wire(cluster, t: dict, st: Setting, fam: str, phase, extra: float, per_src) -> _Wire:
+    """NVLS legs (to and from an NVSwitch) at nvlsEfficiency; NVLSTree's flows across nodes
+    capped at its per-channel bus bandwidth (T:306-318)."""
+    gen, cap = st.generation, np.full(len(phase.nbytes), np.inf)
+    switches = _switch_devices(cluster)
+    leg = np.isin(phase.src, switches) | np.isin(phase.dst, switches)
+    nvls_eff = t["nvls_efficiency"].get(gen, 0.0) or 1.0
+    eff = np.where(leg, nvls_eff, 1.0) * extra
+    if fam == "nvls_tree" and st.nodes > 1:
+        per_ch = t["per_channel_nvls_tree_bw"].get(gen, [0, 0, 0])[_col(st.nodes)] * 1e9
+        if per_ch > 0:
+            busbw = per_ch * min(t["nvls_channels"], t["channels"].get(gen, 16))
+            cap = np.where(~leg, busbw / per_src, cap)
+    return _Wire(phase.nbytes / eff, cap)
+
+
 def _ll_max(t: dict, st: Setting) -> float:
     if st.nodes <= 1:
         return t["ll_max_bw"].get(st.generation, t["ll_max_bw"]["ampere"])[0]
@@ -371,14 +391,20 @@ def estimate_s(
     protocol: str,
     model: CollectiveModel,
     routes: list[np.ndarray] | None = None,
+    tuning: bool = False,
 ) -> float:
-    """NCCL-style estimate: latency + each phase's bytes over its most loaded link or flow cap."""
+    """NCCL-style estimate: latency + each phase's bytes over its most loaded link or flow cap.
+
+    ``tuning``: NCCL's tuner's view, which picks the algorithm — every channel of the graph and
+    its derating of trees (:func:`_tree_correction`); else the collective as it runs (the
+    channels in use for this size), which is what :class:`Choice` reports."""
     routes = routes if routes is not None else _phase_routes(cluster, sched)
     st = setting(cluster, sched)
     cap = cluster.router.capacity_Bps
     total = latency_s(model, st, sched.algorithm, protocol)
+    slow = _tree_correction(model, st, sched.algorithm, protocol) if tuning else 1.0
     for phase, r in zip(sched.phases, routes, strict=True):
-        w = _phase_wire(cluster, model, st, sched.algorithm, protocol, phase, r)
+        w = _phase_wire(cluster, model, st, sched.algorithm, protocol, phase, r, tuning)
         valid = r >= 0
         worst = 0.0
         if valid.any():
@@ -390,8 +416,19 @@ def estimate_s(
             worst = float((load / cap).max())
         with np.errstate(divide="ignore", invalid="ignore"):
             own = np.where(w.wire > 0, w.wire / w.cap, 0.0)
-        total += max(worst, float(own.max()) if len(own) else 0.0)
+        total += max(worst, float(own.max()) if len(own) else 0.0) / slow
     return total
+
+
+def _tree_correction(model: CollectiveModel, st: Setting, algorithm: str, protocol: str) -> float:
+    """NCCL's tuner derates tree all_reduce bandwidth at medium sizes by a static factor per
+    protocol and power of two of ``nBytes/64`` (treeCorrectionFactor, tuning.cc:620-644); 1 for
+    other algorithms and sizes."""
+    if FAMILY[algorithm] != "tree" or st.op != "all_reduce" or st.nbytes < 64:
+        return 1.0
+    row = model.table["tree_correction_factor"][protocol]
+    log_size = _log2i(int(st.nbytes) >> 6)
+    return row[log_size] if log_size < len(row) - 1 else 1.0
 
 
 def choose(
@@ -412,7 +449,7 @@ def choose(
     candidates = (
         [algorithm] if algorithm else [a for a in AUTO[op] if _available(cluster, a, n_nodes)]
     )
-    best = None
+    best, best_view = None, np.inf
     for alg in candidates:
         sched = schedule(cluster, op, ranks, size_bytes, alg, matrix)
         routes = _phase_routes(cluster, sched)
@@ -426,10 +463,11 @@ def choose(
                 )
             protos = (protocol,)
         for proto in protos:
-            est = estimate_s(cluster, sched, proto, model, routes)
-            if best is None or est < best.estimate_s:
-                best = Choice(sched, proto, est)
-    return best
+            view = estimate_s(cluster, sched, proto, model, routes, tuning=True)
+            if best is None or view < best_view:
+                best, best_view = (sched, proto, routes), view
+    sched, proto, routes = best
+    return Choice(sched, proto, estimate_s(cluster, sched, proto, model, routes))
 
 
 def _protocols(model: CollectiveModel, alg: str, sched: Schedule, cluster) -> tuple[str, ...]:
@@ -445,9 +483,12 @@ def _protocols(model: CollectiveModel, alg: str, sched: Schedule, cluster) -> tu
 def _available(cluster, algorithm: str, n_nodes: int) -> bool:
     """NCCL's algorithm conditions (enqueue.cc:2000-2008, tuning.cc:501-509): NVLS needs an
     NVSwitch of generation ≥ 3 and, across nodes, CollNet (SHARP); NVLSTree needs more than one
-    node."""
+    node; CollNet Direct needs SHARP (``collectives.sharp``), an NVSwitch system (T:508-509)
+    and 2 or more nodes (NCCL_COLLNET_NODE_THRESHOLD, init.cc:857,1469-1476)."""
     su = cluster.spec.scale_up
     nvls = su.kind == "nvswitch" and su.nvswitch_generation >= 3
+    if algorithm == "collnet_direct":
+        return cluster.spec.collective_sharp and su.kind == "nvswitch" and n_nodes > 1
     if algorithm == "nvls":
         return nvls and (n_nodes == 1 or cluster.spec.collective_sharp)
     if algorithm == "nvls_tree":

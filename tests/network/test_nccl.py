@@ -1,0 +1,120 @@
+"""The tuner picks what NCCL picks at named points (NVIDIA/nccl src/graph/tuning.cc at 5067397c,
+"T:line"; maintainers' statements in NVIDIA/nccl issues)."""
+
+import numpy as np
+import pytest
+
+from zionsim.base.errors import InputError
+from zionsim.hardware.cluster import Cluster
+from zionsim.network import nccl
+from zionsim.network.collectives import schedule
+
+
+def _choice(topology: str, nodes: int, size: float, op: str = "all_reduce", overrides=()):
+    c = Cluster.load(topology, nodes=nodes, overrides=list(overrides))
+    ch = nccl.choose(c, op, c.gpus, size)
+    return ch.schedule.algorithm, ch.protocol
+
+
+@pytest.mark.parametrize("size", [8, 1024, 16384, 65536])
+def test_small_all_reduce_on_one_a100_node_is_ring_ll(size):
+    """One 8×A100 NVSwitch node, <= 64 KiB: Ring/LL.  NCCL's tuner on one node: ring LL and
+    tree LL have the same latency (T:150-176, T:412-417: 6.6+14×0.6 vs 6.8+2×7×0.6 us) but tree
+    LL's bandwidth is /3.8 and halved (T:331, T:374-380) and derated at medium sizes (T:620-644),
+    so ring wins; the channels dropped for small sizes (enqueue.cc) are not in its table."""
+    assert _choice("dgx_a100", 1, size) == ("ring", "LL")
+
+
+def test_large_all_reduce_on_one_a100_node_is_ring_simple():
+    """One 8×A100 node, 1 GiB: Ring/Simple (LL caps at llMaxBw, T:327; LL128 at 0.92, T:328-329;
+    NVLS needs NVSwitch 3)."""
+    assert _choice("dgx_a100", 1, 2**30) == ("ring", "Simple")
+
+
+def test_large_all_reduce_on_one_h100_node_is_nvls():
+    """One 8×H100 node (NVSwitch 3), 1 GiB: NVLS/Simple — NVLS is enabled on one node without
+    CollNet (T:501-506) and its bus bandwidth is 2 × nvlsEfficiency × NVLink (T:306-318)."""
+    assert _choice("dgx_h100", 1, 2**30) == ("nvls", "Simple")
+
+
+def test_multinode_small_all_reduce_uses_tree():
+    """16 DGX A100 nodes, 8 B–64 KiB: Tree/LL — its latency grows with log2(nodes) where the
+    ring's grows with 2(nodes−1) network steps (T:405-417); "a flat ring (high latency, best
+    bandwidth) and a tree (low latency, ok bandwidth)" (sjeaugey, NVIDIA/nccl issue 471)."""
+    for size in (8, 4096, 65536):
+        assert _choice("dgx_a100", 16, size) == ("tree", "LL")
+
+
+def test_multinode_largest_all_reduce_uses_ring_beyond_two_nodes():
+    """8 DGX A100 nodes, 8 GiB: Ring/Simple (best bandwidth, issue 471); on 2 nodes Tree keeps
+    large sizes: "on many platforms, NCCL should use Tree on 2 nodes for large sizes"
+    (sjeaugey, NVIDIA/nccl issue 946)."""
+    assert _choice("dgx_a100", 8, 2**33) == ("ring", "Simple")
+    assert _choice("dgx_a100", 2, 2**33)[0] == "tree"
+
+
+def test_nvls_across_nodes_needs_sharp():
+    """NVLS spans nodes only with CollNet (SHARP) enabled (T:503-506): 4 DGX H100 nodes at 1 GiB
+    use NVLSTree without it and NVLS with ``collectives.sharp``."""
+    assert _choice("dgx_h100", 4, 2**30) == ("nvls_tree", "Simple")
+    sharp = _choice("dgx_h100", 4, 2**30, overrides=["collectives.sharp=true"])
+    assert sharp == ("nvls", "Simple")
+
+
+def test_small_all_reduce_across_h100_nodes_avoids_nvls_tree():
+    """Small sizes across H100 nodes: not NVLSTree, whose fixed latency is highest (issue 1362:
+    "for small message size, the latency of Ring LL algorithm is lower than that of NVLSTree")."""
+    assert _choice("dgx_h100", 4, 1024)[0] != "nvls_tree"
+
+
+def test_collnet_direct_chosen_only_with_sharp_on_nvswitch_nodes():
+    """CollNet Direct needs CollNet (SHARP) enabled and an NVSwitch system (T:503-509): 16
+    DGX A100 nodes with ``collectives.sharp`` run all_reduce as CollNet Direct — at 1 GiB and,
+    since its latency (2·(3.7 + 7·0.4) + 31 us, T:418-421) is below the tree's (6.8 + 2·(7·0.6 +
+    4·5.0) us), at 8 B too; without SHARP, or with PCIe-only nodes, never."""
+    on = ["collectives.sharp=true"]
+    assert _choice("dgx_a100", 16, 2**30, overrides=on)[0] == "collnet_direct"
+    assert _choice("dgx_a100", 16, 8, overrides=on)[0] == "collnet_direct"
+    assert _choice("dgx_a100", 16, 2**30)[0] != "collnet_direct"
+    pcie_only = [*on, "scale_up={kind: none}"]
+    pcie = _choice("tests/data/tiny_cluster.yaml", 4, 2**30, overrides=pcie_only)
+    assert pcie[0] != "collnet_direct"
+
+
+def test_in_network_reduction_sends_each_slice_once_through_each_nic():
+    """CollNet Direct on 4 A100 nodes (8 NICs each): every NIC carries the 1/8 slice once up and
+    once down, half of what a ring puts on it (2(n−1)/n of the slice), and each leaf switch
+    forwards one reduced stream per rail, not one per node (NVIDIA/nccl issue 457: "2*S
+    intra-node and S inter-node")."""
+    c = Cluster.load("dgx_a100", nodes=4, overrides=["collectives.sharp=true"])
+    size = 2.0**30
+    sched = schedule(c, "all_reduce", c.gpus, size, "collnet_direct")
+    (phase,) = sched.phases
+    r = c.router
+    load = np.bincount(
+        phase.routes[phase.routes >= 0],
+        weights=np.broadcast_to(phase.nbytes[:, None], phase.routes.shape)[phase.routes >= 0],
+        minlength=len(r.capacity_Bps),
+    )
+    nic_up = [i for i, (u, v) in enumerate(r.edge_names) if "/nic" in u and v.startswith("leaf")]
+    nic_down = [i for i, (u, v) in enumerate(r.edge_names) if u.startswith("leaf") and "/nic" in v]
+    assert len(nic_up) == 32
+    assert load[nic_up] == pytest.approx(np.full(32, size / 8))
+    assert load[nic_down] == pytest.approx(np.full(32, size / 8))
+    ring = schedule(c, "all_reduce", c.gpus, size, "ring").phases[0]
+    ring_routes = r.routes(ring.src, ring.dst)
+    ring_load = np.bincount(
+        ring_routes[ring_routes >= 0],
+        weights=np.broadcast_to(ring.nbytes[:, None], ring_routes.shape)[ring_routes >= 0],
+        minlength=len(r.capacity_Bps),
+    )
+    assert ring_load[nic_up].max() == pytest.approx(2 * 31 / 32 * size / 8)
+    fabric = [i for i, (u, v) in enumerate(r.edge_names) if u.startswith("leaf") and "t2" in v]
+    assert load[fabric].max() <= 8 * size / 8 + 1  # one reduced stream per rail and leaf
+
+
+def test_collnet_needs_two_nodes():
+    """Asking for CollNet on one node is an input error (CollNet node threshold 2)."""
+    c = Cluster.load("dgx_a100", nodes=1)
+    with pytest.raises(InputError, match="2 or more nodes"):
+        schedule(c, "all_reduce", c.gpus, 2**20, "collnet_direct")
