@@ -34,6 +34,8 @@ from zionsim.hardware import compute
 
 #: at most this many parts are split finer after placement (``Planner.rebalance``)
 REBALANCE_STEPS = 16
+#: a placed plan whose peak load is within this fraction of the mean is left as it is
+BALANCED = 0.02
 #: replicate a table only below this size (its gradient joins every iteration's all-reduce)
 DP_MAX_BYTES = 64 * 2**20
 
@@ -287,6 +289,8 @@ class Planner:
         best = _loads(ctx, chosen, plan).max()
         for _ in range(REBALANCE_STEPS):
             load = _loads(ctx, chosen, plan)
+            if load.max() <= load.mean() * (1 + BALANCED):
+                break
             hot = int(np.argmax(load))
             own = [
                 i for i, (o, _) in enumerate(chosen)
