@@ -172,7 +172,7 @@ def test_a_bad_point_records_its_error_and_is_retried(scheduler, tmp_path):
 def test_run_one_records_any_exception(monkeypatch):
     """A non-input failure is recorded as 'Type: message', not raised."""
 
-    def boom(_options):
+    def boom(_options, _limit=None):
         raise RuntimeError("boom\nsecond line")
 
     monkeypatch.setattr(sw, "run_point", boom)
