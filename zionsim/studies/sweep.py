@@ -209,7 +209,7 @@ def run_sweep(
     todo = to_run(out, pts, inputs, notify or _stderr)
     _write_sweep_file(out, sweep)
     bar = _Progress(len(pts), len(pts) - len(todo), progress)
-    run = _Run(out, bar, inputs)
+    run = _Run(out, bar, inputs, notify or _stderr)
     try:
         if todo and scheduler:
             _run_dask(todo, scheduler, run, _limit(max_memory, None), security)
@@ -278,11 +278,24 @@ class _Progress:
 
 @dataclass
 class _Run:
-    """Where finished points go: the sweep folder, the progress bar, the inputs hash per id."""
+    """Where finished points go: the sweep folder, the progress bar, the inputs hash per id,
+    and where to tell the user about workers running another model."""
 
     out: Path
     bar: _Progress
     inputs: dict
+    notify: Callable[[str], None]
+    foreign: int = 0
+
+    def check_model(self, record: dict) -> None:
+        """Tell (once) when a worker's model differs from this process's: its points will be
+        recomputed on every resume."""
+        if record["model_sha256"] != model_version() and not self.foreign:
+            self.foreign = 1
+            self.notify(
+                f"sweep: point {record['point_id']} was computed by a worker running another "
+                "zionsim model version than this process; such points are recomputed on resume"
+            )
 
 
 def _run_local(todo: list[dict], workers: int, run: _Run, limit) -> None:
@@ -313,6 +326,7 @@ def _drain(pending: dict, slots: int, as_completed, run: _Run) -> None:
     for fut in as_completed(list(pending)):
         record = _result(fut, pending.pop(fut))
         record = seal(record, run.inputs[record["point_id"]])
+        run.check_model(record)
         write_atomic(point_path(run.out, record["point_id"]), to_json(record))
         run.bar.finished(record["status"] == "ok")
         run.bar.running(min(slots, len(pending)))
