@@ -146,14 +146,13 @@ def _slow(self, data):
     return n
 pathlib.Path.write_bytes = _slow
 from zionsim.cli.main import main
-sys.exit(main(sys.argv[1:]))
+sys.exit(main())
 """
 
 
-def _kill_mid_write(tmp_path, out: Path) -> list[Path]:
-    """Start a slow `zionsim run --out OUT`, SIGKILL it once its temporary folder holds a file;
-    return the temporary folders left; fail if any process of it survives."""
-    import signal
+def _kill_mid_write(tmp_path, out: Path, sig: int = 9) -> list[Path]:
+    """Start a slow `zionsim run --out OUT`, send ``sig`` (SIGKILL) once its temporary folder
+    holds a file; return the temporary folders left; fail if any process of it survives."""
     import subprocess
     import sys
     import time
@@ -167,8 +166,8 @@ def _kill_mid_write(tmp_path, out: Path) -> list[Path]:
     try:
         assert wait_for(lambda: any(out.parent.glob(pattern)), 60), "never started writing"
         below = descendants(proc.pid)
-        proc.send_signal(signal.SIGKILL)
-        assert proc.wait() == -signal.SIGKILL
+        proc.send_signal(sig)
+        assert proc.wait() in (-sig, 128 + sig)
         assert wait_for(lambda: not survivors(below), GRACE_S)
     finally:
         proc.kill()
@@ -198,3 +197,12 @@ def test_kill_9_while_replacing_keeps_the_old_result(tmp_path):
     _kill_mid_write(tmp_path, out)
     after = {p.name: p.read_bytes() for p in out.iterdir() if p.name != "timing.json"}
     assert after == before
+
+
+def test_sigterm_mid_write_removes_the_temporary(tmp_path):
+    """SIGTERM while writing: the command exits 143 and leaves neither OUT nor a temporary."""
+    import signal
+
+    out = tmp_path / "r"
+    assert _kill_mid_write(tmp_path, out, signal.SIGTERM) == []
+    assert not out.exists()
