@@ -110,10 +110,7 @@ def simulate_run(
             sync, sync_every, sync_servers, sync_period_s, sync_trainer, base=workload.sync
         )
         trace, memory = build_trace(cluster, workload, plan, fused, spec, stack)
-    if max_memory_bytes is not None:
-        passes = 1 if (trace.meta.get("sync") or {}).get("mode", "allreduce") == "allreduce" else 2
-        tables = len(workload.tables) if workload is not None else 0
-        check_trace(trace, iterations, max_memory_bytes, passes, tables)
+    _guard(trace, workload, iterations, max_memory_bytes)
     rec = simulate_trace(cluster, trace, iterations=iterations, fidelity=fidelity)
     a = Analysis(rec, warmup)
     iter_s = float(a.iteration_times().mean())
@@ -143,6 +140,16 @@ def simulate_run(
     }
     bd = _breakdown_table(breakdown, busy, exposed)
     return RunResult(summary, timing, events, bd, links, memory, trace)
+
+
+def _guard(trace: Trace, workload, iterations: int, limit_bytes: float | None) -> None:
+    """Refuse a trace whose simulation would not fit in ``limit_bytes`` (None: no check); a
+    sync mode other than ``allreduce`` simulates twice (with and without its traffic)."""
+    if limit_bytes is None:
+        return
+    passes = 1 if (trace.meta.get("sync") or {}).get("mode", "allreduce") == "allreduce" else 2
+    tables = len(workload.tables) if workload is not None else 0
+    check_trace(trace, iterations, limit_bytes, passes, tables)
 
 
 def _run_header(cluster, trace: Trace, iterations: int, warmup: int, fidelity: str) -> dict:

@@ -50,20 +50,29 @@ def parameters_hash(params: dict) -> str:
 @lru_cache(maxsize=1)
 def model_version() -> str:
     """Hash 2: the zionsim version and every file the model computes from, in sorted order."""
-    import zionsim
     from zionsim.base.config import builtin_dir
 
-    pkg = Path(zionsim.__file__).resolve().parent
+    pkg = Path(__file__).resolve().parents[1]
     files = [f for layer in MODEL_LAYERS for f in (pkg / layer).rglob("*.py")]
     files += [f for f in (pkg / "data").rglob("*") if f.is_file()]
     for kind in ("topologies", "workloads", "stacks"):
         files += list(builtin_dir(kind).glob("*.yaml"))
-    h = hashlib.sha256(zionsim.__version__.encode())
+    h = hashlib.sha256(_version().encode())
     for f in sorted(files, key=lambda p: p.relative_to(p.parents[1]).as_posix()):
         if "__pycache__" in f.parts:
             continue
         h.update(f.relative_to(f.parents[1]).as_posix().encode() + b"\0" + f.read_bytes())
     return h.hexdigest()
+
+
+def _version() -> str:
+    """The installed zionsim's version string (``unknown`` when not installed)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("zionsim")
+    except PackageNotFoundError:
+        return "unknown"
 
 
 def inputs_hash(params: dict) -> str:
