@@ -11,8 +11,9 @@ in its own process; its peak RSS and CPU time (user + sys) come from ``wait4``. 
 (``resources.sizes_of_trace``) come from lowering the same inputs in another process.  The
 table compares the measurement with the estimate of ``zionsim/data/resource_model.yaml``;
 ``--fit`` prints new coefficients to paste there (memory fitted so that no case is
-under-estimated: the least-squares fit, then scaled up to cover the worst case; the n×n matrix
-cells keep their physical 8 bytes, as they are nearly collinear with the all-to-all pairs).
+under-estimated: the least-squares fit, then scaled up to cover the worst case).  Two memory
+coefficients are held at measured physical values (:data:`FIXED`): they are nearly collinear
+with others in these cases but matter alone elsewhere (a huge cluster with no all-to-all).
 """
 
 from __future__ import annotations
@@ -40,8 +41,10 @@ CASES = [
     ("neo_model_a", 256, 2, ()),
 ]
 QUICK = 11
-#: bytes of one n×n matrix cell (float64), held fixed in the fit
-CELL_BYTES = 8.0
+#: memory coefficients held fixed in the fit: a float64 matrix cell; the cluster graph, router
+#: and per-rank arrays per GPU (RSS growth of ``Cluster.load("zionex", nodes=1024,
+#: overrides=["scale_out.tiers=3"])``: 9,980 bytes per GPU)
+FIXED = {"matrix_cells": 8.0, "gpus": 10.0e3}
 
 SIZES_CODE = """
 import json, sys
@@ -93,17 +96,17 @@ def fit(rows: list[dict]) -> dict:
 
     names = list(rows[0]["sizes"])
     x = np.array([[1.0, *(r["sizes"][k] for k in names)] for r in rows])
-    cells = np.array([r["sizes"]["matrix_cells"] for r in rows]) * CELL_BYTES
+    fixed = np.array([0.0, *(FIXED.get(k, 0.0) for k in names)])
     out = {}
     for key, target in (("memory_bytes", "rss_bytes"), ("cpu_s", "cpu_s")):
         y = np.array([r[target] for r in rows])
-        free = [i for i, k in enumerate(["base", *names]) if key == "cpu_s" or k != "matrix_cells"]
-        y_fit = y - cells if key == "memory_bytes" else y
+        held = x @ fixed if key == "memory_bytes" else np.zeros(len(y))
+        free = [i for i, k in enumerate(["base", *names]) if key == "cpu_s" or k not in FIXED]
         coef = np.zeros(x.shape[1])
-        coef[free], _ = nnls(x[:, free] / y[:, None], y_fit / y)
+        coef[free], _ = nnls(x[:, free] / y[:, None], (y - held) / y)
         if key == "memory_bytes":
-            coef *= max(1.0, float(np.max((y - cells) / (x @ coef))))
-            coef[1 + names.index("matrix_cells")] = CELL_BYTES
+            coef *= max(1.0, float(np.max((y - held) / (x @ coef))))
+            coef += fixed
         out[key] = {"base": float(coef[0]), **dict(zip(names, map(float, coef[1:]), strict=True))}
     return out
 

@@ -8,9 +8,10 @@ simulator's memory use changes).  It is taken twice, each time before the expens
 1. :func:`check_inputs`, from the topology and workload specs only, before the cluster graph is
    built or a plan is searched: capacity facts that no plan can change (dense parameters and
    activations per GPU against HBM; all embedding rows against all of the cluster's memory) and
-   a lower bound of the memory (graph and per-rank arrays, the two n×n byte matrices every
-   layout holds, one all-to-all over all ranks when a table is too large to replicate, one op
-   per MLP layer and pass).  ``nodes: 1e9`` or a million tables stop here, in milliseconds.
+   an estimate of the memory (graph and per-rank arrays, the two n×n byte matrices every layout
+   holds, one op per MLP layer and iteration, and, when a table is too large to replicate, the
+   input, pooled-embedding and gradient all-to-alls over all ranks that table-wise and
+   column-wise placements need; a plan without them, e.g. all row-wise, needs less).  ``nodes: 1e9`` or a million tables stop here, in milliseconds.
 2. :func:`check_trace`, from the lowered trace (exact op, collective and matrix counts), before
    the simulation.
 
@@ -96,8 +97,8 @@ def estimate(sizes: Sizes, model: dict | None = None) -> Estimate:
 
 
 def sizes_of_inputs(spec, w=None, iterations: int = 1, plan: str | None = "auto") -> Sizes:
-    """Lower bounds of a run's sizes from the cluster ``spec`` and workload ``w`` alone
-    (assumption list of the module, step 1); without ``w``, the cluster's own."""
+    """A run's sizes from the cluster ``spec`` and workload ``w`` alone (step 1 of the module
+    docstring); without ``w``, the cluster's own."""
     n = int(spec.nodes) * int(spec.gpus_per_node)
     if w is None:
         return Sizes(gpus=n)
@@ -112,7 +113,7 @@ def sizes_of_inputs(spec, w=None, iterations: int = 1, plan: str | None = "auto"
         ops=n * layers,
         op_runs=n * layers * int(iterations),
         matrix_cells=2 * n * n,
-        pair_flows=n * n if sharded and n > 1 else 0,
+        pair_flows=3 * n * n if sharded and n > 1 else 0,
     )
 
 
