@@ -11,7 +11,8 @@ simulator's memory use changes).  It is taken twice, each time before the expens
    an estimate of the memory (graph and per-rank arrays, the two n×n byte matrices every layout
    holds, one op per MLP layer and iteration, and, when a table is too large to replicate, the
    input, pooled-embedding and gradient all-to-alls over all ranks that table-wise and
-   column-wise placements need; a plan without them, e.g. all row-wise, needs less).  ``nodes: 1e9`` or a million tables stop here, in milliseconds.
+   column-wise placements need; a plan without them, e.g. all row-wise, needs less).
+   ``nodes: 1e9`` or a million wide tables stop here, before any graph or plan.
 2. :func:`check_trace`, from the lowered trace (exact op, collective and matrix counts), before
    the simulation.
 
