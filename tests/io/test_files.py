@@ -132,3 +132,77 @@ def test_partial_folders_are_not_read(tmp_path):
     assert is_partial(partial)
     assert main(["compare", str(partial), str(partial), "--no-plot"]) == 2
     assert main(["plot", str(partial)]) == 2
+
+
+#: a `zionsim` that pauses 0.5 s after each file it writes into a temporary result folder, so a
+#: kill lands mid-write deterministically (instrumentation of the test, not of zionsim)
+SLOW_WRITER = """
+import pathlib, sys, time
+_write = pathlib.Path.write_bytes
+def _slow(self, data):
+    n = _write(self, data)
+    if ".zionsim-tmp-" in str(self):
+        time.sleep(0.5)
+    return n
+pathlib.Path.write_bytes = _slow
+from zionsim.cli.main import main
+sys.exit(main())
+"""
+
+
+def _kill_mid_write(tmp_path, out: Path, sig: int = 9) -> list[Path]:
+    """Start a slow `zionsim run --out OUT`, send ``sig`` (SIGKILL) once its temporary folder
+    holds a file; return the temporary folders left; fail if any process of it survives."""
+    import subprocess
+    import sys
+    import time
+
+    from tests.procs import GRACE_S, descendants, survivors, wait_for
+
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    cmd = [sys.executable, "-c", SLOW_WRITER, *RUN, "--out", str(out)]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    pattern = f"{TMP_PREFIX}{out.name}.*/*"
+    try:
+        assert wait_for(lambda: any(out.parent.glob(pattern)), 60), "never started writing"
+        below = descendants(proc.pid)
+        proc.send_signal(sig)
+        assert proc.wait() in (-sig, 128 + sig)
+        assert wait_for(lambda: not survivors(below), GRACE_S)
+    finally:
+        proc.kill()
+    time.sleep(0.05)
+    return [p for p in out.parent.glob(f"{TMP_PREFIX}{out.name}.*") if p.is_dir()]
+
+
+def test_kill_9_mid_write_leaves_no_result_and_the_partial_is_never_read(tmp_path, capsys):
+    """kill -9 while the result folder is being written: OUT does not exist, the temporary
+    folder is refused by plot and compare, and the next run replaces it with a whole result."""
+    out = tmp_path / "r"
+    (partial,) = _kill_mid_write(tmp_path, out)
+    assert not out.exists() and not (partial / MARKER).exists()
+    assert main(["plot", str(out)]) == 2 and main(["plot", str(partial)]) == 2
+    assert main(["compare", str(partial), str(partial), "--no-plot"]) == 2
+    assert "unfinished write" in capsys.readouterr().err
+    assert main([*RUN, "--out", str(out)]) == 0
+    assert (out / MARKER).is_file() and (out / "summary.json").is_file()
+    assert not partial.exists()  # the stale temporary of the dead writer is removed
+
+
+def test_kill_9_while_replacing_keeps_the_old_result(tmp_path):
+    """kill -9 of a run rewriting an existing result: the old folder is still whole in place."""
+    out = tmp_path / "r"
+    assert main([*RUN, "--out", str(out)]) == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir() if p.name != "timing.json"}
+    _kill_mid_write(tmp_path, out)
+    after = {p.name: p.read_bytes() for p in out.iterdir() if p.name != "timing.json"}
+    assert after == before
+
+
+def test_sigterm_mid_write_removes_the_temporary(tmp_path):
+    """SIGTERM while writing: the command exits 143 and leaves neither OUT nor a temporary."""
+    import signal
+
+    out = tmp_path / "r"
+    assert _kill_mid_write(tmp_path, out, signal.SIGTERM) == []
+    assert not out.exists()

@@ -172,7 +172,7 @@ def test_a_bad_point_records_its_error_and_is_retried(scheduler, tmp_path):
 def test_run_one_records_any_exception(monkeypatch):
     """A non-input failure is recorded as 'Type: message', not raised."""
 
-    def boom(_options):
+    def boom(_options, _limit=None):
         raise RuntimeError("boom\nsecond line")
 
     monkeypatch.setattr(sw, "run_point", boom)
@@ -288,3 +288,11 @@ def test_studies_command_rejects_unknown_names(capsys):
 
     assert main(["studies", "nope"]) == 2
     assert "unknown study 'nope'" in capsys.readouterr().err
+
+
+def test_points_over_the_memory_limit_are_error_records(tmp_path):
+    """A point the resource guard refuses is an error record naming estimate and limit."""
+    s = sw.sweep_from_dict({"base": {"topology": TINY, "workload": "tiny", "iterations": 2}})
+    table = sw.run_sweep(s, tmp_path, max_memory="1MB", progress=False)
+    assert list(table["status"]) == ["error"]
+    assert "needs about" in table["error"][0] and "the limit is 0.001 GB" in table["error"][0]

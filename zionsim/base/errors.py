@@ -40,3 +40,8 @@ class InputError(ValueError):
 
 class CapacityError(InputError):
     """A placement that does not fit in memory: names the device, bytes needed and available."""
+
+
+class ResourceError(InputError):
+    """A run this machine cannot finish: its estimated memory exceeds the limit (the message
+    gives the estimate and the limit; ``docs/reliability.md``)."""

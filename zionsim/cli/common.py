@@ -25,6 +25,46 @@ def common_options(p: argparse.ArgumentParser, nodes_default: int | None = None)
         help="override a topology field, e.g. scale_out.nic_bw=400Gbps",
     )
     p.add_argument("--format", choices=FORMATS, default="table")
+    memory_option(p)
+
+
+def memory_option(p: argparse.ArgumentParser) -> None:
+    """``--max-memory``: the resource guard's limit (``docs/reliability.md``)."""
+    p.add_argument(
+        "--max-memory",
+        default=None,
+        metavar="SIZE",
+        help="refuse runs estimated to need more memory, e.g. 16GiB, or none "
+        "(default $ZIONSIM_MAX_MEMORY, else the available RAM)",
+    )
+
+
+def memory_limit_of(args) -> float | None:
+    """The memory limit (bytes, None: none) of a command's ``--max-memory``, computed once."""
+    if not hasattr(args, "_memory_limit"):
+        from zionsim.io.limits import memory_limit
+
+        args._memory_limit = memory_limit(getattr(args, "max_memory", None))
+    return args._memory_limit
+
+
+def guard_cluster(args, spec) -> None:
+    """Refuse (``ResourceError``) a cluster whose graph (and, for ``collective --op
+    all_to_all``, its n² flows) would not fit in memory, before building it."""
+    from zionsim.sim.resources import Sizes, check_memory, estimate
+
+    n = spec.gpus
+    pairs = n * n if getattr(args, "op", None) == "all_to_all" else 0
+    check_memory(estimate(Sizes(gpus=n, pair_flows=pairs)), memory_limit_of(args), "command")
+
+
+def guard_inputs(args, spec, w) -> None:
+    """Refuse what the topology and workload alone decide (capacity, a memory lower bound)
+    before the cluster is built or a plan searched (``sim.resources.check_inputs``)."""
+    from zionsim.sim.resources import check_inputs
+
+    plan = getattr(args, "plan", "auto")
+    check_inputs(spec, w, getattr(args, "iterations", 1), memory_limit_of(args), plan)
 
 
 def force_option(p: argparse.ArgumentParser) -> None:
@@ -42,7 +82,7 @@ def default_out(kind: str, name: str, args) -> tuple[Path, str]:
     in any input (``--plan``, ``--set``, ``--sync`` …) never share a folder."""
     from zionsim.io.files import inputs_id, safe_name
 
-    skip = {"out", "format", "force", "no_plot", "plots", "func"}
+    skip = {"out", "format", "force", "no_plot", "plots", "func", "max_memory", "_memory_limit"}
     options = {k: v for k, v in sorted(vars(args).items()) if k not in skip}
     ident = inputs_id({"kind": kind, **options})
     return Path("results") / "runs" / f"{safe_name(name)}_{ident}", ident

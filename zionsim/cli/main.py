@@ -13,7 +13,15 @@ import threading
 from pathlib import Path
 
 from zionsim.base.errors import InputError
-from zionsim.cli.common import DEFAULT_WORKLOAD, common_options, default_out, force_option
+from zionsim.cli.common import (
+    DEFAULT_WORKLOAD,
+    common_options,
+    default_out,
+    force_option,
+    guard_cluster,
+    guard_inputs,
+    memory_limit_of,
+)
 from zionsim.io.files import format_mapping, format_rows, to_json, write_result_dir
 
 
@@ -138,11 +146,14 @@ def _add_plan_options(p) -> None:
 
 def _cluster(args):
     from zionsim.hardware.cluster import Cluster
+    from zionsim.hardware.topology import load_topology
 
     name = getattr(args, "name", None) or args.topology
-    return Cluster.load(
+    spec = load_topology(
         name, nodes=args.nodes, gpus_per_node=args.gpus_per_node, overrides=args.set
     )
+    guard_cluster(args, spec)
+    return Cluster.build(spec)
 
 
 def cmd_topology(args) -> int:
@@ -211,12 +222,13 @@ def _run_inputs(args):
     from zionsim.base.errors import InputError
     from zionsim.dlrm.workload import WORKLOAD_KEYS, load_workload, with_global_batch
     from zionsim.hardware.cluster import Cluster
+    from zionsim.hardware.topology import load_topology
 
     topo_sets, work_sets = _split_overrides(args.set)
     # bare workload fields (batch_per_gpu=..., precision.embedding=...) are accepted too
     work_sets += [v for v in topo_sets if v.split("=", 1)[0].split(".")[0] in WORKLOAD_KEYS]
     topo_sets = [v for v in topo_sets if v.split("=", 1)[0].split(".")[0] not in WORKLOAD_KEYS]
-    cluster = Cluster.load(
+    spec = load_topology(
         args.topology, nodes=args.nodes, gpus_per_node=args.gpus_per_node, overrides=topo_sets
     )
     w = load_workload(args.workload, overrides=work_sets, batch_per_gpu=args.batch_per_gpu)
@@ -225,10 +237,12 @@ def _run_inputs(args):
             raise InputError(
                 "give --batch-per-gpu or --global-batch, not both", field="--global-batch"
             )
-        w = with_global_batch(w, args.global_batch, len(cluster.gpus))
+        w = with_global_batch(w, args.global_batch, spec.gpus)
     from zionsim.dlrm.stack import apply_stack, resolve_stack
 
-    return cluster, apply_stack(w, resolve_stack(args.stack))
+    w = apply_stack(w, resolve_stack(args.stack))
+    guard_inputs(args, spec, w)  # capacity and memory the specs alone decide, before any plan
+    return Cluster.build(spec), w
 
 
 def _plan(args, cluster, w):
@@ -256,17 +270,21 @@ def cmd_run(args) -> int:
 
     if args.trace_file:
         from zionsim.hardware.cluster import Cluster
+        from zionsim.hardware.topology import load_topology
 
         topo_sets, _ = _split_overrides(args.set)
-        cluster = Cluster.load(
+        spec = load_topology(
             args.topology, nodes=args.nodes, gpus_per_node=args.gpus_per_node, overrides=topo_sets
         )
+        guard_cluster(args, spec)
+        cluster = Cluster.build(spec)
         result = simulate_run(
             cluster,
             trace=read_trace(args.trace_file),
             iterations=args.iterations,
             warmup=args.warmup,
             fidelity=args.fidelity,
+            max_memory_bytes=memory_limit_of(args),
         )
     else:
         cluster, w = _run_inputs(args)
@@ -284,6 +302,7 @@ def cmd_run(args) -> int:
             sync_period_s=args.sync_period,
             sync_trainer=args.sync_trainer,
             stack=args.stack,
+            max_memory_bytes=memory_limit_of(args),
         )
     s = result.summary
     out, ident = default_out("run", f"{s['workload']}_{s['topology']}_{s['nodes']}n", args)
@@ -443,6 +462,14 @@ def main(argv: list[str] | None = None) -> int:
         return commands()[args.command](args)
     except InputError as exc:
         print(f"zionsim: error: {exc.one_line()}", file=sys.stderr)
+        return 2
+    except MemoryError as exc:  # the guard's estimate fell short: still one line, exit 2
+        detail = f": {exc}" if str(exc) else ""
+        print(
+            f"zionsim: error: out of memory{detail} (docs/reliability.md: lower --max-memory "
+            "so the guard refuses such runs up front)".replace("\n", " "),
+            file=sys.stderr,
+        )
         return 2
 
 

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from zionsim.base.errors import InputError
-from zionsim.cli.common import default_out, force_option
+from zionsim.cli.common import default_out, force_option, memory_option
 from zionsim.io.files import FORMATS, format_rows, is_partial, to_json, write_result_dir
 
 
@@ -30,7 +30,9 @@ def _study_parsers(sub) -> None:
     p.add_argument("file", help="sweep YAML (base: and grid:)")
     p.add_argument("--out", default=None, help="sweep folder (default results/runs/sweep_<name>)")
     p.add_argument("--workers", type=int, default=None, help="local processes (default: CPUs)")
-    p.add_argument("--scheduler", default=None, help="Dask scheduler address, tcp://HOST:PORT")
+    p.add_argument("--scheduler", default=None, help="Dask scheduler address, tls://HOST:PORT")
+    _dask_options(p)
+    memory_option(p)
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     p.add_argument("--format", choices=FORMATS, default="table")
     p = sub.add_parser("compare", help="A vs B: attribute the iteration-time difference")
@@ -46,6 +48,18 @@ def _study_parsers(sub) -> None:
     p.add_argument("--x", default="gpus", help="scaling x column of a sweep (default gpus)")
 
 
+def _dask_options(p) -> None:
+    """TLS files and the opt-in to plain TCP for ``--scheduler`` (docs/sweeps.md, Dask)."""
+    p.add_argument("--tls-ca-file", default=None, metavar="PEM", help="CA of the Dask cluster")
+    p.add_argument("--tls-cert", default=None, metavar="PEM", help="this client's certificate")
+    p.add_argument("--tls-key", default=None, metavar="PEM", help="this client's private key")
+    p.add_argument(
+        "--allow-insecure",
+        action="store_true",
+        help="allow a plain tcp:// scheduler on another host (trusted network only)",
+    )
+
+
 def cmd_sweep(args) -> int:
     """Run a sweep; print one line per point; exit 1 when any point failed."""
     import os
@@ -55,8 +69,17 @@ def cmd_sweep(args) -> int:
     sweep = load_sweep(args.file)
     out = Path(args.out) if args.out else Path("results") / "runs" / f"sweep_{Path(args.file).stem}"
     workers = args.workers if args.workers is not None else (os.cpu_count() or 1)
+    from zionsim.studies.pool import dask_security
+
     table = run_sweep(
-        sweep, out, workers=workers, scheduler=args.scheduler, progress=not args.no_progress
+        sweep,
+        out,
+        workers=workers,
+        scheduler=args.scheduler,
+        progress=not args.no_progress,
+        max_memory=args.max_memory,
+        security=dask_security(args.tls_ca_file, args.tls_cert, args.tls_key),
+        allow_insecure=args.allow_insecure,
     )
     print(format_rows(brief_rows(table, list(sweep.grid), args.format), args.format), end="")
     failed = int((table["status"] != "ok").sum())

@@ -80,6 +80,42 @@ def default_plan(w: WorkloadSpec, gpus: int) -> Plan:
     return Plan("round_robin", tuple(shards[t.index] for t in w.tables))
 
 
+def fixed_hbm_bytes(w: WorkloadSpec) -> tuple[float, float]:
+    """HBM bytes every GPU needs whatever the plan: dense parameters with their gradients and
+    optimizer state, and activations (assumptions 2–3)."""
+    dense = 4.0 * w.dense_params * (2 + DENSE_OPTIMIZERS[w.optimizer["dense"]])
+    widths = sum(o for _, o in w.bottom_layers() + w.top_layers()) + w.top_input_width
+    return dense, 4.0 * w.batch_per_gpu * (widths + 2 * w.embedding_width)
+
+
+def check_fixed_fits(w: WorkloadSpec, hbm_bytes: float) -> None:
+    """Raise :class:`CapacityError` when the plan-independent part of a GPU's memory (dense
+    parameters and activations) overflows its HBM: no plan can fit, so planning is skipped."""
+    dense, act = fixed_hbm_bytes(w)
+    if dense + act > hbm_bytes:
+        raise CapacityError(
+            f"every GPU needs {(dense + act) / 1e9:.1f} GB of HBM for dense parameters "
+            f"({dense / 1e9:.1f} GB) and activations ({act / 1e9:.1f} GB) alone, whatever the "
+            f"plan, but has {hbm_bytes / 1e9:.1f} GB",
+            field="workload",
+            allowed="a smaller batch_per_gpu, fewer or narrower tables, smaller MLPs, or GPUs "
+            "with more HBM",
+        )
+
+
+def check_cluster_holds(w: WorkloadSpec, gpus: int, hbm_bytes: float, dram_bytes: float) -> None:
+    """Raise :class:`CapacityError` when the embedding rows alone exceed all the HBM and host DRAM
+    of the cluster (``gpus`` × ``hbm_bytes`` plus ``dram_bytes`` of all nodes): no plan fits."""
+    rows = float(sum(table_bytes(w, t) for t in w.tables))
+    if rows > gpus * hbm_bytes + dram_bytes:
+        raise CapacityError(
+            f"the embedding tables need {rows / 1e12:.2f} TB but the whole cluster has "
+            f"{(gpus * hbm_bytes + dram_bytes) / 1e12:.2f} TB of HBM and host DRAM",
+            field="--nodes",
+            allowed="more nodes, fewer or smaller tables, or a smaller embedding precision",
+        )
+
+
 def memory_by_rank(
     w: WorkloadSpec, plan: Plan, gpus: int, gpus_per_node: int = 8, zipf_alpha: float = 1.0
 ) -> dict[str, np.ndarray]:
@@ -88,13 +124,11 @@ def memory_by_rank(
     from zionsim.dlrm.sharding import layout
 
     lay = layout(w, plan, gpus, gpus_per_node, zipf_alpha)
-    dense = np.full(gpus, 4.0 * w.dense_params * (2 + DENSE_OPTIMIZERS[w.optimizer["dense"]]))
-    widths = sum(o for _, o in w.bottom_layers() + w.top_layers()) + w.top_input_width
-    act = 4.0 * w.batch_per_gpu * (widths + 2 * w.embedding_width)
+    dense, act = fixed_hbm_bytes(w)
     return {
         "embedding": lay.hbm_bytes,
         "embedding_optimizer": lay.hbm_state_bytes,
-        "dense": dense,
+        "dense": np.full(gpus, dense),
         "activations": np.full(gpus, act),
         "host_dram": lay.dram_bytes,
         "ps_dram": lay.ps_dram_bytes,

@@ -26,6 +26,7 @@ from zionsim.dlrm.sync import SyncSpec, gap_stats, sync_spec
 from zionsim.dlrm.trace import Trace, lower
 from zionsim.dlrm.workload import WorkloadSpec
 from zionsim.sim.engine import simulate_trace
+from zionsim.sim.resources import check_inputs, check_trace
 from zionsim.sim.results import Analysis, links_table, perfetto
 
 
@@ -95,11 +96,13 @@ def simulate_run(
     sync_period_s: float | None = None,
     sync_trainer: str | None = None,
     stack: StackSpec | str | None = None,
+    max_memory_bytes: float | None = None,
 ) -> RunResult:
     """Simulate ``iterations`` training iterations; figures average those after ``warmup``.
 
     ``stack``: the software stack (a profile, a name or a path; default ``torchrec``); a
-    replayed ``trace`` carries its own."""
+    replayed ``trace`` carries its own.  ``max_memory_bytes``: refuse (``ResourceError``) a
+    trace whose simulation is estimated to need more (``sim.resources``; None: no check)."""
     t0 = time.perf_counter()
     memory = pd.DataFrame()
     if trace is None:
@@ -107,6 +110,7 @@ def simulate_run(
             sync, sync_every, sync_servers, sync_period_s, sync_trainer, base=workload.sync
         )
         trace, memory = build_trace(cluster, workload, plan, fused, spec, stack)
+    _guard(trace, workload, iterations, max_memory_bytes)
     rec = simulate_trace(cluster, trace, iterations=iterations, fidelity=fidelity)
     a = Analysis(rec, warmup)
     iter_s = float(a.iteration_times().mean())
@@ -136,6 +140,16 @@ def simulate_run(
     }
     bd = _breakdown_table(breakdown, busy, exposed)
     return RunResult(summary, timing, events, bd, links, memory, trace)
+
+
+def _guard(trace: Trace, workload, iterations: int, limit_bytes: float | None) -> None:
+    """Refuse a trace whose simulation would not fit in ``limit_bytes`` (None: no check); a
+    sync mode other than ``allreduce`` simulates twice (with and without its traffic)."""
+    if limit_bytes is None:
+        return
+    passes = 1 if (trace.meta.get("sync") or {}).get("mode", "allreduce") == "allreduce" else 2
+    tables = len(workload.tables) if workload is not None else 0
+    check_trace(trace, iterations, limit_bytes, passes, tables)
 
 
 def _run_header(cluster, trace: Trace, iterations: int, warmup: int, fidelity: str) -> dict:
@@ -281,19 +295,21 @@ RUN_OPTIONS = (
 )
 
 
-def run_point(options: dict) -> RunResult:
-    """One run from a flat mapping of run options plus ``topology.*`` / ``workload.*`` paths.
+def run_point(options: dict, max_memory_bytes: float | None = None) -> RunResult:
+    """One run from a flat mapping of run options plus ``topology.*`` / ``workload.*`` paths;
+    ``max_memory_bytes`` as in :func:`simulate_run`, checked before the cluster is built too.
 
     >>> run_point({"topology": "zionex", "nodes": 1, "workload": "tiny"}).summary["gpus"]
     8
     """
     from zionsim.dlrm.workload import load_workload, with_global_batch
     from zionsim.hardware.cluster import Cluster
+    from zionsim.hardware.topology import load_topology
 
     _check_run_options(options)
     topo_sets = [f"{k[9:]}={v}" for k, v in options.items() if k.startswith("topology.")]
     work_sets = [f"{k[9:]}={v}" for k, v in options.items() if k.startswith("workload.")]
-    cluster = Cluster.load(
+    spec = load_topology(
         options.get("topology", "zionex"),
         nodes=options.get("nodes"),
         gpus_per_node=options.get("gpus_per_node"),
@@ -305,9 +321,13 @@ def run_point(options: dict) -> RunResult:
         batch_per_gpu=options.get("batch_per_gpu"),
     )
     if options.get("global_batch") is not None:
-        w = with_global_batch(w, int(options["global_batch"]), len(cluster.gpus))
+        w = with_global_batch(w, int(options["global_batch"]), spec.gpus)
     stack = resolve_stack(options.get("stack"))
     w = apply_stack(w, stack)
+    iterations = int(options.get("iterations", 3))
+    if max_memory_bytes is not None:
+        check_inputs(spec, w, iterations, max_memory_bytes, options.get("plan", "auto"))
+    cluster = Cluster.build(spec)
     extra = {k: options[k] for k in ("sync", "sync_every") if options.get(k) is not None}
     extra.update(
         {
@@ -320,11 +340,12 @@ def run_point(options: dict) -> RunResult:
         cluster,
         w,
         _point_plan(options.get("plan", "auto"), cluster, w),
-        iterations=int(options.get("iterations", 3)),
+        iterations=iterations,
         warmup=int(options.get("warmup", 1)),
         fidelity=options.get("fidelity", "flow"),
         fused=bool(options.get("fused", True)),
         stack=stack,
+        max_memory_bytes=max_memory_bytes,
         **extra,
     )
 

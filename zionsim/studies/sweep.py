@@ -11,8 +11,10 @@ cluster.  Assumptions and choices:
    parent writes each point file (``points/<point_id>.json``) atomically as soon as the point
    finishes, so Dask workers need no shared filesystem and a killed sweep loses only the points
    in flight.
-3. A rerun into the same folder skips points whose file says ``status: ok``; failed, missing or
-   unreadable files are run again.
+3. A rerun into the same folder reuses a point file only if it says ``status: ok`` and its
+   hashes match (``studies/points.py``: its parameters, the model version, the input files, and
+   the record itself); failed, missing, unreadable, edited or stale files are run again, and the
+   user is told which and why.
 4. The combined table is built from the point files of this sweep only (not from memory), so a
    resumed sweep and a fresh one give the same table.  ``sim_wall_s`` is the only wall-clock
    column.
@@ -24,12 +26,9 @@ This module reads and writes files (the point files and the table); the simulati
 
 from __future__ import annotations
 
-import hashlib
 import itertools
-import json
-import multiprocessing
-from collections.abc import Iterable
-from concurrent.futures import ProcessPoolExecutor
+import sys
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -39,6 +38,16 @@ from zionsim.base.errors import InputError
 from zionsim.io.files import to_json, write_atomic, write_sweep_table
 from zionsim.sim.results import summary_row
 from zionsim.sim.run import RUN_OPTIONS, run_point
+from zionsim.studies.points import (
+    canonical,
+    inputs_hash,
+    model_version,
+    parameters_hash,
+    point_path,
+    read_record,
+    seal,
+    to_run,
+)
 
 PREFIXES = ("topology.", "workload.")
 SWEEP_KEYS = ("base", "grid")
@@ -85,7 +94,7 @@ def sweep_from_dict(data: dict, file: str = "<sweep>") -> Sweep:
             )
         if not values:
             raise InputError("empty list", file=file, field=f"grid.{key}", allowed="1+ values")
-        if len({_canonical(v) for v in values}) < len(values):
+        if len({canonical(v) for v in values}) < len(values):
             raise InputError("repeated value", file=file, field=f"grid.{key}", allowed="distinct")
     return Sweep(dict(base), {k: list(v) for k, v in grid.items()}, file)
 
@@ -101,14 +110,9 @@ def _check_key(key, file: str, section: str) -> None:
         )
 
 
-def _canonical(value) -> str:
-    """A value as compact JSON with sorted keys (what ids are hashed from)."""
-    return json.dumps(value, sort_keys=True, default=str, separators=(",", ":"))
-
-
 def point_id(params: dict) -> str:
     """Stable 12-hex-digit id of a point: a hash of its parameters as sorted JSON."""
-    return hashlib.sha256(_canonical(params).encode()).hexdigest()[:12]
+    return parameters_hash(params)[:12]
 
 
 def points(sweep: Sweep) -> list[dict]:
@@ -127,16 +131,28 @@ def points(sweep: Sweep) -> list[dict]:
     return out
 
 
-def run_one(point: dict) -> dict:
+def run_one(point: dict, max_memory_bytes: float | str | None = None) -> dict:
     """Simulate one point (worker side, no files): the record its point file will hold.
 
     ``status`` is ``"ok"`` or ``"error"``; ``error`` is an :class:`InputError`'s one-line message
-    or ``"ExceptionType: message"``; ``sim_wall_s`` (s) is wall-clock.
+    (a run refused by the resource guard included) or ``"ExceptionType: message"``;
+    ``sim_wall_s`` (s) is wall-clock; ``model_sha256`` the model that ran it.
+    ``max_memory_bytes``: the guard's limit, or ``"here"`` for this machine's own
+    (``io.limits.memory_limit``).
     """
     params = {k: v for k, v in point.items() if k != "point_id"}
-    record = {"point_id": point["point_id"], "parameters": params, "figures": {}}
+    record = {
+        "point_id": point["point_id"],
+        "parameters": params,
+        "figures": {},
+        "model_sha256": model_version(),
+    }
+    if max_memory_bytes == "here":
+        from zionsim.io.limits import memory_limit
+
+        max_memory_bytes = memory_limit()
     try:
-        result = run_point(params)
+        result = run_point(params, max_memory_bytes)
     except InputError as exc:
         return {**record, "status": "error", "error": exc.one_line(), "sim_wall_s": None}
     except Exception as exc:  # any failure is recorded; the other points go on
@@ -162,27 +178,43 @@ def run_sweep(
     workers: int = 1,
     scheduler: str | None = None,
     progress: bool = True,
+    *,
+    max_memory: str | None = None,
+    security=None,
+    allow_insecure: bool = False,
+    notify: Callable[[str], None] | None = None,
 ) -> pd.DataFrame:
     """Run every point not already done in ``out_dir``; return and write the combined table.
 
-    ``workers`` local processes, or the Dask cluster at ``scheduler`` (``tcp://host:port``).
-    Writes ``points/<point_id>.json`` per finished point, then ``results.parquet`` and
-    ``results.csv`` (one row per point, sorted by ``point_id``).
+    ``workers`` local processes, or the Dask cluster at ``scheduler`` (``tls://host:port``;
+    plain ``tcp://`` only on the loopback or with ``allow_insecure``; ``security`` a
+    ``distributed.security.Security``, default Dask's configuration).  ``max_memory``: each
+    point's memory limit as written (``16GiB``, ``none``); default ``$ZIONSIM_MAX_MEMORY`` or
+    the available memory (divided by ``workers`` locally, each Dask worker's own).  Writes
+    ``points/<point_id>.json`` per finished point, then ``results.parquet`` and ``results.csv``
+    (one row per point, sorted by ``point_id``).  ``notify`` gets one line per kind of point
+    file that could not be reused (default: printed on stderr).
     """
     if not isinstance(sweep, Sweep):
         sweep = load_sweep(sweep)
     if workers < 1:
         raise InputError(f"must be >= 1, got {workers}", field="workers")
+    if scheduler:
+        from zionsim.studies.pool import check_scheduler
+
+        check_scheduler(scheduler, security is not None, allow_insecure)
     out = Path(out_dir)
     pts = points(sweep)
-    todo = [p for p in pts if not _is_done(_point_path(out, p["point_id"]))]
+    inputs = {p["point_id"]: inputs_hash(p) for p in pts}
+    todo = to_run(out, pts, inputs, notify or _stderr)
     _write_sweep_file(out, sweep)
     bar = _Progress(len(pts), len(pts) - len(todo), progress)
+    run = _Run(out, bar, inputs, notify or _stderr)
     try:
         if todo and scheduler:
-            _run_dask(todo, scheduler, out, bar)
+            _run_dask(todo, scheduler, run, _limit(max_memory, None), security)
         elif todo:
-            _run_local(todo, workers, out, bar)
+            _run_local(todo, workers, run, _limit(max_memory, workers))
     finally:
         bar.close()
     table = combine(out, [p["point_id"] for p in pts])
@@ -190,21 +222,27 @@ def run_sweep(
     return table
 
 
-def _point_path(out: Path, pid: str) -> Path:
-    return out / "points" / f"{pid}.json"
+#: a point file's record, or None if it is missing or unreadable
+read_point = read_record
+#: a point file's record, or None if it is missing or unreadable
+read_point = read_record
 
 
-def read_point(path: str | Path) -> dict | None:
-    """A point file's record, or None if it is missing or unreadable."""
-    try:
-        return json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError):
-        return None
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr)
 
 
-def _is_done(path: Path) -> bool:
-    record = read_point(path)
-    return isinstance(record, dict) and record.get("status") == "ok"
+def _limit(option: str | None, workers: int | None) -> float | str | None:
+    """The memory limit handed to ``run_one``: parsed here for a local pool (available memory
+    shared by ``workers``), or ``"here"`` for a Dask worker to find its own when no option or
+    environment variable says."""
+    import os
+
+    from zionsim.io.limits import ENV_MAX_MEMORY, memory_limit
+
+    if workers is None and option is None and not os.environ.get(ENV_MAX_MEMORY):
+        return "here"
+    return memory_limit(option, workers or 1)
 
 
 def _write_sweep_file(out: Path, sweep: Sweep) -> None:
@@ -238,45 +276,67 @@ class _Progress:
         self.bar.close()
 
 
-def _run_local(todo: list[dict], workers: int, out: Path, bar: _Progress) -> None:
-    """Run ``todo`` in a process pool (forkserver: the parent may hold threads)."""
+@dataclass
+class _Run:
+    """Where finished points go: the sweep folder, the progress bar, the inputs hash per id,
+    and where to tell the user about workers running another model."""
+
+    out: Path
+    bar: _Progress
+    inputs: dict
+    notify: Callable[[str], None]
+    foreign: int = 0
+
+    def check_model(self, record: dict) -> None:
+        """Tell (once) when a worker's model differs from this process's: its points will be
+        recomputed on every resume."""
+        if record["model_sha256"] != model_version() and not self.foreign:
+            self.foreign = 1
+            self.notify(
+                f"sweep: point {record['point_id']} was computed by a worker running another "
+                "zionsim model version than this process; such points are recomputed on resume"
+            )
+
+
+def _run_local(todo: list[dict], workers: int, run: _Run, limit) -> None:
+    """Run ``todo`` in a local pool whose workers die with this process (``studies/pool.py``)."""
     from concurrent.futures import as_completed
 
-    methods = multiprocessing.get_all_start_methods()
-    ctx = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
-    pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx)
-    try:
-        pending = {pool.submit(run_one, p): p for p in todo}
-        _drain(pending, workers, as_completed, out, bar)
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+    from zionsim.studies.pool import local_pool
+
+    with local_pool(workers) as pool:
+        pending = {pool.submit(run_one, p, limit): p for p in todo}
+        _drain(pending, workers, as_completed, run)
 
 
-def _run_dask(todo: list[dict], scheduler: str, out: Path, bar: _Progress) -> None:
-    """Run ``todo`` on the Dask distributed cluster at ``scheduler``."""
+def _run_dask(todo: list[dict], scheduler: str, run: _Run, limit, security=None) -> None:
+    """Run ``todo`` on the Dask distributed cluster at ``scheduler`` (``security``: TLS)."""
     from distributed import Client, as_completed
 
-    with Client(scheduler) as client:
+    kwargs = {"security": security} if security is not None else {}
+    with Client(scheduler, **kwargs) as client:
         slots = max(1, sum(client.nthreads().values()))
-        pending = {client.submit(run_one, p, pure=False): p for p in todo}
-        _drain(pending, slots, as_completed, out, bar)
+        pending = {client.submit(run_one, p, limit, pure=False): p for p in todo}
+        _drain(pending, slots, as_completed, run)
 
 
-def _drain(pending: dict, slots: int, as_completed, out: Path, bar: _Progress) -> None:
-    """Write each point's file atomically as its future finishes (parent side)."""
-    bar.running(min(slots, len(pending)))
+def _drain(pending: dict, slots: int, as_completed, run: _Run) -> None:
+    """Seal and write each point's file atomically as its future finishes (parent side)."""
+    run.bar.running(min(slots, len(pending)))
     for fut in as_completed(list(pending)):
         record = _result(fut, pending.pop(fut))
-        write_atomic(_point_path(out, record["point_id"]), to_json(record))
-        bar.finished(record["status"] == "ok")
-        bar.running(min(slots, len(pending)))
+        record = seal(record, run.inputs[record["point_id"]])
+        run.check_model(record)
+        write_atomic(point_path(run.out, record["point_id"]), to_json(record))
+        run.bar.finished(record["status"] == "ok")
+        run.bar.running(min(slots, len(pending)))
 
 
 def _result(fut, point: dict) -> dict:
     """The future's record, or an error record if the worker itself failed (crash, kill)."""
     try:
         return fut.result()
-    except Exception as exc:
+    except Exception as exc:  # the worker died (killed, out of memory) or could not unpickle
         params = {k: v for k, v in point.items() if k != "point_id"}
         return {
             "point_id": point["point_id"],
