@@ -29,7 +29,7 @@ import math
 import networkx as nx
 
 from zionsim.base.errors import InputError
-from zionsim.hardware.topology import ClusterSpec
+from zionsim.hardware.topology import ClusterSpec, leaf_count, leaf_down_ports
 
 
 def build_graph(spec: ClusterSpec) -> nx.DiGraph:
@@ -176,23 +176,19 @@ def fabric_shape(spec: ClusterSpec) -> dict:
                 f"{nics} NICs do not fit on one {radix}-port switch",
                 file=spec.file,
                 field="scale_out.tiers",
-                allowed="tiers: 2 or 3",
+                allowed="tiers: 2, 3 or auto",
             )
         return {"leaves": 1, "down": radix, "up": 0, "pods": 0, "leaves_per_pod": 1}
-    down = max(1, math.floor(radix * so.oversubscription / (1 + so.oversubscription)))
+    down = leaf_down_ports(radix, so.oversubscription)
     up = radix - down
-    if so.rail_optimized:
-        per_rail = math.ceil(spec.nodes / down)
-        leaves = per_rail * so.nics_per_node
-    else:
-        leaves = math.ceil(nics / down)
+    leaves = leaf_count(spec.nodes, so.nics_per_node, radix, so.oversubscription, so.rail_optimized)
     if so.tiers == 2:
         if leaves > radix:
             raise InputError(
                 f"{leaves} leaf switches exceed a 2-tier Clos of radix {radix}",
                 file=spec.file,
                 field="scale_out.tiers",
-                allowed="tiers: 3",
+                allowed="tiers: 3 or auto",
             )
         return {"leaves": leaves, "down": down, "up": up, "pods": 1, "leaves_per_pod": leaves}
     per_pod = radix // 2
