@@ -99,3 +99,19 @@ def test_summary_reports_model_size():
     w = load_workload("tiny")
     assert r.summary["model"]["params"] == w.embedding_params + w.dense_params
     assert r.summary["model"]["mflops_per_sample"] == pytest.approx(w.flops_per_sample / 1e6)
+
+
+def test_communication_follows_dense_only_under_mixed_precision():
+    """``communication: dense``: the exchange is cast to the dense 16-bit type under AMP (DLE's
+    PyTorch DLRM), and stays at the workload's precision in TF32/FP32 training."""
+    from zionsim.dlrm.stack import apply_stack
+    from zionsim.dlrm.workload import with_precision
+
+    stack = stack_from_dict({"name": "s", "precision": {"communication": "dense"}})
+    w = load_workload("mlperf_dlrm")
+    amp = apply_stack(with_precision(w, {"dense": "fp16"}), stack)
+    tf32 = apply_stack(with_precision(w, {"dense": "tf32"}), stack)
+    assert amp.precision["communication"] == "fp16"
+    assert tf32.precision["communication"] == w.precision["communication"] == "fp32"
+    with pytest.raises(InputError, match="communication"):
+        stack_from_dict({"name": "s", "precision": {"communication": "fp8"}})

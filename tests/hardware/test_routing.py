@@ -1,4 +1,4 @@
-"""Routing: NVLink preferred, GPUs never transit, node templates shift correctly."""
+"""Routing: NVLink preferred, GPUs relay only as NCCL does (NVB), node templates shift correctly."""
 
 import numpy as np
 
@@ -19,15 +19,24 @@ def test_inter_node_leaves_through_nearest_nic(tiny_cluster):
     assert path[-3:] == ["n1/nic1", "n1/pcie1", "n1/gpu1"]
 
 
-def test_no_route_transits_a_gpu():
-    """In Big Basin's cube mesh, GPUs without a direct NVLink never relay through a third GPU."""
+def test_gpus_without_nvlink_relay_through_one_gpu_over_nvlink():
+    """In Big Basin's cube mesh, two GPUs with no NVLink of their own talk over NVLink through
+    exactly one intermediate GPU (NCCL's PATH_NVB), never over PCIe and the CPUs; GPUs with a
+    direct NVLink use it, and a path to a NIC never relays through a GPU."""
     c = Cluster.load("bigbasin", nodes=1)
-    g = c.gpus
+    g, graph = c.gpus, c.router.graph
     for a in g:
         for b in g:
-            if a != b:
-                middle = c.router.path_names(a, b)[1:-1]
-                assert not any("gpu" in x for x in middle)
+            if a == b:
+                continue
+            names = c.router.path_names(a, b)
+            kinds = [graph.edges[u, v]["kind"] for u, v in zip(names, names[1:], strict=False)]
+            assert set(kinds) == {"nvlink"}, (names, kinds)
+            direct = graph.has_edge(names[0], names[-1])
+            assert len(names) == (2 if direct else 3)
+    nic = c.router.local("nic", 0)
+    for a in g:
+        assert not any("gpu" in x for x in c.router.path_names(a, nic)[1:-1])
 
 
 def test_vectorised_routes_match_single_routes(tiny_cluster):

@@ -13,7 +13,10 @@ replaces one stage and keeps the others (``PLANNERS`` holds the built-in combina
    under it; replicate (DP) when that is cheaper than serving the table remotely;
 4. **place** shards that span every GPU (DP, RW) first, then parts heaviest first on the
    least-loaded GPU with HBM room; a part that fits on no GPU goes to the UVM tier (hot rows in
-   the GPU's remaining HBM, the rest in its node's DRAM).
+   the GPU's remaining HBM, the rest in its node's DRAM);
+5. **rebalance**: while splitting the most loaded GPU's heaviest part finer lowers the placed
+   plan's peak load, split it (as HugeCTR's and TorchRec's planners shard a hot table over
+   more GPUs rather than leave one GPU the straggler).
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ from zionsim.dlrm.sharding import column_splits
 from zionsim.dlrm.workload import DTYPE_BYTES, EMBEDDING_OPTIMIZERS, WorkloadSpec, row_bytes
 from zionsim.hardware import compute
 
+#: at most this many parts are split finer after placement (``Planner.rebalance``)
+REBALANCE_STEPS = 16
 #: replicate a table only below this size (its gradient joins every iteration's all-reduce)
 DP_MAX_BYTES = 64 * 2**20
 
@@ -217,6 +222,17 @@ def place(ctx: Context, chosen: list[tuple[Option, Cost]], zipf_alpha: float) ->
     return Plan("greedy", tuple(shards[t.index] for t in ctx.w.tables))
 
 
+def _loads(ctx: Context, chosen: list[tuple[Option, Cost]], plan: Plan) -> np.ndarray:
+    """Estimated seconds per GPU of ``plan``, placed from ``chosen`` (UVM misses included)."""
+    load = np.zeros(ctx.n)
+    for opt, cost in chosen:
+        s = plan.shards[opt.table]
+        alpha = ctx.w.zipf_alpha
+        extra = 0.0 if s.tier == "hbm" else _miss_s(ctx, opt, cost, s.cache_fraction, alpha)
+        load[list(s.ranks)] += cost.part_s + extra
+    return load
+
+
 def _least_loaded(load: np.ndarray, room: np.ndarray, need: float, k: int) -> tuple[int, ...]:
     ok = np.flatnonzero(room >= need)
     pool = ok if len(ok) >= k else np.arange(len(load))
@@ -260,7 +276,38 @@ class Planner:
         for t in w.tables:
             opt = self.choose(ctx, t, costed[t.index], target)
             chosen.append((opt, dict(costed[t.index])[opt]))
-        return self.place(ctx, chosen, w.zipf_alpha)
+        return self.rebalance(ctx, costed, chosen)
+
+    def rebalance(self, ctx: Context, costed: dict, chosen: list) -> Plan:
+        """Place ``chosen``; then, while the most loaded GPU's heaviest own part can be split
+        finer (more CW slices, TWRW, RW) so that the placed plan's most loaded GPU gets lighter,
+        split it.  The per-table choice cannot see that parts spread over every GPU (RW, DP)
+        leave less room than the mean for one big part; this is where that is mended."""
+        plan = self.place(ctx, chosen, ctx.w.zipf_alpha)
+        best = _loads(ctx, chosen, plan).max()
+        for _ in range(REBALANCE_STEPS):
+            load = _loads(ctx, chosen, plan)
+            hot = int(np.argmax(load))
+            own = [
+                i for i, (o, _) in enumerate(chosen)
+                if o.kind in ("TW", "CW", "TWRW") and hot in plan.shards[o.table].ranks
+            ]  # fmt: skip
+            if not own:
+                break
+            i = max(own, key=lambda j: chosen[j][1].part_s)
+            tried = []
+            for o, c in costed[chosen[i][0].table]:
+                if o.kind != "DP" and o.parts > chosen[i][0].parts:
+                    trial = chosen[:i] + [(o, c)] + chosen[i + 1 :]
+                    p = self.place(ctx, trial, ctx.w.zipf_alpha)
+                    tried.append((_loads(ctx, trial, p).max(), o.parts, trial, p))
+            if not tried:
+                break
+            peak, _, trial, p = min(tried, key=lambda x: (x[0], x[1]))
+            if peak >= best * (1 - 1e-3):
+                break
+            best, chosen, plan = peak, trial, p
+        return plan
 
 
 def round_robin(cluster, w: WorkloadSpec) -> Plan:

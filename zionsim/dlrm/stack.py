@@ -6,7 +6,9 @@ TensorFlow + SOK.  A stack profile states, as data with sources, what differs be
 
 1. ``precision`` — the precisions the stack trains in (embedding rows, dense math,
    communication), replacing the workload's where given (MLPerf submissions train the FP32
-   reference model in mixed precision).
+   reference model in mixed precision).  ``communication: dense`` says the stack casts what it
+   exchanges to the dense math's 16-bit type when it trains in mixed precision (and leaves it
+   at the workload's precision otherwise).
 2. ``kernel_launch`` — seconds each kernel adds on the GPU's critical path: the launch gap of an
    eager framework's dispatch, or of a captured CUDA graph; it replaces the architecture's
    ``launch_overhead_us`` of the compute model.
@@ -47,6 +49,8 @@ STACK_KEYS = {
     "fused_embedding",
 }
 PRECISION_KEYS = ("embedding", "dense", "communication")
+#: ``precision.communication`` value: exchange in the dense math's 16-bit type under mixed precision
+FOLLOW_DENSE = "dense"
 
 
 @dataclass(frozen=True)
@@ -90,7 +94,15 @@ def apply_stack(workload, stack: StackSpec):
     """The workload as ``stack`` trains it: the stack's precisions over the workload's."""
     from zionsim.dlrm.workload import with_precision
 
-    return with_precision(workload, stack.precision) if stack.precision else workload
+    if not stack.precision:
+        return workload
+    precision = dict(stack.precision)
+    if precision.get("communication") == FOLLOW_DENSE:
+        dense = precision.get("dense", workload.precision["dense"])
+        precision["communication"] = (
+            dense if dense in ("fp16", "bf16") else workload.precision["communication"]
+        )
+    return with_precision(workload, precision)
 
 
 def resolve_stack(stack: StackSpec | str | None) -> StackSpec:
@@ -121,7 +133,8 @@ def stack_from_dict(data: dict, file: str = "<stack>") -> StackSpec:
     f.check_keys(STACK_KEYS)
     p = f.sub("precision") if data.get("precision") is not None else Fields({}, file, "precision")
     p.check_keys(set(PRECISION_KEYS))
-    allowed = dict(zip(PRECISION_KEYS, (EMBEDDING_DTYPES, DENSE_DTYPES, COMM_DTYPES), strict=True))
+    comm = (*COMM_DTYPES, FOLLOW_DENSE)
+    allowed = dict(zip(PRECISION_KEYS, (EMBEDDING_DTYPES, DENSE_DTYPES, comm), strict=True))
     precision = {k: p.choice(k, allowed[k]) for k in PRECISION_KEYS if k in p.data}
     m = f.sub("mlp_kernels") if "mlp_kernels" in data else Fields({}, file, "mlp_kernels")
     m.check_keys({"forward", "backward"})

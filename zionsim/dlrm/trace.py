@@ -331,12 +331,16 @@ def _lower_dense_fwd(o: _RankOps, outs: list) -> int:
 
 def _lower_top_bwd(o: _RankOps, x: int, grads_done: dict) -> int:
     """Top-MLP wgrad and dgrad per layer, then the interaction backward; records each layer's
-    wgrad op in ``grads_done`` and returns the interaction backward's last op."""
+    wgrad op in ``grads_done`` (the interaction's weights, a DCN's or a projection's, are done
+    with its backward) and returns the interaction backward's last op."""
     w, B = o.w, o.w.batch_per_gpu
     for i, (k, n) in reversed(list(enumerate(w.top_layers()))):
         grads_done[f"top{i}"] = o.gemm(f"top_wgrad{i}", k, n, B, (x,))
         x = o.gemm(f"top_dgrad{i}", B, k, n, (x,), o.stack.mlp_kernels[1] - 1)
-    return _interaction(o.b, w, o.r, B, o.dt, (x,), "bwd")
+    x = _interaction(o.b, w, o.r, B, o.dt, (x,), "bwd")
+    if w.interaction_params:
+        grads_done["interaction"] = x
+    return x
 
 
 def _lower_sparse_bwd(o: _RankOps, node, local, e_args, x, grads_done) -> tuple:
@@ -366,8 +370,8 @@ def _lower_sparse_bwd(o: _RankOps, node, local, e_args, x, grads_done) -> tuple:
 
 
 def _lower_dense_update(o: _RankOps, e_bwd, d2h, grads_done, c_ar, buckets) -> None:
-    """One all-reduce per DDP bucket once its layers' gradients are done (layers without a wgrad
-    op, DCN and DP tables, wait for the embedding backward), then the dense optimizer step."""
+    """One all-reduce per DDP bucket once its layers' gradients are done (DP tables' wait for
+    the embedding backward, which computes them), then the dense optimizer step."""
     ars = []
     for j, ((_, members), cid) in enumerate(zip(buckets[: len(c_ar)], c_ar, strict=True)):
         ready = tuple(grads_done.get(m, e_bwd) for m in members)

@@ -1,7 +1,12 @@
 """Routing: device pairs → paths as rows of edge ids, vectorised for thousands of GPUs.
 
 Routes are shortest paths by hop count, with bandwidth as the tie-break (weight ``1 + 1 GB/s / bw``
-per edge), and never transit a GPU, a NIC or a DRAM node (GPUs do not forward NVLink traffic).
+per edge), and never transit a NIC or a DRAM node.  A GPU is transited in one case only, as NCCL
+does: two GPUs of a node that share no NVLink but reach each other over NVLink through one
+intermediate GPU talk through it (NCCL's ``PATH_NVB``, preferred to any PCIe or CPU path:
+``src/graph/paths.cc`` "Set 1 hop NVLink as NVB", ``ncclTopoCheckP2p`` "The connection may go
+through an intermediate rank"; ``NCCL_NVB_DISABLE`` turns it off).  That is what lets a partial
+NVLink mesh (DGX-1's hybrid cube-mesh) run an all-to-all without crossing PCIe and the CPUs.
 Where several paths still tie, one is chosen per (source, destination) pair by a fixed hash, as
 per-flow ECMP does.  Inside a node, routes are computed once on node 0 and shifted to node ``k``
 by edge-id offset.  Between nodes, a device leaves through its nearest NIC (ties broken so that
@@ -126,6 +131,7 @@ class Router:
                     continue
                 options = _all_paths(pred, sa, sb)
                 nodes = options[(a * 2654435761 + b * 40503) % len(options)]
+                nodes = _nvb_path(g0, kinds, sa, sb, a * 2654435761 + b * 40503) or nodes
                 paths[a, b] = [eid[u, v] for u, v in zip(nodes, nodes[1:], strict=False)]
                 dist[a, b] = dists[sb]
         width = max((len(p) for p in paths.values()), default=0)
@@ -194,6 +200,32 @@ class Router:
 
 def _weight(u: str, v: str, d: dict) -> float:
     return 1.0 + 1e9 / d["bw_Bps"]
+
+
+def _nvb_path(g0: nx.DiGraph, kinds: dict, src: str, dst: str, salt: int) -> list[str] | None:
+    """NCCL's NVLink-through-one-GPU path between two GPUs with no NVLink of their own, or None.
+
+    Of the intermediate GPUs joined to both by NVLink, the one with the widest narrower link is
+    used (NCCL keeps the path of most bandwidth), ties broken by a fixed hash of the pair.
+    """
+    if kinds[src] != "gpu" or kinds[dst] != "gpu" or g0.has_edge(src, dst):
+        return None
+
+    def nvlink(u: str, v: str) -> float:
+        d = g0.get_edge_data(u, v)
+        return d["bw_Bps"] if d is not None and d["kind"] == "nvlink" else 0.0
+
+    best: list[tuple[float, str]] = []
+    for mid in sorted(g0.successors(src)):
+        if kinds[mid] == "gpu":
+            bw = min(nvlink(src, mid), nvlink(mid, dst))
+            if bw > 0:
+                best.append((bw, mid))
+    if not best:
+        return None
+    top = max(bw for bw, _ in best)
+    tied = [mid for bw, mid in best if bw == top]
+    return [src, tied[salt % len(tied)], dst]
 
 
 def _all_paths(pred: dict, src: str, dst: str) -> list[list[str]]:
