@@ -11,17 +11,23 @@ import io
 import json
 import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 FORMATS = ("table", "csv", "json")
 
 
+def _numpy_scalar(value: Any, kind: str = "generic") -> bool:
+    """Whether ``value`` is a numpy scalar (of ``kind``: generic, floating); numpy is not
+    imported for it (none can exist before numpy is), which keeps ``zionsim --help`` quick."""
+    np = sys.modules.get("numpy")
+    return np is not None and isinstance(value, getattr(np, kind))
+
+
 def _plain(value: Any) -> Any:
-    if isinstance(value, np.generic):
+    if _numpy_scalar(value):
         return value.item()
     if isinstance(value, dict):
         return {k: _plain(v) for k, v in value.items()}
@@ -67,7 +73,7 @@ def format_mapping(data: dict, fmt: str = "table") -> str:
 
 
 def _cell(v: Any) -> str:
-    if isinstance(v, float | np.floating):
+    if isinstance(v, float) or _numpy_scalar(v, "floating"):
         if v == 0 or 1e-3 <= abs(v) < 1e7:
             return f"{v:.4g}" if abs(v) < 1e4 else f"{v:.0f}"
         return f"{v:.4g}"
