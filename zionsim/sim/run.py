@@ -26,7 +26,7 @@ from zionsim.dlrm.sync import SyncSpec, gap_stats, sync_spec
 from zionsim.dlrm.trace import Trace, lower
 from zionsim.dlrm.workload import WorkloadSpec
 from zionsim.sim.engine import simulate_trace
-from zionsim.sim.results import Analysis, links_table, perfetto
+from zionsim.sim.results import Analysis, links_table, perfetto, rank_totals, sample_events
 
 
 @dataclass
@@ -43,9 +43,14 @@ class RunResult:
     memory: pd.DataFrame
     trace: Trace
 
-    def perfetto(self) -> dict:
-        """The events as a Chrome/Perfetto trace (see :func:`zionsim.sim.results.perfetto`)."""
-        return perfetto(self.events)
+    def perfetto(self, ranks: list[int] | None = None) -> dict:
+        """The events (of ``ranks`` only, network rows kept; default all) as a Chrome/Perfetto
+        trace (see :func:`zionsim.sim.results.perfetto`)."""
+        return perfetto(self.events if ranks is None else sample_events(self.events, ranks))
+
+    def rank_totals(self) -> pd.DataFrame:
+        """Seconds, spans and bytes per rank and category (every rank, see ``rank_totals``)."""
+        return rank_totals(self.events)
 
 
 def build_trace(
