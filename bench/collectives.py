@@ -1,10 +1,10 @@
-"""Benchmark: wall time, simulated events and peak RSS of collectives at 8, 128 and 1,024 GPUs.
+"""Benchmark: wall time, simulated events and peak RSS of collectives at 8 to 16,384 GPUs.
 
     python bench/collectives.py            # all cases, each in its own subprocess
 
-Each case: ZionEX with 1, 16 or 128 nodes, all_to_all and all_reduce of 64 MiB per GPU, flow
-fidelity (contention modelled).  Timed inside the process around cluster build + simulation,
-imports excluded.  One line per case:
+Each case: ZionEX with 1, 16, 128, 512 or 2,048 nodes, all_to_all and all_reduce of 64 MiB
+per GPU, flow fidelity (contention modelled).  Timed inside the process around cluster build
++ simulation, imports excluded.  One line per case:
 ``case=<name> gpus=<N> wall_s=<x> events=<n> peak_rss_MB=<m> flows=<f>``, where events
 counts simpy events and flows the point-to-point flows the network model carried (it handles
 them as arrays, a batch per collective phase, so they cost array passes rather than events).
@@ -17,7 +17,7 @@ import time
 
 from _harness import peak_rss_mb, run_cases
 
-CASES = [(op, nodes) for nodes in (1, 16, 128) for op in ("all_to_all", "all_reduce")]
+CASES = [(op, nodes) for nodes in (1, 16, 128, 512, 2048) for op in ("all_to_all", "all_reduce")]
 
 
 def run_case(op: str, nodes: int) -> str:
