@@ -1,11 +1,11 @@
-"""Benchmark: wall time, simulated events and peak RSS of collectives at 8, 128 and 1,024 GPUs.
+"""Benchmark: wall time, simulated events and peak RSS of collectives at 8 to 16,384 GPUs.
 
     python bench/collectives.py            # all cases, each in its own subprocess
 
-Each case: ZionEX with 1, 16 or 128 nodes, all_to_all and all_reduce of 64 MiB per GPU, in each
-network fidelity (``flow``: max-min sharing re-solved as flows end; ``analytic``: per-link
-reservations, no solve).  Timed inside the process around cluster build + simulation, imports
-excluded.  One line per case:
+Each case: ZionEX with 1, 16, 128, 512 or 2,048 nodes, all_to_all and all_reduce of 64 MiB per
+GPU, in each network fidelity (``flow``: max-min sharing re-solved as flows end; ``analytic``:
+per-link reservations, no solve).  Timed inside the process around cluster build +
+simulation, imports excluded.  One line per case:
 ``case=<name> fidelity=<f> gpus=<N> wall_s=<x> sim_us=<t> events=<n> peak_rss_MB=<m> flows=<f>``,
 where sim_us is the simulated collective time, events
 counts simpy events and flows the point-to-point flows the network model carried (it handles
@@ -22,7 +22,7 @@ from _harness import peak_rss_mb, run_cases
 FIDELITIES = ("flow", "analytic")
 CASES = [
     (op, nodes, fid)
-    for nodes in (1, 16, 128)
+    for nodes in (1, 16, 128, 512, 2048)
     for op in ("all_to_all", "all_reduce")
     for fid in FIDELITIES
 ]

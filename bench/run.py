@@ -1,53 +1,97 @@
-"""Benchmark: wall time per simulated iteration, events and peak RSS of a DLRM run.
+"""Benchmark: wall and CPU time per simulated iteration, events, peak RSS and write time of
+DLRM runs from 128 to 16,384 GPUs, with both network fidelities.
 
-    python bench/run.py            # neo_model_a on ZionEX at 1, 16 and 128 nodes
+    python bench/run.py                      # every case, each in its own subprocess
+    python bench/run.py --max-gpus 1024      # only the cases up to 1,024 GPUs
+    python bench/run.py neo_model_a 128 flow # one case, in this process
 
-Each case runs in its own subprocess (so peak RSS is its own): build the cluster, lower the
-workload, simulate 3 iterations (1 warm-up) with the flow network model, analyse.  Timed inside
-the process, imports excluded; ``wall_s`` is the total divided by the 3 simulated iterations.
-One line per case: ``case=<name> gpus=<N> wall_s=<x> events=<n> peak_rss_MB=<m>``.
+Cases: neo_model_a on ZionEX and mlperf_dlrm_dcnv2 on DGX H100 (it does not fit 40 GB GPUs),
+16, 128, 512 and 2,048 nodes (128, 1,024, 4,096 and 16,384 GPUs; the fabric's tiers follow the
+node count), fidelities ``flow`` and ``analytic``.  Each case builds the cluster, lowers the
+workload, simulates 3 iterations (1 warm-up) and analyses; that is timed inside the process,
+imports excluded, and divided by the 3 simulated iterations (``wall_s``; ``cpu_s``: process CPU
+time, the figure to trust on a shared machine).  ``write_s`` is writing the result folder
+(default ``--trace-ranks``), ``write_pct`` its share of the run.  A case that runs past
+``--timeout`` seconds (default 3600) is reported as ``timeout``.  One line per case:
+``case=<name> gpus=<N> fidelity=<f> wall_s=<x> cpu_s=<c> write_s=<w> write_pct=<p>
+events=<n> peak_rss_MB=<m>``.
 """
 
 from __future__ import annotations
 
+import subprocess
 import sys
+import tempfile
 import time
 
-from _harness import peak_rss_mb, run_cases
+from _harness import peak_rss_mb
 
 ITERATIONS = 3
-CASES = (1, 16, 128)
+#: workload → topology: DCNv2's largest table (40 M rows × 128 × fp32 = 20.5 GB, twice with its
+#: optimizer state) does not fit a 40 GB ZionEX GPU, so it runs on DGX H100 (80 GB) nodes
+WORKLOADS = {"neo_model_a": "zionex", "mlperf_dlrm_dcnv2": "dgx_h100"}
+NODES = (16, 128, 512, 2048)
+FIDELITIES = ("flow", "analytic")
 
 
-def run_case(nodes: int) -> str:
+def run_case(workload: str, nodes: int, fidelity: str) -> str:
+    """Simulate and write one case; its line."""
     from zionsim.base.errors import CapacityError
     from zionsim.dlrm.workload import load_workload
     from zionsim.hardware.cluster import Cluster
+    from zionsim.io.files import write_run
     from zionsim.sim.run import simulate_run
 
-    t0 = time.perf_counter()
+    topology = WORKLOADS[workload]
+    name = f"case={workload}_{topology}_{nodes}n gpus={nodes * 8} fidelity={fidelity}"
+    t0, c0 = time.perf_counter(), time.process_time()
     try:
         r = simulate_run(
-            Cluster.load("zionex", nodes=nodes),
-            load_workload("neo_model_a"),
+            Cluster.load(topology, nodes=nodes),
+            load_workload(workload),
             iterations=ITERATIONS,
             warmup=1,
+            fidelity=fidelity,
         )
-    except CapacityError as exc:  # 1.6 TB of tables cannot sit in 8 GPUs' HBM without UVM
-        return f'case=neo_model_a_zionex_{nodes}n gpus={nodes * 8} skipped="{exc.problem}"'
-    wall = (time.perf_counter() - t0) / ITERATIONS
-    rss_mb = peak_rss_mb()
+    except CapacityError as exc:
+        return f'{name} skipped="{exc.problem}"'
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    with tempfile.TemporaryDirectory() as tmp:
+        t1 = time.perf_counter()
+        write_run(f"{tmp}/run", r, plot=False)
+        write = time.perf_counter() - t1
     return (
-        f"case=neo_model_a_zionex_{nodes}n gpus={nodes * 8} wall_s={wall:.3f} "
-        f"events={r.timing['simpy_events']} peak_rss_MB={rss_mb:.0f}"
+        f"{name} wall_s={wall / ITERATIONS:.3f} cpu_s={cpu / ITERATIONS:.3f} "
+        f"write_s={write:.3f} write_pct={100 * write / (wall + write):.1f} "
+        f"events={r.timing['simpy_events']} peak_rss_MB={peak_rss_mb():.0f}"
     )
 
 
 def main() -> None:
-    if len(sys.argv) == 2:
-        print(run_case(int(sys.argv[1])), flush=True)
-    else:
-        run_cases(__file__, [(n,) for n in CASES])
+    """One case from the arguments, or every case (up to ``--max-gpus``) in subprocesses."""
+    args = sys.argv[1:]
+    if len(args) == 3:
+        print(run_case(args[0], int(args[1]), args[2]), flush=True)
+        return
+    max_gpus = int(args[args.index("--max-gpus") + 1]) if "--max-gpus" in args else 16384
+    timeout = float(args[args.index("--timeout") + 1]) if "--timeout" in args else 3600.0
+    for nodes in NODES:
+        if nodes * 8 > max_gpus:
+            continue
+        for workload in WORKLOADS:
+            for fidelity in FIDELITIES:
+                case = [workload, str(nodes), fidelity]
+                try:
+                    out = subprocess.run(
+                        [sys.executable, __file__, *case],
+                        capture_output=True,
+                        text=True,
+                        timeout=timeout,
+                    )
+                    line = out.stdout.strip() or out.stderr.strip().splitlines()[-1]
+                except subprocess.TimeoutExpired:
+                    line = f"case={workload} nodes={nodes} fidelity={fidelity} timeout={timeout:g}"
+                print(line, flush=True)
 
 
 if __name__ == "__main__":

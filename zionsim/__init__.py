@@ -12,36 +12,67 @@ Load → plan → lower → simulate → tables are the pure steps (``Cluster.lo
 only ones that touch files or draw.
 """
 
-from zionsim.base.errors import InputError
-from zionsim.dlrm.planner import PLANNERS, plan_costs, round_robin
-from zionsim.dlrm.sync import MODES as SYNC_MODES
-from zionsim.dlrm.workload import load_workload, with_global_batch
-from zionsim.hardware.cluster import Cluster
-from zionsim.io.files import read_plan, read_trace, write_plan, write_run, write_trace
-from zionsim.io.plots_study import (
-    plot_bars,
-    plot_breakdown,
-    plot_compare,
-    plot_link_utilisation,
-    plot_scaling,
-    plot_scaling_efficiency,
-    plot_timeline,
-    run_plots,
-    scaling_efficiency,
-    sweep_plots,
-)
-from zionsim.network.simulate import simulate_collective
-from zionsim.sim.results import summary_row
-from zionsim.sim.run import RunResult, run_point, simulate_run
-from zionsim.studies.compare import attribute as compare_attribution
-from zionsim.studies.standard import STUDIES, run_study, study_sweeps, sync_table, whatif_speedups
-from zionsim.studies.sweep import (
-    combine,
-    load_sweep,
-    points,
-    run_sweep,
-    sweep_from_dict,
-)
+# name -> (module, attribute): imported on first use, so ``import zionsim`` (and the CLI,
+# which imports this package first) does not pay for pandas, matplotlib and networkx up front
+_LAZY = {
+    "Cluster": ("zionsim.hardware.cluster", "Cluster"),
+    "InputError": ("zionsim.base.errors", "InputError"),
+    "PLANNERS": ("zionsim.dlrm.planner", "PLANNERS"),
+    "RunResult": ("zionsim.sim.run", "RunResult"),
+    "STUDIES": ("zionsim.studies.standard", "STUDIES"),
+    "SYNC_MODES": ("zionsim.dlrm.sync", "MODES"),
+    "combine": ("zionsim.studies.sweep", "combine"),
+    "compare_attribution": ("zionsim.studies.compare", "attribute"),
+    "load_sweep": ("zionsim.studies.sweep", "load_sweep"),
+    "load_workload": ("zionsim.dlrm.workload", "load_workload"),
+    "plan_costs": ("zionsim.dlrm.planner", "plan_costs"),
+    "plot_bars": ("zionsim.io.plots_study", "plot_bars"),
+    "plot_breakdown": ("zionsim.io.plots_study", "plot_breakdown"),
+    "plot_compare": ("zionsim.io.plots_study", "plot_compare"),
+    "plot_link_utilisation": ("zionsim.io.plots_study", "plot_link_utilisation"),
+    "plot_scaling": ("zionsim.io.plots_study", "plot_scaling"),
+    "plot_scaling_efficiency": ("zionsim.io.plots_study", "plot_scaling_efficiency"),
+    "plot_timeline": ("zionsim.io.plots_study", "plot_timeline"),
+    "points": ("zionsim.studies.sweep", "points"),
+    "read_plan": ("zionsim.io.files", "read_plan"),
+    "read_trace": ("zionsim.io.files", "read_trace"),
+    "round_robin": ("zionsim.dlrm.planner", "round_robin"),
+    "run_plots": ("zionsim.io.plots_study", "run_plots"),
+    "run_point": ("zionsim.sim.run", "run_point"),
+    "run_study": ("zionsim.studies.standard", "run_study"),
+    "run_sweep": ("zionsim.studies.sweep", "run_sweep"),
+    "scaling_efficiency": ("zionsim.io.plots_study", "scaling_efficiency"),
+    "simulate_collective": ("zionsim.network.simulate", "simulate_collective"),
+    "simulate_run": ("zionsim.sim.run", "simulate_run"),
+    "study_sweeps": ("zionsim.studies.standard", "study_sweeps"),
+    "summary_row": ("zionsim.sim.results", "summary_row"),
+    "sweep_from_dict": ("zionsim.studies.sweep", "sweep_from_dict"),
+    "sweep_plots": ("zionsim.io.plots_study", "sweep_plots"),
+    "sync_table": ("zionsim.studies.standard", "sync_table"),
+    "whatif_speedups": ("zionsim.studies.standard", "whatif_speedups"),
+    "with_global_batch": ("zionsim.dlrm.workload", "with_global_batch"),
+    "write_plan": ("zionsim.io.files", "write_plan"),
+    "write_run": ("zionsim.io.files", "write_run"),
+    "write_trace": ("zionsim.io.files", "write_trace"),
+}
+
+
+def __getattr__(name: str):
+    """Import a public name on first use (PEP 562)."""
+    if name not in _LAZY:
+        raise AttributeError(f"module 'zionsim' has no attribute {name!r}")
+    import importlib
+
+    module, attr = _LAZY[name]
+    value = getattr(importlib.import_module(module), attr)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    """The public names, imported or not."""
+    return sorted(set(globals()) | set(_LAZY))
+
 
 __version__ = "0.1.0"
 

@@ -24,7 +24,7 @@ def test_gpus_without_nvlink_relay_through_one_gpu_over_nvlink():
     exactly one intermediate GPU (NCCL's PATH_NVB), never over PCIe and the CPUs; GPUs with a
     direct NVLink use it, and a path to a NIC never relays through a GPU."""
     c = Cluster.load("bigbasin", nodes=1)
-    g, graph = c.gpus, c.router.graph
+    g, graph = c.gpus, c.graph
     for a in g:
         for b in g:
             if a == b:

@@ -33,6 +33,21 @@ def test_overrides_and_run_options():
     assert (s.nodes, s.scale_out.nic_bw_Bps, s.gpu.hbm_bytes) == (4, 50e9, 80 * 2**30)
 
 
+def test_auto_tiers_grow_with_the_node_count():
+    """``tiers: auto`` keeps leaf + spine while the leaves fit one spine's ports, then adds a
+    core; an explicit tier count is kept (and a 2-tier fabric too big to build is an error)."""
+    # ZionEX: radix 64, non-blocking, 8 NICs per node -> 32 NIC ports per leaf, N/4 leaves
+    assert load_topology("zionex", nodes=256).scale_out.tiers == 2
+    big = Cluster.load("zionex", nodes=257)
+    assert big.spec.scale_out.tiers == 3
+    assert "t3" in big.router.path_names(big.gpus[0], big.gpus[-1])  # crosses the core
+    fixed = load_topology("zionex", nodes=257, overrides=["scale_out.tiers=2"])
+    assert fixed.scale_out.tiers == 2
+    with pytest.raises(InputError) as err:
+        Cluster.build(fixed)
+    assert err.value.field == "scale_out.tiers"
+
+
 def _broken(tmp_path, edit):
     data = yaml.safe_load(open(TINY))
     edit(data)

@@ -206,3 +206,39 @@ def test_sigterm_mid_write_removes_the_temporary(tmp_path):
     out = tmp_path / "r"
     assert _kill_mid_write(tmp_path, out, signal.SIGTERM) == []
     assert not out.exists()
+
+
+def test_trace_ranks_sample_large_runs_only():
+    """Below 256 ranks every rank is traced; above, node 0, an even spread and the last rank."""
+    from zionsim.sim.results import trace_ranks
+
+    assert trace_ranks(128, 8) == list(range(128))
+    big = trace_ranks(2048, 8)
+    assert big[:8] == list(range(8)) and big[-1] == 2047 and len(big) <= 17
+    assert trace_ranks(2048, 8, "all") == list(range(2048))
+    assert trace_ranks(16, 8, [5, 3, 5]) == [3, 5]
+    with pytest.raises(InputError):
+        trace_ranks(16, 8, [16])
+
+
+def test_run_files_keep_network_rows_and_every_ranks_totals(tmp_path, tiny_cluster):
+    """With --trace-ranks, events and trace.json hold those ranks' op spans and every network
+    row; ranks.csv still sums every rank, and equals the totals of the full events."""
+    import json
+
+    import pandas as pd
+
+    from zionsim.dlrm.workload import load_workload
+    from zionsim.io.files import write_run
+    from zionsim.sim.run import simulate_run
+
+    r = simulate_run(tiny_cluster, load_workload("tiny"), iterations=2, warmup=1)
+    out = write_run(tmp_path / "run", r, plot=False, trace_ranks=[1])
+    ev = pd.read_parquet(out / "events.parquet")
+    assert set(ev["rank"]) == {-1, 1}
+    assert (ev["rank"] == -1).sum() == (r.events["rank"] == -1).sum()
+    pids = {e["pid"] for e in json.loads((out / "trace.json").read_text())["traceEvents"]}
+    assert pids == {-1, 1}
+    totals = pd.read_csv(out / "ranks.csv")
+    assert set(totals["rank"]) == set(r.events["rank"])
+    assert totals["busy_s"].sum() == pytest.approx(r.events["duration_s"].sum())

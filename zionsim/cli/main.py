@@ -72,6 +72,16 @@ def _add_collective_parser(sub) -> None:
     force_option(p)
 
 
+def _trace_ranks_arg(text: str) -> str | list[int]:
+    """``--trace-ranks``: auto, all or comma-separated rank numbers."""
+    if text in ("auto", "all"):
+        return text
+    try:
+        return [int(x) for x in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError("auto, all or ranks such as 0,7,100") from None
+
+
 def _add_workload_options(p) -> None:
     """Options that ``run``, ``trace`` and ``plan`` share: cluster, workload, plan and batch."""
     common_options(p)
@@ -118,6 +128,13 @@ def _add_run_options(p) -> None:
     p.add_argument("--sync-trainer", default=None, choices=("rank", "node"))
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--fidelity", default="flow", choices=("flow", "analytic"))
+    p.add_argument(
+        "--trace-ranks",
+        default="auto",
+        type=_trace_ranks_arg,
+        help="ranks whose per-op spans are written: auto (all below 256 GPUs, else a sample), "
+        "all, or a list such as 0,7,100",
+    )
     p.add_argument("--out", default=None, help="result folder (default results/runs/<name>_<hash>)")
     force_option(p)
     p.add_argument("--no-plot", action="store_true", help="skip breakdown.png")
@@ -262,6 +279,19 @@ def _servers(cluster) -> int:
     return cluster.spec.nodes * cluster.spec.host.sockets
 
 
+def _trace_cluster(args):
+    """The cluster a replayed ``--trace`` runs on (topology options and ``--set``)."""
+    from zionsim.hardware.cluster import Cluster
+    from zionsim.hardware.topology import load_topology
+
+    topo_sets, _ = _split_overrides(args.set)
+    spec = load_topology(
+        args.topology, nodes=args.nodes, gpus_per_node=args.gpus_per_node, overrides=topo_sets
+    )
+    guard_cluster(args, spec)
+    return Cluster.build(spec)
+
+
 def cmd_run(args) -> int:
     """``zionsim run``: simulate a workload under a plan (or replay ``--trace``), write the result
     folder and print the summary (table, JSON, or the breakdown as CSV)."""
@@ -269,17 +299,8 @@ def cmd_run(args) -> int:
     from zionsim.sim.run import simulate_run
 
     if args.trace_file:
-        from zionsim.hardware.cluster import Cluster
-        from zionsim.hardware.topology import load_topology
-
-        topo_sets, _ = _split_overrides(args.set)
-        spec = load_topology(
-            args.topology, nodes=args.nodes, gpus_per_node=args.gpus_per_node, overrides=topo_sets
-        )
-        guard_cluster(args, spec)
-        cluster = Cluster.build(spec)
         result = simulate_run(
-            cluster,
+            _trace_cluster(args),
             trace=read_trace(args.trace_file),
             iterations=args.iterations,
             warmup=args.warmup,
@@ -307,7 +328,14 @@ def cmd_run(args) -> int:
     s = result.summary
     out, ident = default_out("run", f"{s['workload']}_{s['topology']}_{s['nodes']}n", args)
     out = Path(args.out) if args.out else out
-    write_run(out, result, plot=not args.no_plot, inputs=ident, force=args.force)
+    write_run(
+        out,
+        result,
+        plot=not args.no_plot,
+        inputs=ident,
+        force=args.force,
+        trace_ranks=args.trace_ranks,
+    )
     if args.format == "table":
         print(format_run_summary(s), end="")
         print(f"wrote {out}/", file=sys.stderr)

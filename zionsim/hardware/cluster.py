@@ -5,24 +5,29 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
-import networkx as nx
 import numpy as np
 
-from zionsim.hardware.graph import build_graph
+from zionsim.hardware.graph import HardwareGraph, build_graph
 from zionsim.hardware.routing import Router
 from zionsim.hardware.topology import ClusterSpec, load_topology
 
 
 @dataclass(frozen=True)
 class Cluster:
-    """``spec`` built into its ``graph`` with a ``router``.
+    """``spec`` built into its hardware graph ``hw`` with a ``router``.
 
-    ``gpus`` are the GPU device ids in rank order.
+    ``gpus`` are the GPU device ids in rank order; ``graph`` is the hardware graph as a
+    ``networkx.DiGraph`` (built on first use: simulations never need it).
     """
 
     spec: ClusterSpec
-    graph: nx.DiGraph
+    hw: HardwareGraph
     router: Router
+
+    @cached_property
+    def graph(self):
+        """The hardware graph as a ``networkx.DiGraph`` (see ``zionsim.hardware.graph``)."""
+        return self.hw.to_networkx()
 
     @classmethod
     def build(cls, spec: ClusterSpec) -> Cluster:

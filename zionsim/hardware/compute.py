@@ -43,9 +43,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 
-import yaml
-
-from zionsim.base.config import Fields
+from zionsim.base.config import Fields, safe_load
 from zionsim.base.errors import InputError
 from zionsim.hardware.topology import GpuSpec
 
@@ -115,7 +113,7 @@ class ComputeModel:
 def load_compute_model(path: str | None = None) -> ComputeModel:
     """The compute model in ``path`` (default: the built-in calibrated one)."""
     file = str(path or MODEL_FILE)
-    f = Fields(yaml.safe_load(Path(file).read_text()), file)
+    f = Fields(safe_load(Path(file).read_text()), file)
     emb, fitted = f.sub("embedding"), f.sub("fitted")
     return ComputeModel(
         arch={

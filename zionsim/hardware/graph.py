@@ -1,4 +1,6 @@
-"""Hardware graph: a :class:`~zionsim.hardware.topology.ClusterSpec` → ``networkx.DiGraph``.
+"""Hardware graph: a :class:`~zionsim.hardware.topology.ClusterSpec` → a :class:`HardwareGraph`
+(plain dicts and lists, so that building a cluster needs no networkx; ``to_networkx`` gives the
+``networkx.DiGraph`` that ``Cluster.graph`` exposes for plots and graph algorithms).
 
 Nodes are devices, named ``n<k>/<device>`` inside node ``k`` (``gpu<i>``, ``nvswitch``,
 ``cpu<s>``, ``dram<s>``, ``pcie<p>``, ``nic<j>``) and ``leaf<l>``, ``t2.<p>``, ``t3`` for the
@@ -25,17 +27,54 @@ Modelling assumptions:
 from __future__ import annotations
 
 import math
-
-import networkx as nx
+from collections import deque
 
 from zionsim.base.errors import InputError
-from zionsim.hardware.topology import ClusterSpec
+from zionsim.hardware.topology import ClusterSpec, leaf_count, leaf_down_ports
 
 
-def build_graph(spec: ClusterSpec) -> nx.DiGraph:
+class HardwareGraph:
+    """Devices (``nodes``: name → attributes, in creation order) and directed links
+    (``edges``: ``(u, v, attributes)`` in id order; ``edge_id[u, v]``); ``graph`` holds
+    graph-level attributes, as networkx's ``G.graph`` does."""
+
+    def __init__(self, **attrs):
+        self.graph = dict(attrs)
+        self.nodes: dict[str, dict] = {}
+        self.edges: list[tuple[str, str, dict]] = []
+        self.edge_id: dict[tuple[str, str], int] = {}
+        self.out: dict[str, list[str]] = {}
+
+    def add_node(self, name: str, **attrs) -> None:
+        """Add device ``name`` with its attributes."""
+        self.nodes[name] = attrs
+        self.out.setdefault(name, [])
+
+    def add_edge(self, u: str, v: str, **attrs) -> None:
+        """Add the directed link ``u → v``; its id is its position in ``edges``."""
+        self.edge_id[u, v] = len(self.edges)
+        self.edges.append((u, v, attrs))
+        self.out.setdefault(u, []).append(v)
+        self.out.setdefault(v, [])
+
+    def number_of_edges(self) -> int:
+        """Directed links so far."""
+        return len(self.edges)
+
+    def to_networkx(self):
+        """The same graph as a ``networkx.DiGraph`` (node, edge and graph attributes kept)."""
+        import networkx as nx
+
+        g = nx.DiGraph(**self.graph)
+        g.add_nodes_from(self.nodes.items())
+        g.add_edges_from(self.edges)
+        return g
+
+
+def build_graph(spec: ClusterSpec) -> HardwareGraph:
     """The cluster as a directed graph; ``G.graph`` holds ``spec``, ``edges_per_node`` and the
     per-node ``local_devices`` order."""
-    g = nx.DiGraph(spec=spec, n_edges=0)
+    g = HardwareGraph(spec=spec, n_edges=0)
     for k in range(spec.nodes):
         _add_node_devices(g, spec, k)
         if k == 0:
@@ -47,7 +86,7 @@ def build_graph(spec: ClusterSpec) -> nx.DiGraph:
 
 
 def _link(
-    g: nx.DiGraph, spec: ClusterSpec, a: str, b: str, kind: str, bw_Bps: float, count: int = 1
+    g: HardwareGraph, spec: ClusterSpec, a: str, b: str, kind: str, bw_Bps: float, count: int = 1
 ) -> None:
     """A full-duplex link ``a``–``b`` of ``kind``: two directed edges at ``bw_Bps`` line rate
     (capacity derated by the kind's efficiency), with the next edge ids."""
@@ -66,14 +105,14 @@ def _link(
         g.graph["n_edges"] += 1
 
 
-def _add_node_devices(g: nx.DiGraph, spec: ClusterSpec, k: int) -> None:
+def _add_node_devices(g: HardwareGraph, spec: ClusterSpec, k: int) -> None:
     """Devices of node ``k``, then its links (memory, sockets, scale-up, PCIe), always in the
     same order (assumption 5)."""
     _add_devices(g, spec, k)
     _add_node_links(g, spec, k)
 
 
-def _add_devices(g: nx.DiGraph, spec: ClusterSpec, k: int) -> None:
+def _add_devices(g: HardwareGraph, spec: ClusterSpec, k: int) -> None:
     """GPUs, DRAM and CPU per socket, NVSwitch, PCIe switches and NICs of node ``k``."""
     p = f"n{k}/"
     host, pcie, su, so = spec.host, spec.pcie, spec.scale_up, spec.scale_out
@@ -110,7 +149,7 @@ def _add_devices(g: nx.DiGraph, spec: ClusterSpec, k: int) -> None:
         g.add_node(f"{p}nic{j}", kind="nic", node=k, local=j, bw_Bps=so.nic_bw_Bps)
 
 
-def _add_node_links(g: nx.DiGraph, spec: ClusterSpec, k: int) -> None:
+def _add_node_links(g: HardwareGraph, spec: ClusterSpec, k: int) -> None:
     """Links of node ``k``: DRAM–socket, socket–socket (UPI), GPU–NVSwitch or NVLink mesh,
     PCIe switch uplinks, and GPUs and NICs on PCIe (assumptions 1–3)."""
     p = f"n{k}/"
@@ -176,23 +215,19 @@ def fabric_shape(spec: ClusterSpec) -> dict:
                 f"{nics} NICs do not fit on one {radix}-port switch",
                 file=spec.file,
                 field="scale_out.tiers",
-                allowed="tiers: 2 or 3",
+                allowed="tiers: 2, 3 or auto",
             )
         return {"leaves": 1, "down": radix, "up": 0, "pods": 0, "leaves_per_pod": 1}
-    down = max(1, math.floor(radix * so.oversubscription / (1 + so.oversubscription)))
+    down = leaf_down_ports(radix, so.oversubscription)
     up = radix - down
-    if so.rail_optimized:
-        per_rail = math.ceil(spec.nodes / down)
-        leaves = per_rail * so.nics_per_node
-    else:
-        leaves = math.ceil(nics / down)
+    leaves = leaf_count(spec.nodes, so.nics_per_node, radix, so.oversubscription, so.rail_optimized)
     if so.tiers == 2:
         if leaves > radix:
             raise InputError(
                 f"{leaves} leaf switches exceed a 2-tier Clos of radix {radix}",
                 file=spec.file,
                 field="scale_out.tiers",
-                allowed="tiers: 3",
+                allowed="tiers: 3 or auto",
             )
         return {"leaves": leaves, "down": down, "up": up, "pods": 1, "leaves_per_pod": leaves}
     per_pod = radix // 2
@@ -216,7 +251,7 @@ def nic_leaf(spec: ClusterSpec, node: int, nic: int, shape: dict) -> int:
     return (node * so.nics_per_node + nic) // shape["down"]
 
 
-def _add_fabric(g: nx.DiGraph, spec: ClusterSpec) -> None:
+def _add_fabric(g: HardwareGraph, spec: ClusterSpec) -> None:
     so = spec.scale_out
     if spec.nodes == 1 and so.tiers >= 1:
         # a single node has no scale-out traffic; keep its NICs but add no switches
@@ -253,13 +288,37 @@ def _add_fabric(g: nx.DiGraph, spec: ClusterSpec) -> None:
             )
 
 
-def _check_connected(g: nx.DiGraph, spec: ClusterSpec) -> None:
-    if not nx.is_strongly_connected(g):
-        parts = sorted(nx.strongly_connected_components(g), key=len)
-        lonely = sorted(parts[0])[0]
+def _check_connected(g, spec: ClusterSpec) -> None:
+    """Every device reaches every other (``g``: a HardwareGraph or a networkx DiGraph)."""
+    out = _successors(g)
+    into: dict[str, list[str]] = {n: [] for n in out}
+    for u, vs in out.items():
+        for v in vs:
+            into[v].append(u)
+    names = sorted(out)
+    both = _reach(out, names[0]) & _reach(into, names[0])
+    cut = [n for n in names if n not in both]
+    if cut:
+        lonely = cut[0] if 2 * len(both) >= len(names) else names[0]
         raise InputError(
             f"the hardware graph is disconnected: {lonely} cannot reach the rest",
             file=spec.file,
             field="scale_up/pcie/scale_out",
             allowed="every device connected (check mesh, pcie.switches, nics)",
         )
+
+
+def _successors(g) -> dict[str, list[str]]:
+    if isinstance(g, HardwareGraph):
+        return g.out
+    return {n: list(g.successors(n)) for n in g.nodes}
+
+
+def _reach(adj: dict[str, list[str]], start: str) -> set[str]:
+    seen, todo = {start}, deque([start])
+    while todo:
+        for v in adj[todo.popleft()]:
+            if v not in seen:
+                seen.add(v)
+                todo.append(v)
+    return seen

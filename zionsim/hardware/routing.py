@@ -16,10 +16,12 @@ the Clos and enters the destination node through the destination device's neares
 
 from __future__ import annotations
 
-import networkx as nx
+import heapq
+import itertools
+
 import numpy as np
 
-from zionsim.hardware.graph import fabric_shape, nic_leaf
+from zionsim.hardware.graph import HardwareGraph, fabric_shape, nic_leaf
 
 _NO_TRANSIT = {"gpu", "nic", "dram"}
 
@@ -27,9 +29,9 @@ _NO_TRANSIT = {"gpu", "nic", "dram"}
 class Router:
     """Paths between devices of one hardware graph, and the per-edge arrays of that graph."""
 
-    def __init__(self, g: nx.DiGraph):
+    def __init__(self, g: HardwareGraph):
         self.graph, self.spec = g, g.graph["spec"]
-        edges = sorted(g.edges(data=True), key=lambda e: e[2]["id"])
+        edges = g.edges  # in id order
         self.edge_names = [(u, v) for u, v, _ in edges]
         self.edge_kind = np.array([d["kind"] for _, _, d in edges])
         self.bw_Bps = np.array([d["bw_Bps"] for _, _, d in edges], dtype=float)
@@ -140,25 +142,28 @@ class Router:
 
     # ----------------------------------------------------------------------------- set-up
     def _templates(self) -> None:
-        g0 = self.graph.subgraph([f"n0/{x}" for x in self.local_devices])
-        kinds = {n: d["kind"] for n, d in g0.nodes(data=True)}
-        eid = {(u, v): d["id"] for u, v, d in g0.edges(data=True)}
+        g = self.graph
+        names0 = [f"n0/{x}" for x in self.local_devices]
+        in0 = set(names0)
+        kinds = {n: g.nodes[n]["kind"] for n in names0}
+        eid = g.edge_id
+        succ0 = {
+            u: [(v, _weight(g.edges[eid[u, v]][2])) for v in g.out[u] if v in in0] for u in names0
+        }
         n = self.per_node
         paths: dict[tuple[int, int], list[int]] = {}
         dist = np.full((n, n), np.inf)
-        for a, src in enumerate(self.local_devices):
-            sa = f"n0/{src}"
-            view = nx.subgraph_view(
-                g0, filter_edge=lambda u, v, sa=sa: u == sa or kinds[u] not in _NO_TRANSIT
+        for a, sa in enumerate(names0):
+            pred, dists = _dijkstra(
+                succ0, sa, lambda u, sa=sa: u == sa or kinds[u] not in _NO_TRANSIT
             )
-            pred, dists = nx.dijkstra_predecessor_and_distance(view, sa, weight=_weight)
-            for b, dst in enumerate(self.local_devices):
-                sb = f"n0/{dst}"
+            memo: dict[str, int] = {}  # shortest paths from sa, per destination
+            for b, sb in enumerate(names0):
                 if sb not in dists or a == b:
                     continue
-                options = _all_paths(pred, sa, sb)
-                nodes = options[(a * 2654435761 + b * 40503) % len(options)]
-                nodes = _nvb_path(g0, kinds, sa, sb, a * 2654435761 + b * 40503) or nodes
+                count = _path_count(pred, sa, sb, memo)
+                nodes = _nth_path(pred, sa, sb, (a * 2654435761 + b * 40503) % count, memo)
+                nodes = _nvb_path(g, kinds, sa, sb, a * 2654435761 + b * 40503) or nodes
                 paths[a, b] = [eid[u, v] for u, v in zip(nodes, nodes[1:], strict=False)]
                 dist[a, b] = dists[sb]
         width = max((len(p) for p in paths.values()), default=0)
@@ -188,7 +193,7 @@ class Router:
             return
         shape = fabric_shape(spec)
         npn = spec.scale_out.nics_per_node
-        eid = lambda u, v: g.edges[u, v]["id"]  # noqa: E731
+        eid = lambda u, v: g.edge_id[u, v]  # noqa: E731
         nic_names = [f"n{k}/nic{j}" for k in range(spec.nodes) for j in range(npn)]
         self._leaf_of_nic = np.array(
             [nic_leaf(spec, k, j, shape) for k in range(spec.nodes) for j in range(npn)],
@@ -225,26 +230,27 @@ class Router:
             self._pod_up = self._pod_down = np.full(pods, -1, dtype=np.int64)
 
 
-def _weight(u: str, v: str, d: dict) -> float:
+def _weight(d: dict) -> float:
     return 1.0 + 1e9 / d["bw_Bps"]
 
 
-def _nvb_path(g0: nx.DiGraph, kinds: dict, src: str, dst: str, salt: int) -> list[str] | None:
+def _nvb_path(g: HardwareGraph, kinds: dict, src: str, dst: str, salt: int) -> list[str] | None:
     """NCCL's NVLink-through-one-GPU path between two GPUs with no NVLink of their own, or None.
 
     Of the intermediate GPUs joined to both by NVLink, the one with the widest narrower link is
     used (NCCL keeps the path of most bandwidth), ties broken by a fixed hash of the pair.
     """
-    if kinds[src] != "gpu" or kinds[dst] != "gpu" or g0.has_edge(src, dst):
+    if kinds[src] != "gpu" or kinds[dst] != "gpu" or (src, dst) in g.edge_id:
         return None
 
     def nvlink(u: str, v: str) -> float:
-        d = g0.get_edge_data(u, v)
+        e = g.edge_id.get((u, v))
+        d = g.edges[e][2] if e is not None else None
         return d["bw_Bps"] if d is not None and d["kind"] == "nvlink" else 0.0
 
     best: list[tuple[float, str]] = []
-    for mid in sorted(g0.successors(src)):
-        if kinds[mid] == "gpu":
+    for mid in sorted(g.out[src]):
+        if kinds.get(mid) == "gpu":
             bw = min(nvlink(src, mid), nvlink(mid, dst))
             if bw > 0:
                 best.append((bw, mid))
@@ -255,14 +261,52 @@ def _nvb_path(g0: nx.DiGraph, kinds: dict, src: str, dst: str, salt: int) -> lis
     return [src, tied[salt % len(tied)], dst]
 
 
-def _all_paths(pred: dict, src: str, dst: str) -> list[list[str]]:
-    """Every shortest path from a Dijkstra predecessor map, in a deterministic order."""
+def _dijkstra(succ: dict, source: str, leaves) -> tuple[dict, dict]:
+    """Shortest distances from ``source`` and every predecessor on a shortest path (ties by
+    exact equality), over ``succ[u] = [(v, weight)]``; only nodes where ``leaves(u)`` holds are
+    left through (the others are endpoints)."""
+    dist: dict[str, float] = {}
+    seen, pred = {source: 0.0}, {source: []}
+    heap, count = [(0.0, 0, source)], itertools.count(1)
+    while heap:
+        d, _, v = heapq.heappop(heap)
+        if v in dist:
+            continue
+        dist[v] = d
+        for u, w in succ[v] if leaves(v) else ():
+            vu = d + w
+            if u in dist:
+                if vu == dist[u]:
+                    pred[u].append(v)
+            elif u not in seen or vu < seen[u]:
+                seen[u] = vu
+                heapq.heappush(heap, (vu, next(count), u))
+                pred[u] = [v]
+            elif vu == seen[u]:
+                pred[u].append(v)
+    return pred, dist
+
+
+def _path_count(pred: dict, src: str, dst: str, memo: dict) -> int:
+    """How many shortest paths lead from ``src`` to ``dst`` in a Dijkstra predecessor map."""
     if dst == src:
-        return [[src]]
-    out = []
+        return 1
+    if dst not in memo:
+        memo[dst] = sum(_path_count(pred, src, p, memo) for p in pred[dst])
+    return memo[dst]
+
+
+def _nth_path(pred: dict, src: str, dst: str, k: int, memo: dict) -> list[str]:
+    """Shortest path number ``k`` from ``src`` to ``dst``, counting them in a fixed order (by
+    the name of the last hop's predecessor, recursively), without listing them all."""
+    if dst == src:
+        return [src]
     for p in sorted(pred[dst]):
-        out.extend(path + [dst] for path in _all_paths(pred, src, p))
-    return out
+        n = _path_count(pred, src, p, memo)
+        if k < n:
+            return _nth_path(pred, src, p, k, memo) + [dst]
+        k -= n
+    raise AssertionError("path index beyond the path count")
 
 
 def _shift(table: np.ndarray, offset: np.ndarray) -> np.ndarray:

@@ -8,6 +8,7 @@ reference example.  Everything here is validated once, at load, and stored in SI
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -186,7 +187,7 @@ def cluster_from_dict(data: dict, file: str = "<topology>") -> ClusterSpec:
         host=_host(f.sub("host")),
         scale_up=_scale_up(f.sub("scale_up"), gpus_per_node),
         pcie=_pcie(f.sub("pcie")),
-        scale_out=_scale_out(f.sub("scale_out")),
+        scale_out=_scale_out(f.sub("scale_out"), f.integer("nodes")),
         links=_links(f.sub("links")),
         collective_latency_scale=_collectives(coll),
         collective_overhead_s=_protocols(coll, "overhead"),
@@ -275,7 +276,7 @@ def _pcie(f: Fields) -> PcieSpec:
     )
 
 
-def _scale_out(f: Fields) -> ScaleOutSpec:
+def _scale_out(f: Fields, nodes: int) -> ScaleOutSpec:
     f.check_keys(
         {
             "kind",
@@ -288,22 +289,43 @@ def _scale_out(f: Fields) -> ScaleOutSpec:
             "rail_optimized",
         }
     )
-    tiers = f.integer("tiers")
-    if tiers > 3:
-        raise f.error("tiers", f"must be 1, 2 or 3, got {tiers}")
     over = f.quantity("oversubscription", "fraction", 1.0)
     if over < 1.0:
         raise f.error("oversubscription", f"must be >= 1 (down:up ratio), got {over:g}")
+    radix, npn = f.integer("switch_radix", minimum=2), f.integer("nics_per_node")
+    rail = f.flag("rail_optimized", False)
+    if f.raw("tiers", "auto") == "auto":
+        leaves = leaf_count(nodes, npn, radix, over, rail)
+        tiers = 2 if leaves <= radix else 3
+    else:
+        tiers = f.integer("tiers")
+        if tiers > 3:
+            raise f.error("tiers", f"must be 1, 2, 3 or auto, got {tiers}")
     return ScaleOutSpec(
         kind=f.choice("kind", SCALE_OUT_KINDS),
         nic_bw_Bps=f.quantity("nic_bw", "bandwidth"),
-        nics_per_node=f.integer("nics_per_node"),
+        nics_per_node=npn,
         nic_attach=f.choice("nic_attach", NIC_ATTACH),
-        switch_radix=f.integer("switch_radix", minimum=2),
+        switch_radix=radix,
         tiers=tiers,
         oversubscription=over,
-        rail_optimized=f.flag("rail_optimized", False),
+        rail_optimized=rail,
     )
+
+
+def leaf_down_ports(radix: int, oversubscription: float) -> int:
+    """Ports of a leaf switch that face NICs: ``radix·o/(1+o)``, at least one."""
+    return max(1, math.floor(radix * oversubscription / (1 + oversubscription)))
+
+
+def leaf_count(
+    nodes: int, nics_per_node: int, radix: int, oversubscription: float, rail_optimized: bool
+) -> int:
+    """Leaf switches of a multi-tier Clos holding every NIC (rail-optimised: per rail)."""
+    down = leaf_down_ports(radix, oversubscription)
+    if rail_optimized:
+        return math.ceil(nodes / down) * nics_per_node
+    return math.ceil(nodes * nics_per_node / down)
 
 
 def _links(f: Fields) -> dict[str, LinkSpec]:

@@ -11,17 +11,23 @@ import io
 import json
 import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 FORMATS = ("table", "csv", "json")
 
 
+def _numpy_scalar(value: Any, kind: str = "generic") -> bool:
+    """Whether ``value`` is a numpy scalar (of ``kind``: generic, floating); numpy is not
+    imported for it (none can exist before numpy is), which keeps ``zionsim --help`` quick."""
+    np = sys.modules.get("numpy")
+    return np is not None and isinstance(value, getattr(np, kind))
+
+
 def _plain(value: Any) -> Any:
-    if isinstance(value, np.generic):
+    if _numpy_scalar(value):
         return value.item()
     if isinstance(value, dict):
         return {k: _plain(v) for k, v in value.items()}
@@ -67,7 +73,7 @@ def format_mapping(data: dict, fmt: str = "table") -> str:
 
 
 def _cell(v: Any) -> str:
-    if isinstance(v, float | np.floating):
+    if isinstance(v, float) or _numpy_scalar(v, "floating"):
         if v == 0 or 1e-3 <= abs(v) < 1e7:
             return f"{v:.4g}" if abs(v) < 1e4 else f"{v:.0f}"
         return f"{v:.4g}"
@@ -257,17 +263,27 @@ def write_run(
     plot: bool = True,
     inputs: str | None = None,
     force: bool = False,
+    trace_ranks: str | list[int] = "auto",
 ) -> Path:
     """All files of a DLRM run, written into ``out_dir`` at once (see ``docs/outputs.md``);
-    ``inputs`` and ``force`` as in :func:`write_result_dir`."""
+    ``inputs`` and ``force`` as in :func:`write_result_dir`.  Per-op spans in ``events.parquet``
+    and ``trace.json`` are those of ``trace_ranks`` (``auto``, ``all`` or a list: see
+    :func:`zionsim.sim.results.trace_ranks`); ``ranks.csv`` keeps every rank's totals."""
+    from zionsim.sim.results import sample_events
+    from zionsim.sim.results import trace_ranks as pick
+
+    gpus, nodes = int(result.summary["gpus"]), int(result.summary["nodes"])
+    ranks = pick(gpus, gpus // max(1, nodes), trace_ranks)
+    events = sample_events(result.events, ranks)
     files: dict[str, bytes | str] = {
         "summary.json": to_json(result.summary),
         "timing.json": to_json(result.timing),
-        "events.parquet": _parquet(result.events),
+        "events.parquet": _parquet(events),
         "breakdown.csv": result.breakdown.to_csv(index=False),
         "links.csv": result.links.to_csv(index=False),
         "memory.csv": result.memory.to_csv(index=False),
-        "trace.json": json.dumps(result.perfetto(), separators=(",", ":")),
+        "ranks.csv": result.rank_totals().to_csv(index=False),
+        "trace.json": json.dumps(result.perfetto(ranks), separators=(",", ":")),
     }
     if plot:
         from zionsim.io.plots import plot_breakdown, png_bytes

@@ -66,38 +66,43 @@ def maxmin_rates(
     finds the links with the smallest fair share per unit weight, fixes every flow crossing one of
     them at that share × its weight, and removes their load from the other links.  A flow's own
     ``cap`` (bytes/s) acts as a private link of that capacity.
+
+    The (flow, link) incidences are kept as flat arrays in flow-major order and each round works
+    on those of the flows still unfixed only, so a round costs what is left, not F × H; every sum
+    is taken over the same terms in the same order as a full pass would, so the rates do not
+    depend on how many flows were fixed before.
     """
     n_flows, hops = routes.shape
     n_links = len(capacity)
     rate = np.zeros(n_flows)
     if n_flows == 0:
         return rate
-    flat = np.where(routes >= 0, routes, n_links)
-    has_link = (routes >= 0).any(axis=1)
-    rate[~has_link] = np.inf
-    if cap is None:
-        cap = np.full(n_flows, np.inf)
-    rate[~has_link] = np.minimum(rate[~has_link], cap[~has_link])
+    cap = np.full(n_flows, np.inf) if cap is None else cap
+    inc_flow, inc_hop = np.nonzero(routes >= 0)
+    inc_link = routes[inc_flow, inc_hop]
+    has_link = np.zeros(n_flows, dtype=bool)
+    has_link[inc_flow] = True
+    rate[~has_link] = np.minimum(np.inf, cap[~has_link])
     active = has_link.copy()
     remaining = np.append(capacity.astype(float), np.inf)
-    ravel = flat.ravel()
+    own_all = np.where(active, cap / weight, np.inf)
     while active.any():
-        w = np.where(active, weight, 0.0)
-        load = np.bincount(ravel, weights=np.repeat(w, hops), minlength=n_links + 1)
+        load = np.bincount(inc_link, weights=weight[inc_flow], minlength=n_links + 1)
         load[n_links] = 0.0
         with np.errstate(divide="ignore", invalid="ignore"):
             share = np.where(load > 0, remaining / load, np.inf)
-        own = np.where(active, cap / weight, np.inf)
+        own = np.where(active, own_all, np.inf)
         level = min(share.min(), own.min())
         bottleneck = share <= level * (1 + 1e-9)
-        hit = active & (bottleneck[flat].any(axis=1) | (own <= level * (1 + 1e-9)))
+        hit = active & (own <= level * (1 + 1e-9))
+        hit[inc_flow[bottleneck[inc_link]]] = True
         rate[hit] = level * weight[hit]
-        used = np.bincount(
-            flat[hit].ravel(), weights=np.repeat(rate[hit], hops), minlength=n_links + 1
-        )
+        fixed = hit[inc_flow]
+        used = np.bincount(inc_link[fixed], weights=rate[inc_flow[fixed]], minlength=n_links + 1)
         remaining = np.maximum(remaining - used, 0.0)
         remaining[n_links] = np.inf
         active &= ~hit
+        inc_flow, inc_link = inc_flow[~fixed], inc_link[~fixed]
     return rate
 
 
@@ -216,7 +221,7 @@ class FlowNetwork(_Network):
 
     def __init__(self, env: simpy.Environment, capacity_Bps: np.ndarray, record_spans: bool = True):
         super().__init__(env, capacity_Bps, record_spans)
-        self._routes = np.zeros((0, 0), dtype=np.int64)
+        self._routes = np.zeros((0, 0), dtype=np.int32)  # edge ids fit 32 bits; half the memory
         self._left = np.zeros(0)
         self._weight = np.zeros(0)
         self._tail = np.zeros(0)
@@ -230,7 +235,9 @@ class FlowNetwork(_Network):
         n = len(nbytes)
         self._advance()
         width = max(self._routes.shape[1], routes.shape[1])
-        self._routes = np.concatenate([_widen(self._routes, width), _widen(routes, width)])
+        self._routes = np.concatenate(
+            [_widen(self._routes, width), _widen(routes.astype(np.int32, copy=False), width)]
+        )
         self._left = np.concatenate([self._left, nbytes])
         self._weight = np.concatenate([self._weight, weight])
         self._tail = np.concatenate([self._tail, latency_s])
@@ -251,20 +258,13 @@ class FlowNetwork(_Network):
         done = (self._left <= np.maximum(self._rate * 1e-13, 1e-6)) | ~np.isfinite(self._rate)
         done &= (self._left <= 1e-6) | (self._rate > 0)
         if done.any():
-            finished_batches = set()
-            now = self.env.now
-            for bid, tail in zip(self._batch[done], self._tail[done], strict=True):
-                b = self._batches[bid]
-                b.finish_s = max(b.finish_s, now + tail)
-                b.pending -= 1
-                if b.pending == 0:
-                    finished_batches.add(int(bid))
+            finished_batches = self._retire(self._batch[done], self._tail[done])
             keep = ~done
             self._routes, self._left = self._routes[keep], self._left[keep]
             self._weight, self._tail = self._weight[keep], self._tail[keep]
             self._batch, self._rate = self._batch[keep], self._rate[keep]
             self._cap = self._cap[keep]
-            for bid in sorted(finished_batches):
+            for bid in finished_batches:
                 self._finish_batch(bid)
         if len(self._left) == 0:
             return
@@ -279,6 +279,22 @@ class FlowNetwork(_Network):
         self._generation += 1
         gen = self._generation
         self.env.timeout(dt).callbacks.append(lambda _e, gen=gen: self._on_timer(gen))
+
+    def _retire(self, batch: np.ndarray, tail: np.ndarray) -> list[int]:
+        """Count arrived flows (their batch ids and tail latencies) against their batches;
+        the batches now complete, in id order."""
+        now = self.env.now
+        order = np.argsort(batch, kind="stable")
+        ids, first, counts = np.unique(batch[order], return_index=True, return_counts=True)
+        last_tail = np.maximum.reduceat(now + tail[order], first)
+        finished = []
+        for bid, n, t in zip(ids.tolist(), counts.tolist(), last_tail.tolist(), strict=True):
+            b = self._batches[bid]
+            b.finish_s = max(b.finish_s, t)
+            b.pending -= n
+            if b.pending == 0:
+                finished.append(bid)
+        return finished
 
     def _on_timer(self, gen: int) -> None:
         if gen != self._generation:

@@ -38,8 +38,8 @@ from pathlib import Path
 
 import numpy as np
 import simpy
-import yaml
 
+from zionsim.base.config import safe_load
 from zionsim.base.errors import InputError
 from zionsim.network.collectives import ALGORITHMS, Schedule, schedule
 
@@ -131,7 +131,7 @@ class CollectiveModel:
 @lru_cache(maxsize=4)
 def load_model(path: str | None = None) -> CollectiveModel:
     """The collective model in ``path`` (default: the built-in one)."""
-    data = yaml.safe_load(Path(path or MODEL_FILE).read_text())
+    data = safe_load(Path(path or MODEL_FILE).read_text())
     us = 1e-6
     return CollectiveModel(
         base_s={a: {p: v * us for p, v in d.items()} for a, d in data["base_latency_us"].items()},

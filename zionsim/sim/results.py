@@ -21,6 +21,7 @@ from collections import defaultdict
 import numpy as np
 import pandas as pd
 
+from zionsim.base.errors import InputError
 from zionsim.dlrm.trace import CATEGORIES
 
 BREAKDOWN_KEYS = CATEGORIES + ("idle",)
@@ -246,6 +247,49 @@ def links_table(cluster, network, sim_time_s: float) -> pd.DataFrame:
     )
 
 
+_TRACE_RANKS_ALLOWED = "auto, all or comma-separated ranks of the run"
+#: from this many ranks on, per-op spans are written for a sample of ranks only by default
+TRACE_SAMPLE_FROM = 256
+
+
+def trace_ranks(ranks: int, gpus_per_node: int, choice: str | list[int] | None = "auto") -> list:
+    """Ranks whose per-op spans go into the events file and the Perfetto trace.
+
+    ``all`` (or None): every rank.  ``auto``: every rank below :data:`TRACE_SAMPLE_FROM` ranks,
+    else the ranks of the first node, 8 ranks evenly spaced over the others and the last rank.
+    A list: those ranks (each must exist).
+
+    >>> trace_ranks(1024, 8)[:9], len(trace_ranks(1024, 8))
+    ([0, 1, 2, 3, 4, 5, 6, 7, 128], 16)
+    """
+    if choice is None or choice == "all" or (choice == "auto" and ranks < TRACE_SAMPLE_FROM):
+        return list(range(ranks))
+    if choice == "auto":
+        first = range(min(gpus_per_node, ranks))
+        spaced = range(ranks // 8, ranks, max(1, ranks // 8))
+        return sorted({*first, *spaced, ranks - 1})
+    bad = [r for r in choice if not 0 <= r < ranks]
+    if bad or isinstance(choice, str):
+        raise InputError(
+            f"bad trace ranks {choice!r}", field="--trace-ranks", allowed=_TRACE_RANKS_ALLOWED
+        )
+    return sorted(set(choice))
+
+
+def sample_events(events: pd.DataFrame, ranks: list[int]) -> pd.DataFrame:
+    """The events of ``ranks``, with every network (rank -1) and sync-round row kept."""
+    keep = events["rank"].isin(ranks) | (events["rank"] < 0)
+    return events if keep.all() else events[keep].reset_index(drop=True)
+
+
+def rank_totals(events: pd.DataFrame) -> pd.DataFrame:
+    """Per rank (network -1 included) and category: seconds of op spans (summed over iterations),
+    span count and bytes; kept for every rank whatever the events file samples."""
+    g = events.groupby(["rank", "category"], sort=True)
+    out = g.agg(busy_s=("duration_s", "sum"), spans=("duration_s", "size"), bytes=("bytes", "sum"))
+    return out.reset_index()
+
+
 def perfetto(events: pd.DataFrame) -> dict:
     """Chrome/Perfetto trace: one process per rank (network as -1), one thread per stream."""
     streams = {
@@ -267,19 +311,28 @@ def perfetto(events: pd.DataFrame) -> dict:
         }
         for p in sorted(events["rank"].unique())
     ]
-    for row in events.itertuples(index=False):
-        out.append(
-            {
-                "name": row.name,
-                "cat": row.category,
-                "ph": "X",
-                "pid": int(row.rank),
-                "tid": streams[row.stream],
-                "ts": round(row.start_s * 1e6, 3),
-                "dur": round(row.duration_s * 1e6, 3),
-                "args": {"iteration": int(row.iteration)},
-            }
-        )
+    cols = (
+        events["name"].tolist(),
+        events["category"].tolist(),
+        events["rank"].astype(int).tolist(),
+        events["stream"].map(streams).tolist(),
+        (events["start_s"] * 1e6).tolist(),
+        (events["duration_s"] * 1e6).tolist(),
+        events["iteration"].astype(int).tolist(),
+    )
+    out += [
+        {
+            "name": name,
+            "cat": cat,
+            "ph": "X",
+            "pid": rank,
+            "tid": tid,
+            "ts": round(ts, 3),
+            "dur": round(dur, 3),
+            "args": {"iteration": it},
+        }
+        for name, cat, rank, tid, ts, dur, it in zip(*cols, strict=True)
+    ]
     return {"traceEvents": out, "displayTimeUnit": "ms"}
 
 
