@@ -10,13 +10,16 @@ iteration time drops:
 2. **migrate** one part of a table (a TW table, a CW slice, a TWRW table's node) from a heavily
    loaded rank to a lightly loaded one;
 3. **swap** the ranks of two table-wise tables, one on a heavy rank and one on a light rank;
-4. **split** a TW/CW table into twice the column slices, or **merge** a CW table's slices in pairs;
+4. **split** a TW/CW table into 2 or 4 times the column slices, or **merge** a CW table's slices
+   in pairs;
 5. **columns**: shift columns between two slices of a CW table (slices of unequal width).
 
-Loads that steer the proposals are the greedy planner's per-rank estimates; the verdict is always
-the simulation (``Judge``: ``iterations`` iterations, ``warmup`` of them not measured).  A change
-whose plan overflows a GPU's HBM is discarded without a simulation (it is counted as
-``rejected_memory``).  Shards in the ``uvm`` or ``ps`` tiers are not moved.
+Per-rank loads that steer the proposals come from the plan's layout (embedding HBM traffic and
+the bytes a rank sends in the pooled all-to-all: a rank that sends much more than the others
+holds up everyone's all-to-all); the verdict is always the simulation (``Judge``: ``iterations``
+iterations, ``warmup`` of them not measured).  A change whose plan overflows a GPU's HBM is
+discarded without a simulation (it is counted as ``rejected_memory``).  Shards in the ``uvm``
+or ``ps`` tiers are not moved.
 
 Determinism: every choice comes from ``numpy.random.default_rng(seed)`` and the simulation is
 deterministic, so a seed and a number of evaluations fix the result.  A time budget is turned into
@@ -35,7 +38,7 @@ import numpy as np
 from zionsim.base.errors import CapacityError
 from zionsim.dlrm.plan import Plan, Shard
 from zionsim.dlrm.planner import DP_MAX_BYTES, Option, context, estimate
-from zionsim.dlrm.sharding import column_splits, shard_widths
+from zionsim.dlrm.sharding import column_splits, layout, shard_widths
 from zionsim.dlrm.workload import WorkloadSpec, row_bytes
 
 MOVES = ("reshard", "migrate", "swap", "split", "merge", "columns")
@@ -210,16 +213,20 @@ class _Search:
         return self.cost_cache[key]
 
     def accept(self, plan: Plan) -> None:
-        """Make ``plan`` the current one: per-rank estimated loads and per-table costs."""
-        self.load = np.zeros(self.n)
+        """Make ``plan`` the current one: per-rank loads that steer the moves, from its layout
+        (seconds of embedding HBM traffic, forward + backward ≈ 3 passes over the rows, plus the
+        pooled all-to-all bytes the rank sends and the indices it receives over its NIC share),
+        and each table's estimated cost (the greedy planner's)."""
+        ctx = self.ctx
+        lay = layout(self.w, plan, self.n, self.g, self.w.zipf_alpha)
+        remote = (self.n - self.g) / self.n
+        send = 2 * lay.pooled_matrix.sum(axis=1) + lay.input_matrix.sum(axis=0)
+        hbm = 3 * (lay.lookup_bytes + lay.state_bytes) / ctx.gpu.hbm_bw_Bps
+        self.load = hbm + send * remote / ctx.nic_Bps
         self.table_s = np.zeros(len(plan.shards))
         for s in plan.shards:
-            if s.tier == "ps":
-                continue
-            p = self.part_s(s)
-            for r in s.ranks:
-                self.load[r] += p
-            self.table_s[s.table] = p * len(s.ranks)
+            if s.tier != "ps":
+                self.table_s[s.table] = self.part_s(s) * len(s.ranks)
 
     def heavy(self) -> int:
         """A rank among the most loaded eighth (random)."""
@@ -272,9 +279,7 @@ class _Search:
         if not opts:
             return []
         o = opts[int(self.rng.integers(len(opts)))]
-        load = self.load.copy()
-        load[list(s.ranks)] -= self.part_s(s)
-        ranks = self._place(o, load)
+        ranks = self._place(o, self.load)
         return [Shard(s.table, o.kind, ranks, comm_precision=s.comm_precision)] if ranks else []
 
     def _options(self, t) -> list[Option]:
@@ -338,7 +343,7 @@ class _Search:
         if not cand:
             return []
         s = cand[int(self.rng.integers(len(cand)))]
-        k = 2 * len(s.ranks)
+        k = int(self.rng.choice([2, 4])) * len(s.ranks)
         t = self.w.tables[s.table]
         if k > self.n or t.dim // k < 4:
             return []
