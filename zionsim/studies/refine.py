@@ -24,8 +24,8 @@ or ``ps`` tiers are not moved.
 Determinism: every choice comes from ``numpy.random.default_rng(seed)`` and the simulation is
 deterministic, so a seed and a number of evaluations fix the result.  A time budget is turned into
 a number of evaluations *before* the search, from the size of the first simulation (its simpy
-events and trace ops, times :data:`EVAL_S_PER_EVENT` and :data:`EVAL_S_PER_OP`), never from the
-wall clock: the same budget gives the same plan on a busy machine, only later.
+events and the workload's tables, times :data:`EVAL_S_PER_EVENT` and :data:`EVAL_S_PER_TABLE`),
+never from the wall clock: the same budget gives the same plan on a busy machine, only later.
 """
 
 from __future__ import annotations
@@ -44,10 +44,12 @@ from zionsim.dlrm.workload import WorkloadSpec, row_bytes
 MOVES = ("reshard", "migrate", "swap", "split", "merge", "columns")
 #: how often each move is proposed (chosen by hand: resharding found most gains on MLPerf DLRMs)
 MOVE_WEIGHTS = np.array([0.35, 0.2, 0.15, 0.1, 0.1, 0.1])
-#: CPU seconds of one evaluation per simpy event and per trace op (lowering, capacity checks,
-#: simulation, iteration times), fitted on an idle core by ``bench/planner.py``
-EVAL_S_PER_EVENT = 4.0e-6
-EVAL_S_PER_OP = 2.0e-5
+#: CPU seconds of one evaluation per simpy event of its simulation and per table of the workload
+#: (lowering and capacity checks), fitted to ``python bench/planner.py`` eval cases on the
+#: development machine: 0.115 s for mlperf_dlrm (9,018 events, 26 tables), 0.183 s for
+#: mlperf_dlrm_dcnv2 (15,404, 26), 0.953 s for neo_model_a at 128 GPUs (42,618, 4,096)
+EVAL_S_PER_EVENT = 1.1e-5
+EVAL_S_PER_TABLE = 1.2e-4
 #: a change is kept only when it is at least this much faster (relative): no churn on ties
 MIN_GAIN = 1e-6
 
@@ -109,7 +111,7 @@ class Judge:
         self.iterations, self.warmup, self.stack = iterations, warmup, resolve_stack(stack)
         self.cache: dict[tuple, float | None] = {}
         self.evaluations = 0
-        self.work = (0, 0)  # (simpy events, trace ops) of the last simulation
+        self.work = (0, len(w.tables))  # (simpy events of the last simulation, tables)
 
     def __call__(self, plan: Plan) -> float | None:
         """The plan's iteration time (cached)."""
@@ -130,14 +132,15 @@ class Judge:
             self.cluster, trace, iterations=self.iterations, fidelity=self.fidelity
         )
         self.evaluations += 1
-        self.work = (rec.events, len(trace.ops))
+        self.work = (rec.events, len(self.w.tables))
         return float(Analysis(rec, self.warmup).iteration_times().mean())
 
 
-def evals_for_budget(budget_s: float, events: int, ops: int) -> int:
+def evals_for_budget(budget_s: float, events: int, tables: int) -> int:
     """Evaluations that fit in ``budget_s`` seconds at the nominal cost of one simulation of
-    ``events`` simpy events and ``ops`` trace ops (deterministic: no clock is read)."""
-    per_eval = EVAL_S_PER_EVENT * events + EVAL_S_PER_OP * ops
+    ``events`` simpy events for a workload of ``tables`` tables (deterministic: no clock is
+    read)."""
+    per_eval = EVAL_S_PER_EVENT * events + EVAL_S_PER_TABLE * tables
     return max(1, int(budget_s / per_eval)) if per_eval > 0 else 1
 
 
