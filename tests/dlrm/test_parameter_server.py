@@ -6,7 +6,8 @@ import yaml
 
 from tests.conftest import TINY
 from zionsim.base.errors import CapacityError, InputError
-from zionsim.dlrm.plan import Plan, Shard, memory_by_rank, plan_to_dict
+from zionsim.dlrm.plan import Plan, Shard, memory_by_rank
+from zionsim.dlrm.plan_file import plan_to_dict
 from zionsim.dlrm.planner import PLANNERS
 from zionsim.dlrm.sharding import layout
 from zionsim.dlrm.workload import load_workload, row_bytes

@@ -5,7 +5,7 @@ import yaml
 
 from tests.conftest import TINY
 from zionsim.base.errors import InputError
-from zionsim.dlrm.plan import plan_from_dict, plan_to_dict
+from zionsim.dlrm.plan_file import plan_from_dict, plan_to_dict
 from zionsim.dlrm.planner import PLANNERS, Planner, plan_costs
 from zionsim.dlrm.workload import load_workload
 from zionsim.hardware.cluster import Cluster

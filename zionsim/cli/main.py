@@ -159,6 +159,9 @@ def _add_plan_options(p) -> None:
     p.add_argument("--planner", default=None, help="greedy (default), round_robin or ps")
     p.add_argument("--out", default=None, help="write the plan as YAML")
     force_option(p)
+    from zionsim.cli import plan as cli_plan
+
+    cli_plan.add_options(p)  # --refine, --budget, --max-evals, --seed, --to-torchrec
 
 
 def _cluster(args):
@@ -389,16 +392,22 @@ def _import_kineto(args):
 
 def cmd_plan(args) -> int:
     """``zionsim plan``: the plan's estimated cost per table (top 20 in the table format) and per
-    GPU; ``--out`` writes the plan as YAML."""
+    GPU; ``--refine`` improves it by simulation; ``--out`` writes the plan as YAML,
+    ``--to-torchrec`` as a TorchRec plan dump."""
     from zionsim.dlrm.planner import plan_costs
 
     cluster, w = _run_inputs(args)
     if args.planner:
         args.plan = args.planner
     plan = _plan(args, cluster, w)
+    # ---- refinement and TorchRec export live in cli/plan.py
+    from zionsim.cli import plan as cli_plan
+
+    plan, refined = cli_plan.refine_plan(args, cluster, w, plan)
+    # ----
     rows, totals = plan_costs(cluster, w, plan)
     if args.format == "json":
-        print(to_json({"plan": plan.name, "tables": rows, "per_gpu": totals}), end="")
+        print(to_json({"plan": plan.name, "tables": rows, "per_gpu": totals, **refined}), end="")
     elif args.format == "csv":
         print(format_rows(rows, "csv"), end="")
     else:
@@ -408,11 +417,13 @@ def cmd_plan(args) -> int:
             print(f"... {len(rows) - len(shown)} more tables (--format csv lists all)")
         print()
         print(format_mapping({"plan": plan.name, **totals}), end="")
+        cli_plan.print_refinement(refined)
     if args.out:
         from zionsim.io.files import write_plan
 
-        write_plan(args.out, plan, w, force=args.force)
+        write_plan(args.out, plan, w, force=args.force, gpus=len(cluster.gpus))
         print(f"wrote {args.out}", file=sys.stderr)
+    cli_plan.export_torchrec(args, cluster, w, plan)
     return 0
 
 

@@ -25,7 +25,10 @@ import numpy as np
 from zionsim.base.errors import CapacityError
 from zionsim.dlrm.workload import DENSE_OPTIMIZERS, WorkloadSpec, row_bytes
 
-SHARDINGS = ("TW", "RW", "CW", "TWRW", "DP")
+SHARDINGS = ("TW", "RW", "CW", "TWRW", "TWCW", "DP")
+#: shardings that split columns (one slice per listed rank) and rows (one block per listed rank)
+COLUMN_SHARDINGS = ("CW", "TWCW")
+ROW_SHARDINGS = ("RW", "TWRW")
 #: memory tiers: HBM, host DRAM read by the GPU through a software cache (UVM), or host DRAM of a
 #: CPU parameter server that does the lookups itself (``ps``: Zion's and ShadowSync's placement)
 TIERS = ("hbm", "uvm", "ps")
@@ -46,6 +49,13 @@ class Shard:
     cache_fraction: float = 0.0
     #: parameter server (host socket, numbered node-major) holding a ``ps``-tier table
     server: int = -1
+    #: CW/TWCW: columns of each slice, in ``ranks`` order (None: nearly equal slices)
+    widths: tuple[int, ...] | None = None
+    #: RW/TWRW: rows of each block, in ``ranks`` order (None: equal blocks)
+    rows: tuple[int, ...] | None = None
+    #: precision of this table's pooled embeddings and their gradients on the wire (None: the
+    #: workload's ``precision.communication``)
+    comm_precision: str | None = None
 
 
 @dataclass(frozen=True)
@@ -180,114 +190,3 @@ def check_fits(memory: dict[str, np.ndarray], hbm_bytes: float, gpu_names: list[
             allowed="a plan that fits: more GPUs, a smaller embedding precision, or "
             "host-memory (UVM) placement once supported",
         )
-
-
-# ------------------------------------------------------------------------------ plan files
-def plan_to_dict(plan: Plan, w: WorkloadSpec) -> dict:
-    """A plan as plain data (the plan YAML schema, ``docs/plans.md``)."""
-    rows = []
-    for sh in plan.shards:
-        row = {"table": w.tables[sh.table].name, "sharding": sh.kind}
-        if sh.kind in ("TW", "CW", "TWRW"):
-            row["ranks"] = list(sh.ranks)
-        if sh.tier == "uvm":
-            row["tier"] = sh.tier
-            row["cache_fraction"] = sh.cache_fraction
-        elif sh.tier == "ps":
-            row["tier"] = sh.tier
-            row["server"] = sh.server
-        rows.append(row)
-    return {"name": plan.name, "workload": w.name, "tables": rows}
-
-
-def plan_from_dict(
-    data: dict,
-    w: WorkloadSpec,
-    gpus: int,
-    gpus_per_node: int,
-    file: str = "<plan>",
-    servers: int | None = None,
-) -> Plan:
-    """Validate a plan mapping against the workload and cluster; errors name file and field."""
-    from zionsim.base.config import Fields
-
-    f = Fields(data, file)
-    f.check_keys({"name", "workload", "tables", "description"})
-    items = f.raw("tables")
-    if not isinstance(items, list):
-        raise f.error("tables", "expected a list with one entry per table")
-    index = {t.name: t.index for t in w.tables}
-    shards: dict[int, Shard] = {}
-    for i, item in enumerate(items):
-        e = Fields(item, file, f"tables[{i}]")
-        e.check_keys({"table", "sharding", "ranks", "node", "tier", "cache_fraction", "server"})
-        name = e.raw("table")
-        if name not in index:
-            raise e.error(
-                "table",
-                f"no table {name!r} in workload {w.name!r}",
-                allowed=", ".join(list(index)[:5]) + (", ..." if len(index) > 5 else ""),
-            )
-        if index[name] in shards:
-            raise e.error("table", f"table {name!r} is placed twice")
-        tier = e.choice("tier", TIERS, "hbm")
-        if tier == "ps":
-            shards[index[name]] = _ps_shard(e, index[name], servers)
-            continue
-        kind = e.choice("sharding", SHARDINGS)
-        ranks = _plan_ranks(e, kind, gpus, gpus_per_node)
-        frac = e.quantity("cache_fraction", "fraction", 0.0, strict=False)
-        if frac > 1.0:
-            raise e.error("cache_fraction", f"must be in [0, 1], got {frac:g}")
-        if kind == "CW" and len(ranks) > w.tables[index[name]].dim:
-            raise e.error("ranks", "more column slices than the table has columns")
-        shards[index[name]] = Shard(index[name], kind, ranks, tier, frac)
-    missing = [t.name for t in w.tables if t.index not in shards]
-    if missing:
-        raise f.error("tables", f"{len(missing)} table(s) not placed, first {missing[0]!r}")
-    return Plan(str(f.raw("name", "plan")), tuple(shards[t.index] for t in w.tables))
-
-
-def _ps_shard(e, table: int, servers: int | None) -> Shard:
-    """A ``tier: ps`` entry: the whole table on one parameter server (``server: K``)."""
-    kind = e.choice("sharding", ("TW",), "TW")
-    top = servers - 1 if servers else None
-    k = e.integer("server", minimum=0)
-    if top is not None and k > top:
-        raise e.error("server", f"server {k} does not exist", allowed=f"0..{top}")
-    return Shard(table, kind, (), "ps", 0.0, k)
-
-
-def _plan_ranks(e, kind: str, gpus: int, g: int) -> tuple[int, ...]:
-    if kind in ("RW", "DP"):
-        return tuple(range(gpus))
-    if kind == "TWRW" and "node" in e.data:
-        node = e.integer("node", minimum=0)
-        if node >= gpus // g:
-            raise e.error("node", f"node {node} does not exist", allowed=f"0..{gpus // g - 1}")
-        return tuple(range(node * g, (node + 1) * g))
-    ranks = e.raw("ranks")
-    if (
-        not isinstance(ranks, list)
-        or not ranks
-        or not all(isinstance(r, int) and not isinstance(r, bool) and 0 <= r < gpus for r in ranks)
-    ):
-        raise e.error("ranks", f"expected a list of ranks in 0..{gpus - 1}, got {ranks!r}")
-    if len(set(ranks)) != len(ranks):
-        raise e.error("ranks", "a rank appears twice")
-    if kind == "TW" and len(ranks) != 1:
-        raise e.error("ranks", "table-wise sharding takes exactly one rank")
-    if kind == "TWRW" and len({r // g for r in ranks}) != 1:
-        raise e.error("ranks", "table-row-wise ranks must all be on one node")
-    return tuple(ranks)
-
-
-def load_plan(
-    path: str, workload: WorkloadSpec, gpus: int, gpus_per_node: int, servers: int | None = None
-) -> Plan:
-    """Load and validate a plan YAML (``docs/plans.md``) against the workload and the cluster
-    (``servers``: host sockets that can be parameter servers); errors name file and field."""
-    from zionsim.base.config import load_yaml
-
-    data, file = load_yaml(path, "plans")
-    return plan_from_dict(data, workload, gpus, gpus_per_node, file, servers)

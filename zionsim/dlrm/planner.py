@@ -130,7 +130,7 @@ def estimate(ctx: Context, t, opt: Option) -> Cost:
     cb = DTYPE_BYTES[w.precision["communication"]]
     per_el, per_row = EMBEDDING_OPTIMIZERS[w.optimizer["embedding"]]
     remote = (n - g) / n  # share of sample ranks on other nodes
-    d = t.dim if opt.kind != "CW" else column_splits(t.dim, opt.parts)[0]
+    d = t.dim if opt.kind not in ("CW", "TWCW") else column_splits(t.dim, opt.parts)[0]
     rows = t.rows / opt.parts if opt.kind in ("RW", "TWRW") else t.rows
     lookups = {"DP": B * t.pooling}.get(
         opt.kind, G * t.pooling / (opt.parts if opt.kind in ("RW", "TWRW") else 1)
@@ -143,7 +143,7 @@ def estimate(ctx: Context, t, opt: Option) -> Cost:
         ctx.gpu, lookups, rb, 1, True, w.optimizer["embedding"], state
     )
     pooled = G * d * cb  # forward output of the part, the same again as gradient in backward
-    if opt.kind in ("TW", "CW"):
+    if opt.kind in ("TW", "CW", "TWCW"):
         comm = 2 * pooled * remote / ctx.nic_Bps
     elif opt.kind == "RW":
         comm = 2 * pooled * (n - 1) / n * remote / ctx.nic_Bps

@@ -11,8 +11,14 @@ RW     rows/n on every rank         G·L/n                 reduce-scatter / all-
 TWRW   rows/g on one node's GPUs    G·L/g                 intra-node reduce-scatter of G·d, then
                                                           all-to-allv among same-index GPUs across
                                                           nodes (backward: the reverse, all-gather)
+TWCW   all, a column slice each     G·L (at dim d/k)      as CW; the slices on one node's GPUs
 DP     all, on every rank           B·L                   none (gradient joins the all-reduce)
 =====  ===========================  ====================  ======================================
+
+A plan may state the columns of each slice (CW, TWCW: ``Shard.widths``) and the rows of each block
+(RW, TWRW: ``Shard.rows``; lookups follow the row share), put RW on a subset of the ranks (partial
+sums then travel in the pooled all-to-allv), and give a table its own communication precision
+(``Shard.comm_precision``, for its pooled embeddings and their gradients).
 
 Indices (``index_bytes`` per lookup plus one length per sample and table) travel in one input
 all-to-allv to every rank that serves lookups of the table.  A shard in the ``uvm`` tier keeps
@@ -166,35 +172,60 @@ def _serve(out: Layout, w: WorkloadSpec, s, r: int, lookups, rows, dim: int, zip
 
 
 def _add_gpu_shard(out: Layout, w: WorkloadSpec, s, n: int, g: int, zipf_alpha: float) -> None:
-    """Lookups, memory and communication of a shard held by GPUs (DP, TW, CW, RW or TWRW; see the
-    module's table)."""
+    """Lookups, memory and communication of a shard held by GPUs (DP, TW, CW, TWCW, RW or TWRW;
+    see the module's table)."""
     t, idx = w.tables[s.table], w.index_bytes
     B, G = w.batch_per_gpu, w.batch_per_gpu * n
-    cb = DTYPE_BYTES[w.precision["communication"]]
+    cb = DTYPE_BYTES[s.comm_precision or w.precision["communication"]]
     if s.kind == "DP":
         for r in range(n):
             _serve(out, w, s, r, B * t.pooling, t.rows, t.dim, zipf_alpha)
             out.out_bytes[r] += B * t.dim * cb
         out.dp_params += t.rows * t.dim
-    elif s.kind in ("TW", "CW"):
-        for r, d in zip(s.ranks, column_splits(t.dim, len(s.ranks)), strict=True):
+    elif s.kind in ("TW", "CW", "TWCW"):
+        for r, d in zip(s.ranks, shard_widths(s, t.dim), strict=True):
             _serve(out, w, s, r, G * t.pooling, t.rows, d, zipf_alpha)
             out.out_bytes[r] += G * d * cb
             out.input_matrix[:, r] += B * (t.pooling + 1) * idx
             out.pooled_matrix[r, :] += B * d * cb
-    elif s.kind == "RW":
-        for r in range(n):
-            _serve(out, w, s, r, G * t.pooling / n, t.rows / n, t.dim, zipf_alpha)
-            out.out_bytes[r] += G * t.dim * cb
-        out.input_matrix += B * (t.pooling / n + 1) * idx
+    else:
+        _add_row_shard(out, w, s, n, g, zipf_alpha, cb)
+
+
+def shard_widths(s, dim: int) -> list[int]:
+    """Columns of each part of shard ``s`` of a ``dim``-wide table, in ``s.ranks`` order."""
+    return list(s.widths) if s.widths is not None else column_splits(dim, len(s.ranks))
+
+
+def shard_rows(s, rows: int) -> list[float]:
+    """Rows of each part of row-split shard ``s`` of a ``rows``-row table (equal blocks unless
+    the plan states them), in ``s.ranks`` order."""
+    if s.rows is not None:
+        return [float(r) for r in s.rows]
+    return [rows / len(s.ranks)] * len(s.ranks)
+
+
+def _add_row_shard(out: Layout, w: WorkloadSpec, s, n: int, g: int, zipf_alpha, cb) -> None:
+    """RW and TWRW: each listed rank holds a block of rows and serves the lookups that fall in it
+    (lookups spread over rows uniformly: a part's share of lookups is its share of rows).
+
+    RW over every rank reduce-scatters the partial pooled sums (and all-gathers the gradients);
+    RW over a subset of ranks sends each member's partial sums for every sample rank through the
+    pooled all-to-allv instead (the receiver adds them up; gradients come back the same way).
+    TWRW reduce-scatters inside its node, then all-to-alls across nodes (module table)."""
+    t, idx = w.tables[s.table], w.index_bytes
+    B, G = w.batch_per_gpu, w.batch_per_gpu * n
+    every = s.kind == "RW" and sorted(s.ranks) == list(range(n))
+    for r, rows in zip(s.ranks, shard_rows(s, t.rows), strict=True):
+        share = rows / t.rows if t.rows else 0.0
+        _serve(out, w, s, r, G * t.pooling * share, rows, t.dim, zipf_alpha)
+        out.out_bytes[r] += G * t.dim * cb
+        out.input_matrix[:, r] += B * (t.pooling * share + 1) * idx
+        if s.kind == "RW" and not every:
+            out.pooled_matrix[r, :] += B * t.dim * cb
+    if every:
         out.rw_bytes += G * t.dim * cb
     elif s.kind == "TWRW":
-        members = list(s.ranks)
-        node = members[0] // g
-        for r in members:
-            m = len(members)
-            _serve(out, w, s, r, G * t.pooling / m, t.rows / m, t.dim, zipf_alpha)
-            out.out_bytes[r] += G * t.dim * cb
-            out.input_matrix[:, r] += B * (t.pooling / m + 1) * idx
+        node = s.ranks[0] // g
         out.twrw_rs[node] = out.twrw_rs.get(node, 0.0) + G * t.dim * cb
         out.twrw_matrix[node, :] += B * t.dim * cb

@@ -327,16 +327,27 @@ def read_trace(path: str | Path):
     return trace_from_dict(data, str(p))
 
 
-def write_plan(path: str | Path, plan, workload, force: bool = False) -> None:
+def write_plan(
+    path: str | Path, plan, workload, force: bool = False, gpus: int | None = None
+) -> None:
     """A plan YAML (``docs/plans.md``), written atomically; an existing file is replaced only if
-    zionsim wrote it, or with ``force``."""
+    zionsim wrote it, or with ``force`` (``gpus``: the cluster's, so RW over all omits ranks)."""
     import yaml
 
-    from zionsim.dlrm.plan import plan_to_dict
+    from zionsim.dlrm.plan_file import plan_to_dict
 
     check_file_target(path, PLAN_HEADER.strip(), force)
-    body = yaml.safe_dump(plan_to_dict(plan, workload), sort_keys=False, default_flow_style=None)
+    body = yaml.safe_dump(
+        plan_to_dict(plan, workload, gpus), sort_keys=False, default_flow_style=None
+    )
     write_atomic(path, PLAN_HEADER + body)
+
+
+def write_torchrec_plan(path: str | Path, data: dict, force: bool = False) -> None:
+    """A TorchRec plan dump (``dlrm/torchrec_plan.py``) as JSON, written atomically; an existing
+    file is replaced only if it is a TorchRec plan dump too, or with ``force``."""
+    check_file_target(path, '"world_size"', force)
+    write_atomic(path, json.dumps(data, indent=1) + "\n")
 
 
 def read_plan(
@@ -344,7 +355,7 @@ def read_plan(
 ):
     """Load and validate a plan YAML against the workload and the cluster (``servers``: host
     sockets that can be parameter servers)."""
-    from zionsim.dlrm.plan import load_plan
+    from zionsim.dlrm.plan_file import load_plan
 
     return load_plan(path, workload, gpus, gpus_per_node, servers)
 

@@ -398,7 +398,7 @@ def _point_plan(name: str, cluster, w: WorkloadSpec) -> Plan:
     plan_name = {"auto": "greedy"}.get(name, name)
     if plan_name in PLANNERS:
         return PLANNERS[plan_name](cluster, w)
-    from zionsim.dlrm.plan import load_plan
+    from zionsim.dlrm.plan_file import load_plan
 
     return load_plan(
         plan_name,
