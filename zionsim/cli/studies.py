@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 from zionsim.base.errors import InputError
-from zionsim.cli.common import default_out, force_option
-from zionsim.io.files import FORMATS, format_rows, is_partial, to_json, write_result_dir
+from zionsim.cli.common import default_out, force_option, format_option
+from zionsim.io.files import format_rows, is_partial, to_json, write_result_dir
 
 
 def add_parsers(sub) -> None:
@@ -32,7 +32,7 @@ def _study_parsers(sub) -> None:
     p.add_argument("--workers", type=int, default=None, help="local processes (default: CPUs)")
     p.add_argument("--scheduler", default=None, help="Dask scheduler address, tcp://HOST:PORT")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-    p.add_argument("--format", choices=FORMATS, default="table")
+    format_option(p)
     p = sub.add_parser("compare", help="A vs B: attribute the iteration-time difference")
     p.add_argument("run_a", help="run folder (or its summary.json)")
     p.add_argument("run_b", help="run folder (or its summary.json)")
@@ -40,7 +40,7 @@ def _study_parsers(sub) -> None:
     p.add_argument("--out", default=None, help="default results/runs/compare_<A>_vs_<B>_<hash>")
     force_option(p)
     p.add_argument("--no-plot", action="store_true", help="skip compare.png")
-    p.add_argument("--format", choices=FORMATS, default="table")
+    format_option(p)
     p = sub.add_parser("plot", help="write the plots of a sweep or run folder into DIR/plots/")
     p.add_argument("dir", help="sweep folder (results.parquet) or run folder (summary.json)")
     p.add_argument("--x", default="gpus", help="scaling x column of a sweep (default gpus)")

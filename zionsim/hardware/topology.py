@@ -20,6 +20,14 @@ SCALE_UP_KINDS = ("nvswitch", "mesh", "none")
 SCALE_OUT_KINDS = ("roce", "infiniband", "ethernet")
 NIC_ATTACH = ("pcie_switch", "host")
 LINK_KINDS = ("nvlink", "pcie", "upi", "dram") + SCALE_OUT_KINDS
+#: the role of each link kind, so topologies with different kinds (roce vs ethernet) compare
+LINK_ROLES = {
+    "nvlink": "scale_up",
+    "pcie": "pcie",
+    "upi": "socket",
+    "dram": "memory",
+    **{kind: "scale_out" for kind in SCALE_OUT_KINDS},
+}
 #: GPU generations with compute-model and NCCL parameters (``gpu.architecture``)
 GPU_ARCHITECTURES = ("volta", "ampere", "hopper")
 
