@@ -43,7 +43,12 @@ def _study_parsers(sub) -> None:
     format_option(p)
     p = sub.add_parser("plot", help="write the plots of a sweep or run folder into DIR/plots/")
     p.add_argument("dir", help="sweep folder (results.parquet) or run folder (summary.json)")
-    p.add_argument("--x", default="gpus", help="scaling x column of a sweep (default gpus)")
+    p.add_argument(
+        "--x",
+        default=None,
+        help="x axis of a sweep's scaling plot: a column such as topology.scale_out.nic_bw "
+        "(default: gpus if it varies, else the first swept parameter that does)",
+    )
 
 
 def cmd_sweep(args) -> int:
@@ -152,7 +157,8 @@ def cmd_plot(args) -> int:
     if (d / "results.parquet").is_file():
         grid = None
         if (d / "sweep.json").is_file():
-            grid = list(json.loads((d / "sweep.json").read_text()).get("grid") or {})
+            record = json.loads((d / "sweep.json").read_text())
+            grid = record.get("grid_keys") or list(record.get("grid") or {})
         axes = sweep_plots(pd.read_parquet(d / "results.parquet"), grid, x=args.x)
     elif (d / "summary.json").is_file():
         links = pd.read_csv(d / "links.csv") if (d / "links.csv").is_file() else None

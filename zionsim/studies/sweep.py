@@ -210,8 +210,10 @@ def _is_done(path: Path) -> bool:
 
 
 def _write_sweep_file(out: Path, sweep: Sweep) -> None:
-    """Keep the sweep's definition next to its results (``sweep.json``)."""
-    write_atomic(out / "sweep.json", to_json({"base": sweep.base, "grid": sweep.grid}))
+    """Keep the sweep's definition next to its results (``sweep.json``; JSON keys are sorted, so
+    ``grid_keys`` keeps the grid's order for plots)."""
+    record = {"base": sweep.base, "grid": sweep.grid, "grid_keys": list(sweep.grid)}
+    write_atomic(out / "sweep.json", to_json(record))
 
 
 class _Progress:
