@@ -80,3 +80,14 @@ def test_collective_prints_nccl_tests_columns(tmp_path, capsys):
     assert header[:6] == ["size", "count", "type", "redop", "root", "time_us"]
     assert out.splitlines()[1].split()[:3] == ["1048576", "262144", "float"]
     assert "\r" not in err  # no progress bar off a terminal
+
+
+def test_default_outputs_are_git_ignored():
+    """Where a command writes by default is under results/runs/ (git-ignored); only `studies`
+    writes results/<study>/, which is what it is for."""
+    for name, p in _subparsers().items():
+        for a in p._actions:
+            if a.dest in ("out", "runs") and isinstance(a.default, str):
+                assert a.default.startswith("results/runs/"), (name, a.dest, a.default)
+    studies = {a.dest: a.default for a in _subparsers()["studies"]._actions}
+    assert studies["results"] == "results"
