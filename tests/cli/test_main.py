@@ -8,7 +8,6 @@ import argparse
 import pytest
 
 from tests.conftest import TINY
-from zionsim import __version__
 from zionsim.cli.main import DESCRIPTION, build_parser, main, nccl_tests_row
 
 
@@ -47,7 +46,9 @@ def test_version(capsys):
     with pytest.raises(SystemExit) as exit_:
         main(["--version"])
     assert exit_.value.code == 0
-    assert capsys.readouterr().out.strip() == f"zionsim {__version__}"
+    from importlib.metadata import version
+
+    assert capsys.readouterr().out.strip() == f"zionsim {version('zionsim')}"
 
 
 def test_planner_is_a_hidden_alias_of_plan(capsys):

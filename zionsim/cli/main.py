@@ -29,12 +29,20 @@ DESCRIPTION = (
 EPILOG = "`zionsim COMMAND --help` lists a command's options; docs: README.md and docs/."
 
 
+def _version() -> str:
+    """The installed package's version (pyproject.toml), or ``unknown`` outside an install."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("zionsim")
+    except PackageNotFoundError:
+        return "unknown"
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``zionsim`` argument parser: one subcommand per entry of :func:`commands`."""
-    from zionsim import __version__
-
     parser = argparse.ArgumentParser(prog="zionsim", description=DESCRIPTION, epilog=EPILOG)
-    parser.add_argument("--version", action="version", version=f"zionsim {__version__}")
+    parser.add_argument("--version", action="version", version=f"zionsim {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, helptext, add_options in (
         ("run", "simulate DLRM training iterations", _add_run_options),
