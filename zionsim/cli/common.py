@@ -15,17 +15,28 @@ def common_options(p: argparse.ArgumentParser, nodes_default: int | None = None)
     """Options every cluster-building command takes: topology, nodes, GPUs per node, --set,
     --format."""
     p.add_argument("--topology", default=DEFAULT_TOPOLOGY, help="built-in name or YAML path")
-    p.add_argument("--nodes", type=int, default=nodes_default, help="number of nodes")
-    p.add_argument("--gpus-per-node", type=int, default=None)
+    p.add_argument(
+        "--nodes", type=int, default=nodes_default, help="number of nodes (default: the topology's)"
+    )
+    p.add_argument(
+        "--gpus-per-node", type=int, default=None, help="GPUs per node (default: the topology's)"
+    )
     p.add_argument(
         "--set",
         action="append",
         default=[],
         metavar="PATH=VALUE",
-        help="override a topology field, e.g. scale_out.nic_bw=400Gbps",
+        help="override a topology field, e.g. scale_out.nic_bw=400Gbps or gpu=h100 (repeatable)",
     )
-    p.add_argument("--format", choices=FORMATS, default="table")
+    format_option(p)
     memory_option(p)
+
+
+def format_option(p: argparse.ArgumentParser) -> None:
+    """``--format table|csv|json``: what goes to stdout."""
+    p.add_argument(
+        "--format", choices=FORMATS, default="table", help="stdout: table (default), CSV or JSON"
+    )
 
 
 def memory_option(p: argparse.ArgumentParser) -> None:
@@ -86,3 +97,24 @@ def default_out(kind: str, name: str, args) -> tuple[Path, str]:
     options = {k: v for k, v in sorted(vars(args).items()) if k not in skip}
     ident = inputs_id({"kind": kind, **options})
     return Path("results") / "runs" / f"{safe_name(name)}_{ident}", ident
+
+
+class Phases:
+    """A tqdm bar over the phases of a long command (``load``, ``simulate``, ``write`` …), with
+    the phase under way as its text; shown only on a terminal, gone when the command ends."""
+
+    def __init__(self, label: str, names: list[str]):
+        from tqdm import tqdm
+
+        self.names = names
+        self.bar = tqdm(total=len(names), desc=label, leave=False, disable=None, unit="step")
+
+    def start(self, name: str) -> None:
+        """Mark the phases before ``name`` done and show ``name`` as under way."""
+        self.bar.update(self.names.index(name) - self.bar.n)
+        self.bar.set_postfix_str(name)
+
+    def close(self) -> None:
+        """Finish and remove the bar."""
+        self.bar.update(len(self.names) - self.bar.n)
+        self.bar.close()

@@ -15,6 +15,7 @@ from pathlib import Path
 from zionsim.base.errors import InputError
 from zionsim.cli.common import (
     DEFAULT_WORKLOAD,
+    Phases,
     common_options,
     default_out,
     force_option,
@@ -24,13 +25,28 @@ from zionsim.cli.common import (
 )
 from zionsim.io.files import format_mapping, format_rows, to_json, write_result_dir
 
+DESCRIPTION = (
+    "A discrete-event performance simulator of ZionEX-style GPU clusters training DLRMs. "
+    "With no command, runs `zionsim run` on the defaults."
+)
+EPILOG = "`zionsim COMMAND --help` lists a command's options; docs: README.md and docs/."
+
+
+def _version() -> str:
+    """The installed package's version (pyproject.toml), or ``unknown`` outside an install."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("zionsim")
+    except PackageNotFoundError:
+        return "unknown"
+
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``zionsim`` argument parser: one subcommand per entry of :func:`commands`."""
-    parser = argparse.ArgumentParser(prog="zionsim", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-    _add_topology_parser(sub)
-    _add_collective_parser(sub)
+    parser = argparse.ArgumentParser(prog="zionsim", description=DESCRIPTION, epilog=EPILOG)
+    parser.add_argument("--version", action="version", version=f"zionsim {_version()}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, helptext, add_options in (
         ("run", "simulate DLRM training iterations", _add_run_options),
         ("trace", "write (or import) the trace of one iteration", _add_trace_options),
@@ -39,6 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=helptext)
         _add_workload_options(p)
         add_options(p)
+    _add_topology_parser(sub)
+    _add_collective_parser(sub)
     from zionsim.cli import measure as cli_measure
     from zionsim.cli import studies as cli_studies
 
@@ -63,11 +81,21 @@ def _add_collective_parser(sub) -> None:
         "--op",
         default="all_reduce",
         choices=("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "send_recv"),
+        help="the collective (default %(default)s)",
     )
     p.add_argument("--sizes", default="1K:8G", help="MIN:MAX bytes, doubling (K/M/G = 2^10..)")
-    p.add_argument("--algorithm", default=None, help="default: what NCCL would choose")
-    p.add_argument("--protocol", default=None, choices=("LL", "LL128", "Simple"))
-    p.add_argument("--fidelity", default="flow", choices=("flow", "analytic"))
+    p.add_argument(
+        "--algorithm",
+        default=None,
+        help="ring, tree, nvls, hierarchical, direct, pxn ... (default: what NCCL would choose)",
+    )
+    p.add_argument(
+        "--protocol",
+        default=None,
+        choices=("LL", "LL128", "Simple"),
+        help="NCCL protocol (default: what NCCL would choose)",
+    )
+    _fidelity_option(p)
     p.add_argument("--out", default=None, help="result folder (default results/runs/<name>_<hash>)")
     force_option(p)
 
@@ -82,6 +110,15 @@ def _trace_ranks_arg(text: str) -> str | list[int]:
         raise argparse.ArgumentTypeError("auto, all or ranks such as 0,7,100") from None
 
 
+def _fidelity_option(p) -> None:
+    p.add_argument(
+        "--fidelity",
+        default="flow",
+        choices=("flow", "analytic"),
+        help="flow: max-min shared links (default); analytic: per-link reservations, faster",
+    )
+
+
 def _add_workload_options(p) -> None:
     """Options that ``run``, ``trace`` and ``plan`` share: cluster, workload, plan and batch."""
     common_options(p)
@@ -92,8 +129,12 @@ def _add_workload_options(p) -> None:
         help="auto (greedy planner), round_robin, ps (tables on CPU parameter servers), "
         "or a plan YAML",
     )
-    p.add_argument("--batch-per-gpu", type=int, default=None)
-    p.add_argument("--global-batch", type=int, default=None)
+    p.add_argument(
+        "--batch-per-gpu", type=int, default=None, help="samples per GPU (default: the workload's)"
+    )
+    p.add_argument(
+        "--global-batch", type=int, default=None, help="samples per iteration over all GPUs"
+    )
     p.add_argument("--unfused", action="store_true", help="per-table embedding kernels")
     p.add_argument(
         "--stack",
@@ -111,7 +152,9 @@ def _add_run_options(p) -> None:
         default=None,
         help="replay a trace file instead of lowering the workload",
     )
-    p.add_argument("--iterations", type=int, default=3)
+    p.add_argument(
+        "--iterations", type=int, default=3, help="iterations, warm-up included (default 3)"
+    )
     p.add_argument(
         "--sync",
         default=None,
@@ -125,9 +168,16 @@ def _add_run_options(p) -> None:
         default=None,
         help="shadow: minimum seconds between a trainer's rounds",
     )
-    p.add_argument("--sync-trainer", default=None, choices=("rank", "node"))
-    p.add_argument("--warmup", type=int, default=1)
-    p.add_argument("--fidelity", default="flow", choices=("flow", "analytic"))
+    p.add_argument(
+        "--sync-trainer",
+        default=None,
+        choices=("rank", "node"),
+        help="shadow/foreground: a trainer is one GPU (rank) or one node",
+    )
+    p.add_argument(
+        "--warmup", type=int, default=1, help="iterations left out of the figures (default 1)"
+    )
+    _fidelity_option(p)
     p.add_argument(
         "--trace-ranks",
         default="auto",
@@ -156,12 +206,21 @@ def _add_trace_options(p) -> None:
 
 def _add_plan_options(p) -> None:
     """``zionsim plan``: the planner and the plan file to write."""
-    p.add_argument("--planner", default=None, help="greedy (default), round_robin or ps")
+    # the old spelling of --plan, kept working but hidden
+    p.add_argument("--planner", dest="plan", action=_Deprecated, help=argparse.SUPPRESS)
     p.add_argument("--out", default=None, help="write the plan as YAML")
     force_option(p)
     from zionsim.cli import plan as cli_plan
 
     cli_plan.add_options(p)  # --refine, --budget, --max-evals, --seed, --to-torchrec
+
+
+class _Deprecated(argparse.Action):
+    """A hidden old spelling of an option: stores into the new one's ``dest`` with a note."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(f"zionsim: {option_string} is deprecated; use --{self.dest}", file=sys.stderr)
+        setattr(namespace, self.dest, values)
 
 
 def _cluster(args):
@@ -208,7 +267,8 @@ def cmd_collective(args) -> int:
         ).row()
         for s in sizes
     ]
-    print(format_rows(rows, args.format), end="")
+    shown = [nccl_tests_row(r, args.op) for r in rows] if args.format == "table" else rows
+    print(format_rows(shown, args.format), end="")
     name = f"collective_{cluster.spec.name}_{cluster.spec.nodes}n_{args.op}"
     out, ident = default_out("collective", name, args)
     out = Path(args.out) if args.out else out
@@ -225,6 +285,29 @@ def cmd_collective(args) -> int:
     if args.format == "table":
         print(f"wrote {out}/", file=sys.stderr)
     return 0
+
+
+#: nccl-tests' element type (its default, ``-d float``) and reduction per collective
+NCCL_TESTS_TYPE = ("float", 4)
+NCCL_TESTS_REDOP = {"all_reduce": "sum", "reduce_scatter": "sum"}
+
+
+def nccl_tests_row(row: dict, op: str) -> dict:
+    """One result row in nccl-tests' columns: size (B), count (elements), type, redop, root,
+    time (us), algbw and busbw (GB/s), then the algorithm and protocol NCCL would pick."""
+    name, width = NCCL_TESTS_TYPE
+    return {
+        "size": int(row["size_bytes"]),
+        "count": int(row["size_bytes"]) // width,
+        "type": name,
+        "redop": NCCL_TESTS_REDOP.get(op, "none"),
+        "root": -1,
+        "time_us": round(row["time_s"] * 1e6, 2),
+        "algbw_GBps": round(row["algbw_GBps"], 2),
+        "busbw_GBps": round(row["busbw_GBps"], 2),
+        "algorithm": row["algorithm"],
+        "protocol": row["protocol"],
+    }
 
 
 def _split_overrides(values: list[str]) -> tuple[list[str], list[str]]:
@@ -298,39 +381,15 @@ def _trace_cluster(args):
 def cmd_run(args) -> int:
     """``zionsim run``: simulate a workload under a plan (or replay ``--trace``), write the result
     folder and print the summary (table, JSON, or the breakdown as CSV)."""
-    from zionsim.io.files import read_trace, write_run
-    from zionsim.sim.run import simulate_run
+    from zionsim.io.files import write_run
 
-    if args.trace_file:
-        result = simulate_run(
-            _trace_cluster(args),
-            trace=read_trace(args.trace_file),
-            iterations=args.iterations,
-            warmup=args.warmup,
-            fidelity=args.fidelity,
-            max_memory_bytes=memory_limit_of(args),
-        )
-    else:
-        cluster, w = _run_inputs(args)
-        result = simulate_run(
-            cluster,
-            w,
-            _plan(args, cluster, w),
-            iterations=args.iterations,
-            warmup=args.warmup,
-            fidelity=args.fidelity,
-            fused=not args.unfused,
-            sync=args.sync,
-            sync_every=args.sync_every,
-            sync_servers=args.sync_servers,
-            sync_period_s=args.sync_period,
-            sync_trainer=args.sync_trainer,
-            stack=args.stack,
-            max_memory_bytes=memory_limit_of(args),
-        )
+    name = Path(args.trace_file or args.workload).stem
+    bar = Phases(f"run {name}", ["load", "simulate", "write"])
+    result = _simulate(args, bar)
     s = result.summary
     out, ident = default_out("run", f"{s['workload']}_{s['topology']}_{s['nodes']}n", args)
     out = Path(args.out) if args.out else out
+    bar.start("write")
     write_run(
         out,
         result,
@@ -339,6 +398,7 @@ def cmd_run(args) -> int:
         force=args.force,
         trace_ranks=args.trace_ranks,
     )
+    bar.close()
     if args.format == "table":
         print(format_run_summary(s), end="")
         print(f"wrote {out}/", file=sys.stderr)
@@ -347,6 +407,40 @@ def cmd_run(args) -> int:
     else:
         print(format_rows(result.breakdown.to_dict("records"), "csv"), end="")
     return 0
+
+
+def _simulate(args, bar: Phases):
+    """The run of ``zionsim run``: the workload under its plan, or the replayed ``--trace``."""
+    from zionsim.io.files import read_trace
+    from zionsim.sim.run import simulate_run
+
+    if args.trace_file:
+        cluster = _trace_cluster(args)
+        trace = read_trace(args.trace_file)
+        bar.start("simulate")
+        return simulate_run(
+            cluster, trace=trace, iterations=args.iterations, warmup=args.warmup,
+            fidelity=args.fidelity, max_memory_bytes=memory_limit_of(args),
+        )  # fmt: skip
+    cluster, w = _run_inputs(args)
+    plan = _plan(args, cluster, w)
+    bar.start("simulate")
+    return simulate_run(
+        cluster,
+        w,
+        plan,
+        iterations=args.iterations,
+        warmup=args.warmup,
+        fidelity=args.fidelity,
+        fused=not args.unfused,
+        sync=args.sync,
+        sync_every=args.sync_every,
+        sync_servers=args.sync_servers,
+        sync_period_s=args.sync_period,
+        sync_trainer=args.sync_trainer,
+        stack=args.stack,
+        max_memory_bytes=memory_limit_of(args),
+    )
 
 
 def cmd_trace(args) -> int:
@@ -397,8 +491,6 @@ def cmd_plan(args) -> int:
     from zionsim.dlrm.planner import plan_costs
 
     cluster, w = _run_inputs(args)
-    if args.planner:
-        args.plan = args.planner
     plan = _plan(args, cluster, w)
     # ---- refinement and TorchRec export live in cli/plan.py
     from zionsim.cli import plan as cli_plan

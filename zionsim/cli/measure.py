@@ -7,8 +7,8 @@ import sys
 from pathlib import Path
 
 from zionsim.base.errors import InputError
-from zionsim.cli.common import common_options, force_option
-from zionsim.io.files import FORMATS, format_rows, to_json, write_result_dir
+from zionsim.cli.common import Phases, common_options, force_option, format_option
+from zionsim.io.files import format_rows, to_json, write_result_dir
 
 
 def add_parsers(sub) -> None:
@@ -27,7 +27,7 @@ def _validate_parser(sub) -> None:
     )
     force_option(p)
     p.add_argument("--plots", default=None, metavar="DIR", help="also write validation_*.png")
-    p.add_argument("--format", choices=FORMATS, default="table")
+    format_option(p)
 
 
 def cmd_validate(args) -> int:
@@ -83,6 +83,7 @@ def cmd_calibrate(args) -> int:
     from zionsim.measure.kernel_times import read_kernel_csv
     from zionsim.measure.nccl_logs import read_nccl_log, world_of
 
+    bar = Phases(f"calibrate {Path(args.out).name}", ["read", "fit", "write"])
     frames = [read_nccl_log(f) for f in args.nccl_log]
     kernels = read_kernel_csv(args.kernels) if args.kernels else None
     if not frames and kernels is None:
@@ -91,7 +92,9 @@ def cmd_calibrate(args) -> int:
     if frames and nodes is None and gpn is None:
         nodes, gpn = world_of(frames) or (None, None)  # the world the logs ran on
     cluster = Cluster.load(args.topology, nodes=nodes, gpus_per_node=gpn, overrides=args.set)
+    bar.start("fit")
     cal = calibrate(cluster, frames, kernels)
+    bar.start("write")
     spec, topo = cluster.spec, args.topology
     if topo.endswith((".yaml", ".yml")) or Path(topo).exists():
         topo = os.path.relpath(Path(topo).resolve(), Path(args.out).resolve().parent)
@@ -105,6 +108,7 @@ def cmd_calibrate(args) -> int:
     data = overlay(cal, topo, {k: v for k, v in provenance.items() if v})
     text = yaml.safe_dump(data, sort_keys=False, width=100)
     write_atomic(args.out, "# Written by `zionsim calibrate` (docs/calibration.md).\n" + text)
+    bar.close()
     if args.format == "json":
         print(to_json({"fields": cal.fields, "fit": cal.summary, "notes": cal.notes}), end="")
     elif args.format == "csv":

@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 from zionsim.base.errors import InputError
-from zionsim.cli.common import default_out, force_option, memory_option
-from zionsim.io.files import FORMATS, format_rows, is_partial, to_json, write_result_dir
+from zionsim.cli.common import default_out, force_option, format_option, memory_option
+from zionsim.io.files import format_rows, is_partial, to_json, write_result_dir
 
 
 def add_parsers(sub) -> None:
@@ -34,7 +34,7 @@ def _study_parsers(sub) -> None:
     _dask_options(p)
     memory_option(p)
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-    p.add_argument("--format", choices=FORMATS, default="table")
+    format_option(p)
     p = sub.add_parser("compare", help="A vs B: attribute the iteration-time difference")
     p.add_argument("run_a", help="run folder (or its summary.json)")
     p.add_argument("run_b", help="run folder (or its summary.json)")
@@ -42,10 +42,15 @@ def _study_parsers(sub) -> None:
     p.add_argument("--out", default=None, help="default results/runs/compare_<A>_vs_<B>_<hash>")
     force_option(p)
     p.add_argument("--no-plot", action="store_true", help="skip compare.png")
-    p.add_argument("--format", choices=FORMATS, default="table")
+    format_option(p)
     p = sub.add_parser("plot", help="write the plots of a sweep or run folder into DIR/plots/")
     p.add_argument("dir", help="sweep folder (results.parquet) or run folder (summary.json)")
-    p.add_argument("--x", default="gpus", help="scaling x column of a sweep (default gpus)")
+    p.add_argument(
+        "--x",
+        default=None,
+        help="x axis of a sweep's scaling plot: a column such as topology.scale_out.nic_bw "
+        "(default: gpus if it varies, else the first swept parameter that does)",
+    )
 
 
 def _dask_options(p) -> None:
@@ -175,7 +180,8 @@ def cmd_plot(args) -> int:
     if (d / "results.parquet").is_file():
         grid = None
         if (d / "sweep.json").is_file():
-            grid = list(json.loads((d / "sweep.json").read_text()).get("grid") or {})
+            record = json.loads((d / "sweep.json").read_text())
+            grid = record.get("grid_keys") or list(record.get("grid") or {})
         axes = sweep_plots(pd.read_parquet(d / "results.parquet"), grid, x=args.x)
     elif (d / "summary.json").is_file():
         links = pd.read_csv(d / "links.csv") if (d / "links.csv").is_file() else None

@@ -45,12 +45,12 @@ from pathlib import Path
 
 from zionsim.base.config import Fields, safe_load
 from zionsim.base.errors import InputError
-from zionsim.hardware.topology import GpuSpec
+from zionsim.hardware.topology import GPU_ARCHITECTURES, GpuSpec
 
 GEMM_DTYPES = ("fp32", "tf32", "fp16", "bf16", "int8")
 ELEMENT_BYTES = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "int8": 1}
 OPTIMIZERS = ("sgd", "adagrad", "rowwise_adagrad", "adam")
-ARCHITECTURES = ("volta", "ampere", "hopper")
+ARCHITECTURES = GPU_ARCHITECTURES
 #: GPU families recognised in ``GpuSpec.model`` and their architecture
 FAMILIES = {
     "V100": "volta",
@@ -145,7 +145,10 @@ def _arch(f: Fields, g: Fields) -> ArchModel:
 
 
 def architecture(gpu: GpuSpec) -> str:
-    """``"volta"``, ``"ampere"`` or ``"hopper"``, from the family named in ``gpu.model``."""
+    """``"volta"``, ``"ampere"`` or ``"hopper"``: ``gpu.architecture`` when given (a preset
+    gives it), else from the family named in ``gpu.model``."""
+    if gpu.architecture:
+        return gpu.architecture
     found = _FAMILY.search(gpu.model)
     if not found:
         raise InputError(

@@ -13,13 +13,24 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from zionsim.base.config import Fields, load_with_overrides
+from zionsim.base.config import Fields, apply_overrides, load_with_overrides, parse_override
+from zionsim.hardware.gpus import expand_gpu_preset
 
 DTYPES = ("fp32", "tf32", "fp16", "bf16", "int8", "fp8")
 SCALE_UP_KINDS = ("nvswitch", "mesh", "none")
 SCALE_OUT_KINDS = ("roce", "infiniband", "ethernet")
 NIC_ATTACH = ("pcie_switch", "host")
 LINK_KINDS = ("nvlink", "pcie", "upi", "dram") + SCALE_OUT_KINDS
+#: the role of each link kind, so topologies with different kinds (roce vs ethernet) compare
+LINK_ROLES = {
+    "nvlink": "scale_up",
+    "pcie": "pcie",
+    "upi": "socket",
+    "dram": "memory",
+    **{kind: "scale_out" for kind in SCALE_OUT_KINDS},
+}
+#: GPU generations with compute-model and NCCL parameters (``gpu.architecture``)
+GPU_ARCHITECTURES = ("volta", "ampere", "hopper")
 
 
 @dataclass(frozen=True)
@@ -34,6 +45,9 @@ class GpuSpec:
     #: architecture's defaults: ``launch_s``, ``stream_eff``, ``gather_eff`` and ``gemm``
     #: (``eff_max``, ``half_time_s``, ``exponent``); empty = the defaults
     compute: dict = field(default_factory=dict, compare=False)
+    #: the generation whose compute-model and NCCL parameters apply (``gpu.architecture``);
+    #: empty = the family named in ``model`` (``hardware.compute.architecture``)
+    architecture: str = ""
 
 
 @dataclass(frozen=True)
@@ -161,10 +175,18 @@ def load_topology(
 
     >>> load_topology("zionex", nodes=2).gpus
     16
+    A GPU preset (``gpu: h100`` in the file or ``--set gpu=h100``, ``hardware.gpus``) is resolved
+    before the other overrides, so ``--set scale_up.link_bw=...`` wins over the preset's NVLink.
     """
+    if isinstance(overrides, list):
+        overrides = dict(parse_override(o) for o in overrides)
+    overrides = overrides or {}
+    first = {k: v for k, v in overrides.items() if k == "gpu"}
     data, file = load_with_overrides(
-        name_or_path, "topologies", overrides, defaults={"collectives": COLLECTIVE_DEFAULTS}
+        name_or_path, "topologies", first, defaults={"collectives": COLLECTIVE_DEFAULTS}
     )
+    rest = {k: v for k, v in overrides.items() if k != "gpu"}
+    data = apply_overrides(expand_gpu_preset(data, file), rest, file)
     if nodes is not None:
         data["nodes"] = nodes
     if gpus_per_node is not None:
@@ -174,6 +196,7 @@ def load_topology(
 
 def cluster_from_dict(data: dict, file: str = "<topology>") -> ClusterSpec:
     """Validate a topology mapping; every error names the file and the field."""
+    data = expand_gpu_preset(data, file)
     f = Fields(data, file)
     f.check_keys(TOP_KEYS)
     gpus_per_node = f.integer("gpus_per_node")
@@ -202,7 +225,8 @@ def cluster_from_dict(data: dict, file: str = "<topology>") -> ClusterSpec:
 
 
 def _gpu(f: Fields) -> GpuSpec:
-    f.check_keys({"model", "flops", "hbm", "hbm_bw"})
+    f.check_keys({"model", "architecture", "flops", "hbm", "hbm_bw"})
+    arch = "architecture" in f.data
     flops_f = f.sub("flops")
     flops_f.check_keys(DTYPES)
     flops = {k: flops_f.quantity(k, "flops") for k in flops_f.data}
@@ -213,6 +237,7 @@ def _gpu(f: Fields) -> GpuSpec:
         flops=flops,
         hbm_bytes=f.quantity("hbm", "bytes"),
         hbm_bw_Bps=f.quantity("hbm_bw", "bandwidth"),
+        architecture=f.choice("architecture", GPU_ARCHITECTURES) if arch else "",
     )
 
 

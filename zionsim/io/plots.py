@@ -88,7 +88,7 @@ def save(ax, path) -> None:
     """Write the figure of ``ax`` as a PNG."""
     fig = ax.figure
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, bbox_inches="tight")  # legends and titles outside the axes too
     _pyplot().close(fig)
 
 
@@ -119,6 +119,6 @@ def png_bytes(ax) -> bytes:
     fig = ax.figure
     fig.tight_layout()
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=100, metadata={"Software": None})
+    fig.savefig(buf, format="png", dpi=100, metadata={"Software": None}, bbox_inches="tight")
     _pyplot().close(fig)
     return buf.getvalue()

@@ -9,19 +9,52 @@ headless Agg backend.  Rows whose ``status`` is not ``ok`` are left out.
 >>> import pandas as pd
 >>> df = pd.DataFrame({"gpus": [8, 16], "samples_per_s": [1e5, 1.8e5]})
 >>> plot_scaling(df).get_xlabel()
-'gpus'
+'GPUs'
 """
 
 from __future__ import annotations
 
+import math
+import textwrap
+
 import pandas as pd
 
+from zionsim.base.errors import InputError
+from zionsim.base.units import UNITS, parse_quantity
 from zionsim.sim.results import BREAKDOWN_KEYS
 
 #: one colour per category, the same in every plot (tab20 order)
 CATEGORIES = BREAKDOWN_KEYS
 BREAKDOWN = "breakdown_s."
 _PREFIXES = ("topology.", "workload.")
+#: axis labels of known columns, and the factor from the column's SI value to the unit shown
+AXES = {
+    "gpus": ("GPUs", 1.0),
+    "nodes": ("nodes", 1.0),
+    "trainers": ("trainers (GPUs)", 1.0),
+    "gpus_per_node": ("GPUs per node", 1.0),
+    "batch_per_gpu": ("batch per GPU (samples)", 1.0),
+    "global_batch": ("global batch (samples)", 1.0),
+    "samples_per_s": ("throughput (samples/s)", 1.0),
+    "iteration_time_s": ("iteration time (ms)", 1e3),
+    "exposed_comm_s": ("exposed communication (ms)", 1e3),
+    "speedup": ("speed-up (x)", 1.0),
+    "sync_gap_mean_iterations": ("mean sync gap (iterations)", 1.0),
+    "sync_gap_p95_iterations": ("p95 sync gap (iterations)", 1.0),
+    "foreground_slowdown": ("foreground slowdown (%)", 100.0),
+    "knob": ("hardware knob", 1.0),
+    "topology.scale_out.nic_bw": ("NIC bandwidth", 1.0),
+    "topology.scale_up.link_bw": ("NVLink bandwidth per link", 1.0),
+    "topology.gpu.hbm": ("HBM per GPU", 1.0),
+    "topology.host.dram_bw": ("host DRAM bandwidth per socket", 1.0),
+}
+#: x axes along which "throughput per unit of x" (scaling efficiency) means something
+COUNT_AXES = ("gpus", "nodes", "trainers")
+#: columns that are ratios around 1 (a baseline at 1 is drawn)
+RATIOS = ("speedup", "scaling_efficiency")
+#: one marker and line style per line, so lines differ without colour
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+LINESTYLES = ("-", "--", "-.", ":")
 
 
 def _pyplot():
@@ -54,10 +87,99 @@ def _ok(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def _groups(df: pd.DataFrame, by):
-    """``(label, frame)`` per value of ``by`` (a column or list of columns); one group if None."""
+    """``(label, frame)`` per value of ``by`` (a column or list of columns), in the order the
+    values first appear (a sweep's grid order); one group if None."""
     if by is None:
         return [(None, df)]
-    return [(_key_label(by, k), g) for k, g in df.groupby(by, sort=True, dropna=False)]
+    return [(_key_label(by, k), g) for k, g in df.groupby(by, sort=False, dropna=False)]
+
+
+def _pretty(column: str) -> str:
+    """A column name for an axis: known ones by :data:`AXES`, else the path without its prefix."""
+    if column in AXES:
+        return AXES[column][0]
+    name = column.removeprefix("topology.").removeprefix("workload.")
+    return name.replace("_", " ")
+
+
+def axis_values(values: pd.Series, column: str) -> tuple[pd.Series, str]:
+    """Numbers to plot for a column and its axis label with the unit.
+
+    Known columns (:data:`AXES`) are scaled to the unit of their label (seconds to ms …); strings
+    with units (``"100Gbps"``, as a sweep writes them) become numbers in the unit of the first
+    value, named in the label (``NIC bandwidth (Gbps)``); other columns are returned as they are
+    (numbers, or categories to place in order).
+    """
+    if column in AXES:
+        label, factor = AXES[column]
+        numbers = pd.to_numeric(values, errors="coerce")
+        if numbers.notna().all():
+            return numbers * factor, label
+    numbers = pd.to_numeric(values, errors="coerce")
+    if numbers.notna().all():
+        if column.endswith("_s") and not column.endswith("_per_s"):
+            return numbers * 1e3, f"{_pretty(column.removesuffix('_s'))} (ms)"
+        return numbers, _pretty(column)
+    unit = _common_unit(values)
+    if unit is None:
+        return values.astype(str), _pretty(column)
+    factor = UNITS[unit][1]
+    return values.map(lambda v: parse_quantity(v) / factor), f"{_pretty(column)} ({unit})"
+
+
+def _common_unit(values: pd.Series) -> str | None:
+    """The unit of the first value when every value is a quantity of that unit's dimension."""
+    import re
+
+    units = [re.sub(r"^[\s\d.eE+-]*", "", str(v)).strip() for v in values]
+    if not units or units[0] not in UNITS:
+        return None
+    dim = UNITS[units[0]][0]
+    if any(u not in UNITS or UNITS[u][0] != dim for u in units):
+        return None
+    try:
+        [parse_quantity(v) for v in values]
+    except InputError:
+        return None
+    return units[0]
+
+
+def _place(ax, values: pd.Series, column: str, axis: str = "x") -> pd.Series:
+    """Positions along ``axis`` for ``values`` of ``column``, with its label: numbers as they
+    are, categories at 0, 1, … in first-seen order, named on the ticks."""
+    numbers, label = axis_values(values, column)
+    getattr(ax, f"set_{axis}label")(label)
+    if pd.api.types.is_numeric_dtype(numbers):
+        return numbers
+    order = list(dict.fromkeys(numbers))
+    getattr(ax, f"set_{axis}ticks")(range(len(order)))
+    getattr(ax, f"set_{axis}ticklabels")(order, fontsize=8)
+    return numbers.map({v: i for i, v in enumerate(order)})
+
+
+def _log_if_wide(ax, values, axis: str = "x") -> None:
+    """A log axis when the positive ``values`` span two decades or more; on x, powers of two
+    (GPU counts, doubling grids) get a base-2 axis from a 4x span on.  Values that include
+    zeros get a symmetric-log axis, linear below the smallest positive value's decade, so a
+    series at or near zero is not drawn flat under one far above it."""
+    v = pd.to_numeric(pd.Series(values), errors="coerce").dropna()
+    if not (len(v) == len(values) and len(v) and (v >= 0).all()):
+        return
+    pos = v[v > 0]
+    if len(pos) < len(v):
+        if len(pos) and pos.max() >= 100 * pos.min():
+            linthresh = 10 ** math.floor(math.log10(pos.min()))
+            getattr(ax, f"set_{axis}scale")("symlog", linthresh=linthresh)
+            getattr(ax, f"set_{axis}lim")(-linthresh / 2, pos.max() * 2)  # zeros drawn clear
+        return
+    powers = axis == "x" and all(float(n).is_integer() and int(n) & (int(n) - 1) == 0 for n in v)
+    if v.max() >= (4 if powers else 100) * v.min():
+        getattr(ax, f"set_{axis}scale")("log", **({"base": 2} if powers else {}))
+
+
+def _style(i: int) -> dict:
+    """Marker and line style of the ``i``-th line."""
+    return {"marker": MARKERS[i % len(MARKERS)], "linestyle": LINESTYLES[i % len(LINESTYLES)]}
 
 
 def _key_label(by, key) -> str:
@@ -66,24 +188,25 @@ def _key_label(by, key) -> str:
     return ", ".join(f"{c.rsplit('.', 1)[-1]}={v}" for c, v in zip(cols, keys, strict=False))
 
 
-def _log2_if_wide(ax, values) -> None:
-    """Log-2 x axis when the positive ``values`` span 4x or more."""
-    v = pd.to_numeric(pd.Series(values), errors="coerce").dropna()
-    if len(v) == len(values) and len(v) and (v > 0).all() and v.max() >= 4 * v.min():
-        ax.set_xscale("log", base=2)
-
-
 def plot_scaling(df: pd.DataFrame, ax=None, x: str = "gpus", y: str = "samples_per_s", by=None):
-    """``y`` against ``x`` (default samples/s against GPUs), one line per value of ``by``."""
-    ax = _axes(ax, (6, 4.5))
+    """``y`` against ``x`` (default throughput against GPUs), one line per value of ``by`` (each
+    with its own marker and line style); log axes where the values span two decades."""
+    ax = _axes(ax, (6.5, 4.5))
     rows = _ok(df)
-    for name, g in _groups(rows, by):
-        g = g.sort_values(x)
-        ax.plot(g[x], g[y], marker="o", label=name)
-    _log2_if_wide(ax, rows[x])
-    ax.set_xlabel(x)
-    ax.set_ylabel(y)
-    ax.set_title(f"{y} vs {x}")
+    if rows.empty or x not in rows.columns or y not in rows.columns:
+        ax.text(0.5, 0.5, "no successful points", ha="center", va="center")
+        return ax
+    xs = _place(ax, rows[x], x)
+    ys = _place(ax, rows[y], y, "y")
+    for i, (name, g) in enumerate(_groups(rows, by)):
+        order = xs[g.index].sort_values(kind="stable").index
+        ax.plot(xs[order], ys[order], label=name, **_style(i))
+    if pd.api.types.is_numeric_dtype(xs):
+        _log_if_wide(ax, xs)
+    _log_if_wide(ax, ys, "y")
+    if y in RATIOS:
+        ax.axhline(1.0, color="grey", linestyle="--", linewidth=1, label="baseline (1x)")
+    ax.set_title(f"{_pretty(y)} vs {_pretty(x)}")
     if by is not None:
         ax.legend(fontsize=8)
     return ax
@@ -111,17 +234,24 @@ def scaling_efficiency(
 def plot_scaling_efficiency(
     df: pd.DataFrame, ax=None, x: str = "gpus", y: str = "samples_per_s", by=None
 ):
-    """Scaling efficiency (:func:`scaling_efficiency`) against ``x``, the ideal at 1.0 dashed."""
-    ax = _axes(ax, (6, 4.5))
+    """Scaling efficiency (:func:`scaling_efficiency`) against ``x``, the ideal at 1.0 dashed.
+
+    Only for an ``x`` that counts resources (:data:`COUNT_AXES`); along anything else "per unit
+    of x" means nothing and a :class:`ValueError` says so."""
+    if x not in COUNT_AXES:
+        raise ValueError(f"scaling efficiency needs x in {COUNT_AXES}, got {x!r}")
+    ax = _axes(ax, (6.5, 4.5))
     rows = _ok(df).assign(_eff=scaling_efficiency(df, x, y, by))
-    for name, g in _groups(rows, by):
-        g = g.sort_values(x)
-        ax.plot(g[x], g["_eff"], marker="o", label=name)
-    ax.axhline(1.0, color="grey", linestyle="--", linewidth=1, label="linear")
-    _log2_if_wide(ax, rows[x])
+    for i, (name, g) in enumerate(_groups(rows, by)):
+        g = g.sort_values(x, kind="stable")
+        ax.plot(g[x], g["_eff"], label=name, **_style(i))
+    ax.axhline(1.0, color="grey", linestyle="--", linewidth=1, label="linear (1.0)")
+    _log_if_wide(ax, rows[x])
     ax.set_ylim(bottom=0)
-    ax.set_xlabel(x)
-    ax.set_ylabel(f"{y} per {x}, relative to smallest")
+    ax.set_xlabel(_pretty(x))
+    ax.set_ylabel(
+        f"scaling efficiency ({_pretty(y)} per {_pretty(x).split(' (')[0]}, 1 = smallest)"
+    )
     ax.set_title("scaling efficiency")
     ax.legend(fontsize=8)
     return ax
@@ -234,7 +364,8 @@ def plot_compare(
             ax.annotate(f"x{ta / tb:.2f}", (x + 0.2, tb), ha="center", va="bottom", fontsize=8)
     _set_xlabels(ax, xs, _labels(a, label) if label is not None else [""] * len(xs), label)
     ax.set_ylabel("critical path per iteration (ms)")
-    ax.set_title(f"{names[0]} (left) vs {names[1]} (right, hatched)")
+    title = f"{names[0]} (left) vs {names[1]} (right, hatched)"
+    ax.set_title(textwrap.fill(title, 60), fontsize=10)
     extra = [
         Patch(facecolor="white", edgecolor="black", label=names[0]),
         Patch(facecolor="white", edgecolor="black", hatch="//", label=names[1]),
@@ -297,14 +428,16 @@ def varying(df: pd.DataFrame, columns) -> list[str]:
     return [c for c in columns if c in df.columns and df[c].astype(str).nunique() > 1]
 
 
-def sweep_plots(df: pd.DataFrame, params=None, x: str = "gpus") -> dict:
+def sweep_plots(df: pd.DataFrame, params=None, x: str | None = None) -> dict:
     """The plots that apply to a sweep table, as ``{name: axes}``.
 
     ``params``: the swept parameter columns (default: the run-option and ``topology.``/
-    ``workload.`` columns).  Always ``breakdown`` (one bar per point, labelled by the parameters
-    that vary); ``scaling`` and ``scaling_efficiency`` when ``x`` takes 2+ values (one line per
-    value of the other varying parameters); ``compare`` when ``topology`` takes exactly 2 values
-    with the same number of points each (Zion vs ZionEX style).
+    ``workload.`` columns).  ``x``: the scaling axis, default ``gpus`` when it varies, else the
+    first swept parameter that does.  Always ``breakdown`` (one bar per point in grid order,
+    labelled by the parameters that vary); ``scaling`` when ``x`` takes 2+ values (one line per
+    value of the other varying parameters; ``x`` may hold unit strings such as ``100Gbps``), and
+    ``scaling_efficiency`` too when ``x`` counts resources (:data:`COUNT_AXES`); ``compare`` when
+    ``topology`` takes exactly 2 values with the same number of points each (Zion vs ZionEX).
     """
     from zionsim.sim.run import RUN_OPTIONS
 
@@ -316,11 +449,19 @@ def sweep_plots(df: pd.DataFrame, params=None, x: str = "gpus") -> dict:
     if rows.empty:
         return out
     out["breakdown"] = plot_breakdown(rows, label=keys or None)
+    if x is None:
+        x = next(
+            (k for k in ["gpus", *keys] if k in rows and rows[k].astype(str).nunique() > 1), "gpus"
+        )
     scale_keys = {x, "nodes", "gpus_per_node", "global_batch"}
-    if x in rows.columns and rows[x].nunique() > 1:
+    if x not in rows.columns:
+        allowed = ", ".join(dict.fromkeys(["gpus", "nodes", *keys]))
+        raise InputError(f"no column {x!r} in the sweep table", field="--x", allowed=allowed)
+    if rows[x].astype(str).nunique() > 1:
         by = [k for k in keys if k not in scale_keys] or None
         out["scaling"] = plot_scaling(rows, x=x, by=by)
-        out["scaling_efficiency"] = plot_scaling_efficiency(rows, x=x, by=by)
+        if x in COUNT_AXES:
+            out["scaling_efficiency"] = plot_scaling_efficiency(rows, x=x, by=by)
     if "topology" in keys and rows["topology"].nunique() == 2:
         sizes = rows.groupby("topology").size()
         if sizes.nunique() == 1:
@@ -350,8 +491,8 @@ def run_plots(summary: dict, links: pd.DataFrame | None = None, events=None) -> 
 def plot_bars(df: pd.DataFrame, ax=None, x: str = "knob", y: str = "speedup", by=None):
     """Grouped bars: one group per value of ``x`` (first-seen order), one bar per ``by`` value.
 
-    For what-if tables such as the speed-up per hardware knob; a dashed line marks 1.0 when
-    ``y`` is a ratio around it.
+    For what-if tables such as the speed-up per hardware knob; a dashed baseline marks 1.0 when
+    ``y`` is a ratio (:data:`RATIOS`).
     """
     rows = _ok(df)
     groups = _groups(rows, by)
@@ -362,12 +503,12 @@ def plot_bars(df: pd.DataFrame, ax=None, x: str = "knob", y: str = "speedup", by
         vals = g.groupby(x, sort=False)[y].mean()
         pos = [j + (i - (len(groups) - 1) / 2) * width for j in range(len(xs))]
         ax.bar(pos, [vals.get(v, float("nan")) for v in xs], width, label=name)
-    if rows[y].between(0.2, 5).all():
-        ax.axhline(1.0, color="grey", linestyle="--", linewidth=1)
+    if y in RATIOS:
+        ax.axhline(1.0, color="grey", linestyle="--", linewidth=1, label="baseline (1x)")
     ax.set_xticks(range(len(xs)))
     ax.set_xticklabels([str(v) for v in xs], fontsize=8)
-    ax.set_xlabel(x)
-    ax.set_ylabel(y)
-    if by is not None:
+    ax.set_xlabel(_pretty(x))
+    ax.set_ylabel(_pretty(y))
+    if by is not None or y in RATIOS:
         ax.legend(fontsize=8)
     return ax

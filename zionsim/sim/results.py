@@ -231,7 +231,11 @@ def _span_label(tag: tuple, colls) -> tuple:
 
 
 def links_table(cluster, network, sim_time_s: float) -> pd.DataFrame:
-    """Bytes and utilisation (of achieved capacity, over the whole run) per directed link."""
+    """Bytes and utilisation (of achieved capacity, over the whole run) per directed link, with
+    its kind (``nvlink``, ``roce`` …) and role (``scale_up``, ``scale_out``, ``pcie``,
+    ``socket``, ``memory``: ``topology.LINK_ROLES``)."""
+    from zionsim.hardware.topology import LINK_ROLES
+
     r = cluster.router
     util = network.link_bytes / (r.capacity_Bps * sim_time_s) if sim_time_s > 0 else 0.0
     return pd.DataFrame(
@@ -239,6 +243,7 @@ def links_table(cluster, network, sim_time_s: float) -> pd.DataFrame:
             "src": [u for u, _ in r.edge_names],
             "dst": [v for _, v in r.edge_names],
             "kind": r.edge_kind,
+            "role": [LINK_ROLES.get(k, k) for k in r.edge_kind],
             "bw_Bps": r.bw_Bps,
             "capacity_Bps": r.capacity_Bps,
             "bytes": network.link_bytes,
@@ -290,50 +295,81 @@ def rank_totals(events: pd.DataFrame) -> pd.DataFrame:
     return out.reset_index()
 
 
+#: Perfetto track names of the streams, in display order (``trace.STREAMS`` plus the network)
+STREAM_TRACKS = {
+    "compute": "compute stream",
+    "a2a": "all-to-all stream",
+    "allreduce": "all-reduce stream",
+    "ps": "parameter-server stream",
+    "sync": "sync stream",
+    "embedding": "embedding stream",
+    "network": "network",
+}
+
+
 def perfetto(events: pd.DataFrame) -> dict:
-    """Chrome/Perfetto trace: one process per rank (network as -1), one thread per stream."""
-    streams = {
-        "compute": 0,
-        "a2a": 1,
-        "allreduce": 2,
-        "ps": 3,
-        "network": 4,
-        "sync": 5,
-        "embedding": 6,
-    }
-    out = [
-        {
-            "name": "process_name",
-            "ph": "M",
-            "pid": int(p),
-            "tid": 0,
-            "args": {"name": f"rank {p}" if p >= 0 else "network"},
-        }
-        for p in sorted(events["rank"].unique())
-    ]
-    cols = (
-        events["name"].tolist(),
-        events["category"].tolist(),
-        events["rank"].astype(int).tolist(),
-        events["stream"].map(streams).tolist(),
-        (events["start_s"] * 1e6).tolist(),
-        (events["duration_s"] * 1e6).tolist(),
-        events["iteration"].astype(int).tolist(),
-    )
-    out += [
-        {
-            "name": name,
-            "cat": cat,
-            "ph": "X",
-            "pid": rank,
-            "tid": tid,
-            "ts": round(ts, 3),
-            "dur": round(dur, 3),
-            "args": {"iteration": it},
-        }
-        for name, cat, rank, tid, ts, dur, it in zip(*cols, strict=True)
-    ]
+    """Chrome/Perfetto trace: one process per rank (the network as process -1, shown first), one
+    named track per stream; spans of one stream that overlap in time (concurrent collectives on
+    the network) go on numbered tracks of their own, so no track overlaps itself."""
+    lanes = track_lanes(events)
+    order = {s: i for i, s in enumerate(STREAM_TRACKS)}
+    streams = events["stream"]
+    tids = [order.get(s, len(order)) * 100 + int(n) for s, n in zip(streams, lanes, strict=True)]
+    out: list[dict] = []
+    for p in sorted(events["rank"].unique()):
+        out.append(_meta("process_name", int(p), 0, {"name": f"rank {p}" if p >= 0 else "network"}))
+        out.append(_meta("process_sort_index", int(p), 0, {"sort_index": int(p)}))
+    tracks = sorted(set(zip(events["rank"].astype(int), tids, streams, lanes, strict=True)))
+    for rank, tid, stream, lane in tracks:
+        label = STREAM_TRACKS.get(stream, stream) + (f" ({lane + 1})" if lane else "")
+        out.append(_meta("thread_name", rank, tid, {"name": label}))
+        out.append(_meta("thread_sort_index", rank, tid, {"sort_index": tid}))
+    for row, tid in zip(events.itertuples(index=False), tids, strict=True):
+        args = {"iteration": int(row.iteration)}
+        if row.bytes:
+            args["bytes"] = float(row.bytes)
+        out.append(
+            {
+                "name": row.name,
+                "cat": row.category,
+                "ph": "X",
+                "pid": int(row.rank),
+                "tid": tid,
+                "ts": round(row.start_s * 1e6, 3),
+                # from the rounded ends, so spans that touch do not overlap after rounding
+                "dur": round(round(row.end_s * 1e6, 3) - round(row.start_s * 1e6, 3), 3),
+                "args": args,
+            }
+        )
     return {"traceEvents": out, "displayTimeUnit": "ms"}
+
+
+def _meta(name: str, pid: int, tid: int, args: dict) -> dict:
+    return {"name": name, "ph": "M", "pid": pid, "tid": tid, "args": args}
+
+
+def track_lanes(events: pd.DataFrame) -> np.ndarray:
+    """Per event, the lane of its (rank, stream) track: 0 unless it overlaps an earlier span of
+    the same track, then the lowest lane free at its start (interval partitioning)."""
+    lanes = np.zeros(len(events), dtype=int)
+    if events.empty:
+        return lanes
+    for _, idx in events.groupby(["rank", "stream"], sort=False).indices.items():
+        start = events["start_s"].to_numpy()[idx]
+        end = events["end_s"].to_numpy()[idx]
+        order = np.lexsort((idx, start))
+        s, e = start[order], end[order]
+        if len(s) < 2 or np.all(s[1:] >= np.maximum.accumulate(e)[:-1]):
+            continue  # a sequential stream: one lane
+        free: list[float] = []  # end time of the last span on each lane
+        for k, i in enumerate(order):
+            lane = next((j for j, f in enumerate(free) if f <= s[k]), len(free))
+            if lane == len(free):
+                free.append(e[k])
+            else:
+                free[lane] = e[k]
+            lanes[idx[i]] = lane
+    return lanes
 
 
 def summary_row(summary: dict) -> dict:

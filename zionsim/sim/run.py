@@ -138,6 +138,7 @@ def simulate_run(
         "collectives": _collectives(rec, trace),
         "memory": _memory_summary(memory),
         "link_utilisation_by_kind": links.groupby("kind")["utilisation"].mean().to_dict(),
+        "link_utilisation_by_role": links.groupby("role")["utilisation"].mean().to_dict(),
         "events": int(len(events)),
         "sync": _sync_summary(cluster, trace, rec, a, iterations, warmup, fidelity),
     }

@@ -145,7 +145,7 @@ def run_study(name: str, runs_dir, workers: int = 1, fast=None, progress=False) 
 
     out = Path(runs_dir) / name
     return {
-        part: run_sweep(s, out / part, workers=workers, progress=progress)
+        part: run_sweep(s, out / part, workers=workers, progress=progress and f"{name}: {part}")
         for part, s in study_sweeps(name, fast).items()
     }
 

@@ -177,7 +177,7 @@ def run_sweep(
     out_dir: str | Path,
     workers: int = 1,
     scheduler: str | None = None,
-    progress: bool = True,
+    progress: bool | str = True,
     *,
     max_memory: str | None = None,
     security=None,
@@ -192,8 +192,9 @@ def run_sweep(
     point's memory limit as written (``16GiB``, ``none``); default ``$ZIONSIM_MAX_MEMORY`` or
     the available memory (divided by ``workers`` locally, each Dask worker's own).  Writes
     ``points/<point_id>.json`` per finished point, then ``results.parquet`` and ``results.csv``
-    (one row per point, sorted by ``point_id``).  ``notify`` gets one line per kind of point
-    file that could not be reused (default: printed on stderr).
+    (one row per point, in grid order).  ``notify`` gets one line per kind of point file that
+    could not be reused (default: printed on stderr).  ``progress``: show a tqdm bar on a
+    terminal; a string is its label (default ``sweep <name>`` of ``out_dir``).
     """
     if not isinstance(sweep, Sweep):
         sweep = load_sweep(sweep)
@@ -208,7 +209,8 @@ def run_sweep(
     inputs = {p["point_id"]: inputs_hash(p) for p in pts}
     todo = to_run(out, pts, inputs, notify or _stderr)
     _write_sweep_file(out, sweep)
-    bar = _Progress(len(pts), len(pts) - len(todo), progress)
+    label = progress if isinstance(progress, str) else f"sweep {out.name}"
+    bar = _Progress(len(pts), len(pts) - len(todo), bool(progress), label)
     run = _Run(out, bar, inputs, notify or _stderr)
     try:
         if todo and scheduler:
@@ -246,18 +248,22 @@ def _limit(option: str | None, workers: int | None) -> float | str | None:
 
 
 def _write_sweep_file(out: Path, sweep: Sweep) -> None:
-    """Keep the sweep's definition next to its results (``sweep.json``)."""
-    write_atomic(out / "sweep.json", to_json({"base": sweep.base, "grid": sweep.grid}))
+    """Keep the sweep's definition next to its results (``sweep.json``; JSON keys are sorted, so
+    ``grid_keys`` keeps the grid's order for plots)."""
+    record = {"base": sweep.base, "grid": sweep.grid, "grid_keys": list(sweep.grid)}
+    write_atomic(out / "sweep.json", to_json(record))
 
 
 class _Progress:
     """A tqdm bar of finished points; postfix: ok / running / failed / skipped counts."""
 
-    def __init__(self, total: int, skipped: int, enabled: bool):
+    def __init__(self, total: int, skipped: int, enabled: bool, label: str = "sweep"):
         from tqdm import tqdm
 
         self.counts = {"ok": 0, "running": 0, "failed": 0, "skipped": skipped}
-        self.bar = tqdm(total=total, initial=skipped, unit="pt", desc="sweep", disable=not enabled)
+        # disable=None: shown only on a terminal (quiet in pipes, logs and tests)
+        off = None if enabled else True
+        self.bar = tqdm(total=total, initial=skipped, unit="pt", desc=label, disable=off)
         self.bar.set_postfix(self.counts)
 
     def running(self, n: int) -> None:
@@ -349,19 +355,21 @@ def _result(fut, point: dict) -> dict:
 
 
 def combine(out_dir: str | Path, ids: Iterable[str] | None = None) -> pd.DataFrame:
-    """One row per point file (those of ``ids``, or all), sorted by ``point_id``.
+    """One row per point file: those of ``ids`` in that order (a sweep's grid order), or all of
+    them sorted by ``point_id``.
 
     Columns: ``point_id``, parameters, figures, ``status``, ``error``, ``sim_wall_s``.
     """
     folder = Path(out_dir) / "points"
     if ids is None:
-        ids = [p.stem for p in folder.glob("*.json")]
-    records = [r for r in (read_point(folder / f"{i}.json") for i in sorted(ids)) if r]
+        ids = sorted(p.stem for p in folder.glob("*.json"))
+    records = [r for r in (read_point(folder / f"{i}.json") for i in ids) if r]
     return table_from_records(records)
 
 
 def table_from_records(records: list[dict]) -> pd.DataFrame:
-    """The combined table of point records (see :func:`combine`); integer columns as ``Int64``."""
+    """The combined table of point records, in their order (see :func:`combine`); integer
+    columns as ``Int64``."""
     rows, params, figures = [], set(), set()
     for rec in records:
         p = rec["parameters"]
@@ -376,7 +384,7 @@ def table_from_records(records: list[dict]) -> pd.DataFrame:
         if values and all(isinstance(v, int) and not isinstance(v, bool) for v in values):
             table[col] = table[col].astype("Int64")
     table["sim_wall_s"] = table["sim_wall_s"].astype(float)
-    return table.sort_values("point_id", kind="stable").reset_index(drop=True)
+    return table.reset_index(drop=True)
 
 
 def _tail(rec: dict) -> dict:
