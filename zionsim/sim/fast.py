@@ -176,12 +176,15 @@ class _Scheduler:
         two = any(op.stream == "embedding" for op in trace.ops)
         self.gpu_busy = [False] * trace.ranks
         self.gpu_queue: list[list] = [[] for _ in range(trace.ranks)]
-        for rank, ops in enumerate(trace.by_rank()):
-            for stream in STREAMS:
-                mine = [op for op in ops if op.stream == stream]
-                if mine:
-                    table = [_entry(op, rec.durations_s[op.id], two) for op in mine]
-                    self.push(0.0, URGENT, _Stream(self, rank, table, sync_traffic).resume)
+        seconds = rec.durations_s.tolist()
+        tables: dict[tuple[int, int], list] = {}
+        order = {name: i for i, name in enumerate(STREAMS)}
+        for op in trace.ops:
+            key = (op.rank, order[op.stream])
+            tables.setdefault(key, []).append(_entry(op, seconds[op.id], two))
+        for rank, stream in sorted(tables):  # the engine starts them rank by rank, in STREAMS
+            table = tables[rank, stream]
+            self.push(0.0, URGENT, _Stream(self, rank, table, sync_traffic).resume)
 
     def push(self, t: float, priority: int, fn, arg=None) -> None:
         """Schedule ``fn(arg)`` at ``t`` (after every earlier-scheduled event of equal key)."""
