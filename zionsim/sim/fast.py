@@ -302,7 +302,7 @@ class _Stream:
                 self.free, self.dep, self.phase = s.now, 0, 1
             entry = table[self.k]
             if self.phase == 1:
-                if not self._deps_done(entry[2]):
+                if entry[2] and not self._deps_done(entry[2]):
                     return
                 self.start = s.now
                 if self._launch(entry):
@@ -365,7 +365,8 @@ class _Stream:
         if s.slow_compute and s.comm_in_flight[self.rank] and kernel:
             seconds *= 1.0 + s.slow_compute
         s.compute_busy[self.rank] = kernel
-        s.push(s.now + seconds, NORMAL, self.resume)
+        heapq.heappush(s.heap, (s.now + seconds, NORMAL, s.seq, self.resume, None))
+        s.seq += 1
 
 
 class _Collective:
