@@ -120,12 +120,7 @@ def simulate_trace(
     sync_traffic: bool = True,
 ) -> RunRecords:
     """Run ``iterations`` iterations of ``trace`` on ``cluster``; return the records."""
-    if trace.ranks != len(cluster.gpus):
-        raise InputError(
-            f"the trace has {trace.ranks} ranks but the cluster has {len(cluster.gpus)} GPUs",
-            field="--nodes/--gpus-per-node",
-            allowed=f"a cluster of {trace.ranks} GPUs",
-        )
+    check_cluster(cluster, trace)
     env = CountingEnvironment()
     net = make_network(fidelity, env, cluster.router.capacity_Bps)
     stack = trace.meta.get("stack") or {}
@@ -142,7 +137,25 @@ def simulate_trace(
         for rank in range(trace.ranks):
             env.process(run.background(rank, sync))
     env.run()
-    if len(rec.ops) != iterations * len(trace.ops):
+    check_complete(rec)
+    rec.network, rec.sim_time_s, rec.events = net.stats, env.now, env.events_scheduled
+    return rec
+
+
+def check_cluster(cluster, trace: Trace) -> None:
+    """InputError unless ``trace`` has one rank per GPU of ``cluster``."""
+    if trace.ranks != len(cluster.gpus):
+        raise InputError(
+            f"the trace has {trace.ranks} ranks but the cluster has {len(cluster.gpus)} GPUs",
+            field="--nodes/--gpus-per-node",
+            allowed=f"a cluster of {trace.ranks} GPUs",
+        )
+
+
+def check_complete(rec: RunRecords) -> None:
+    """InputError naming the first op that never ran, unless every op ran every iteration."""
+    trace = rec.trace
+    if len(rec.ops) != rec.iterations * len(trace.ops):
         stuck = {o.id for o in trace.ops} - {op for it, op, *_ in rec.ops if it == 0}
         first = trace.ops[min(stuck)] if stuck else trace.ops[-1]
         raise InputError(
@@ -151,8 +164,6 @@ def simulate_trace(
             "can never finish",
             field=f"ops[{first.id}]",
         )
-    rec.network, rec.sim_time_s, rec.events = net.stats, env.now, env.events_scheduled
-    return rec
 
 
 def stack_compute_model(
@@ -292,56 +303,10 @@ class _Run:
         return cr.event
 
     def _host_transfer(self, it: int, rank: int, args: dict, label: str = "") -> simpy.Event:
-        """Host traffic: UVM rows between the GPU and its nearest DRAM (h2d, d2h), or EASGD
-        parameters between the GPU and the sync servers (to_ps, from_ps), one shard each."""
-        r = self.cluster.router
-        gpu = int(self.cluster.gpus[rank])
-        direction = args["direction"]
-        if direction in ("ps_lookup", "ps_update"):
-            return self._ps_transfer(it, rank, gpu, args)
-        if direction in ("to_ps", "from_ps"):
-            hosts = server_devices(self.cluster, int(args.get("servers", 1)))
-            nbytes = np.full(len(hosts), args["nbytes"] / len(hosts))
-            label = label or "ps"
-        else:
-            hosts, nbytes = np.array([self._nearest_dram(gpu)]), np.array([args["nbytes"]])
-            label = label or "host"
-        gpus = np.full(len(hosts), gpu)
-        src, dst = (hosts, gpus) if direction in ("h2d", "from_ps") else (gpus, hosts)
-        routes = r.routes(src, dst)
-        return self.net.transfer(routes, nbytes, r.latency(routes), tag=(label, it, rank))
-
-    def _ps_transfer(self, it: int, rank: int, gpu: int, args: dict) -> simpy.Event:
-        """Embedding parameter servers (``ps`` tier), as flows on the graph: a lookup sends the
-        indices to each server, the server's CPU gathers rows from its DRAM and the pooled values
-        come back; an update pushes gradients and the CPU reads and writes rows and state.  The
-        server's lookup is bound by its DRAM bandwidth (shared by every trainer it serves); CPU
-        cycles are not modelled."""
-        r, sockets = self.cluster.router, self.cluster.spec.host.sockets
-        k = np.asarray(args["servers"], dtype=np.int64)
-        if k.size and k.max() >= self.cluster.spec.nodes * sockets:
-            raise InputError(
-                f"parameter server {int(k.max())} does not exist",
-                field="plan",
-                allowed=f"servers 0..{self.cluster.spec.nodes * sockets - 1} (host sockets)",
-            )
-        dram = np.array([r.local("dram", s // sockets, s % sockets) for s in k], dtype=np.int64)
-        cpu = np.array([r.local("cpu", s // sockets, s % sockets) for s in k], dtype=np.int64)
-        g = np.full(len(k), gpu)
-        if args["direction"] == "ps_lookup":
-            pairs = [(g, dram, "index"), (dram, cpu, "gather"), (dram, g, "pooled")]
-        else:
-            pairs = [(g, dram, "push"), (dram, cpu, "update"), (cpu, dram, "update")]
-        src = np.concatenate([p[0] for p in pairs])
-        dst = np.concatenate([p[1] for p in pairs])
-        nbytes = np.concatenate([np.asarray(args[p[2]], dtype=float) for p in pairs])
-        routes = r.routes(src, dst)
-        return self.net.transfer(routes, nbytes, r.latency(routes), tag=("emb_ps", it, rank))
-
-    def _nearest_dram(self, gpu: int) -> int:
-        r, node = self.cluster.router, gpu // self.cluster.router.per_node
-        drams = [r.local("dram", node, s) for s in range(self.cluster.spec.host.sockets)]
-        return min(drams, key=lambda d: (len(r.path_names(gpu, d)), d))
+        """Host traffic of ``rank`` (:func:`transfer_flows`) on the network, tagged by label,
+        iteration and rank."""
+        routes, nbytes, latency, label = transfer_flows(self.cluster, rank, args, label)
+        return self.net.transfer(routes, nbytes, latency, tag=(label, it, rank))
 
     def _arrive(self, it: int, cid: int, rank: int) -> simpy.Event:
         key = (it, cid)
@@ -367,12 +332,72 @@ class _Run:
         cr.event.succeed()
 
     def _prepare(self, cid: int) -> nccl.Prepared:
-        c = self.trace.collectives[cid]
-        key = (c.op, c.size_bytes, c.ranks.tobytes()) if c.matrix is None else ("coll", cid)
-        if key not in self.prepared:
-            devices = self.cluster.gpus[c.ranks]
-            choice = nccl.choose(
-                self.cluster, c.op, devices, c.size_bytes, self.model, matrix=c.matrix
-            )
-            self.prepared[key] = nccl.prepare(self.cluster, choice, self.model)
-        return self.prepared[key]
+        return prepare_collective(self.cluster, self.trace, cid, self.model, self.prepared)
+
+
+def prepare_collective(cluster, trace: Trace, cid: int, model, cache: dict) -> nccl.Prepared:
+    """Collective ``cid`` of ``trace`` chosen and prepared on ``cluster`` (memoised in ``cache``
+    by op, size and group, or by id where it has a byte matrix)."""
+    c = trace.collectives[cid]
+    key = (c.op, c.size_bytes, c.ranks.tobytes()) if c.matrix is None else ("coll", cid)
+    if key not in cache:
+        devices = cluster.gpus[c.ranks]
+        choice = nccl.choose(cluster, c.op, devices, c.size_bytes, model, matrix=c.matrix)
+        cache[key] = nccl.prepare(cluster, choice, model)
+    return cache[key]
+
+
+def transfer_flows(cluster, rank: int, args: dict, label: str = "") -> tuple:
+    """(routes, bytes, latency, tag label) of ``rank``'s host traffic: UVM rows between the GPU
+    and its nearest DRAM (h2d, d2h), EASGD parameters between the GPU and the sync servers
+    (to_ps, from_ps), one shard each, or embedding parameter-server flows (:func:`_ps_flows`)."""
+    r = cluster.router
+    gpu = int(cluster.gpus[rank])
+    direction = args["direction"]
+    if direction in ("ps_lookup", "ps_update"):
+        routes, nbytes = _ps_flows(cluster, gpu, args)
+        return routes, nbytes, r.latency(routes), "emb_ps"
+    if direction in ("to_ps", "from_ps"):
+        hosts = server_devices(cluster, int(args.get("servers", 1)))
+        nbytes = np.full(len(hosts), args["nbytes"] / len(hosts))
+        label = label or "ps"
+    else:
+        hosts, nbytes = np.array([_nearest_dram(cluster, gpu)]), np.array([args["nbytes"]])
+        label = label or "host"
+    gpus = np.full(len(hosts), gpu)
+    src, dst = (hosts, gpus) if direction in ("h2d", "from_ps") else (gpus, hosts)
+    routes = r.routes(src, dst)
+    return routes, nbytes, r.latency(routes), label
+
+
+def _ps_flows(cluster, gpu: int, args: dict) -> tuple[np.ndarray, np.ndarray]:
+    """Embedding parameter servers (``ps`` tier), as flows on the graph: a lookup sends the
+    indices to each server, the server's CPU gathers rows from its DRAM and the pooled values
+    come back; an update pushes gradients and the CPU reads and writes rows and state.  The
+    server's lookup is bound by its DRAM bandwidth (shared by every trainer it serves); CPU
+    cycles are not modelled."""
+    r, sockets = cluster.router, cluster.spec.host.sockets
+    k = np.asarray(args["servers"], dtype=np.int64)
+    if k.size and k.max() >= cluster.spec.nodes * sockets:
+        raise InputError(
+            f"parameter server {int(k.max())} does not exist",
+            field="plan",
+            allowed=f"servers 0..{cluster.spec.nodes * sockets - 1} (host sockets)",
+        )
+    dram = np.array([r.local("dram", s // sockets, s % sockets) for s in k], dtype=np.int64)
+    cpu = np.array([r.local("cpu", s // sockets, s % sockets) for s in k], dtype=np.int64)
+    g = np.full(len(k), gpu)
+    if args["direction"] == "ps_lookup":
+        pairs = [(g, dram, "index"), (dram, cpu, "gather"), (dram, g, "pooled")]
+    else:
+        pairs = [(g, dram, "push"), (dram, cpu, "update"), (cpu, dram, "update")]
+    src = np.concatenate([p[0] for p in pairs])
+    dst = np.concatenate([p[1] for p in pairs])
+    nbytes = np.concatenate([np.asarray(args[p[2]], dtype=float) for p in pairs])
+    return r.routes(src, dst), nbytes
+
+
+def _nearest_dram(cluster, gpu: int) -> int:
+    r, node = cluster.router, gpu // cluster.router.per_node
+    drams = [r.local("dram", node, s) for s in range(cluster.spec.host.sockets)]
+    return min(drams, key=lambda d: (len(r.path_names(gpu, d)), d))

@@ -27,7 +27,7 @@ from zionsim.dlrm.stack import StackSpec, apply_stack, resolve_stack
 from zionsim.dlrm.sync import SyncSpec, gap_stats, sync_spec
 from zionsim.dlrm.trace import Trace, lower
 from zionsim.dlrm.workload import WorkloadSpec
-from zionsim.sim.engine import simulate_trace
+from zionsim.sim.fast import simulate_trace
 from zionsim.sim.resources import check_inputs, check_trace
 from zionsim.sim.results import Analysis, links_table, perfetto, rank_totals, sample_events
 
