@@ -266,6 +266,10 @@ class _Run:
     def background(self, rank: int, sync: dict):
         """ShadowSync: sync rounds back to back (or every ``period_s``) until training ends.
 
+        A model-averaging round is an NCCL all-reduce, so while it is in flight the trainer's
+        compute kernels run slower by the stack's ``compute_slowdown``, as under foreground
+        collectives; EASGD's host transfers go through copy engines and slow nothing.
+
         A round starts only once the trainer has finished an iteration since the last round
         began: averaging parameters that have not changed is a no-op, and a round that costs no
         time (an ideal network) must not loop forever at one instant."""
@@ -284,8 +288,10 @@ class _Run:
                 args = {"nbytes": share, "servers": sync.get("servers", 1)}
                 yield self._host_transfer(n_round, rank, {**args, "direction": "to_ps"}, "sync")
                 yield self._host_transfer(n_round, rank, {**args, "direction": "from_ps"}, "sync")
-            else:
+            else:  # NCCL kernels of the round hold SMs from launch to end (interference)
+                self.comm_in_flight[rank] += 1
                 yield self._arrive_round(background[rank], n_round, rank)
+                self.comm_in_flight[rank] -= 1
             self.rec.sync_rounds.append((rank, start, env.now, it0, self.iteration[rank]))
             n_round += 1
             wait = sync.get("period_s", 0.0) - (env.now - start)
