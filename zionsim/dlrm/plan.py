@@ -187,7 +187,7 @@ def plan_from_dict(
     for i, item in enumerate(items):
         e = Fields(item, file, f"tables[{i}]")
         e.check_keys({"table", "sharding", "ranks", "node", "tier", "cache_fraction", "server"})
-        name = e.raw("table")
+        name = e.text("table")
         if name not in index:
             raise e.error(
                 "table",

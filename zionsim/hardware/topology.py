@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from zionsim.base import bounds
 from zionsim.base.config import Fields, load_with_overrides
 
 DTYPES = ("fp32", "tf32", "fp16", "bf16", "int8", "fp8")
@@ -172,11 +173,13 @@ def cluster_from_dict(data: dict, file: str = "<topology>") -> ClusterSpec:
     f = Fields(data, file)
     f.check_keys(TOP_KEYS)
     gpus_per_node = f.integer("gpus_per_node")
+    nodes = f.integer("nodes")
+    bounds.count(nodes * gpus_per_node, "gpus", file=file, field="nodes x gpus_per_node")
     coll = f.sub("collectives", {})
     spec = ClusterSpec(
         name=str(f.raw("name", Path(file).stem)),
         description=str(f.raw("description", "")),
-        nodes=f.integer("nodes"),
+        nodes=nodes,
         gpus_per_node=gpus_per_node,
         gpu=replace(_gpu(f.sub("gpu")), compute=_compute(f.sub("compute", {}))),
         host=_host(f.sub("host")),
