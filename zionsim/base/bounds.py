@@ -67,6 +67,12 @@ FIELDS: dict[str, Bound] = {
     "tiers": Bound(1, 3, "a folded Clos of 1, 2 or 3 switch levels"),
     "hbm": Bound(1, 2**44, "16 TiB of accelerator memory: 80x a B200's 192 GB"),
     "dram": Bound(1, 1e15, "1 PB of host memory per node: 20x the largest x86 servers"),
+    # achieved fractions of peak: below 0.1 % a link or kernel is broken, not slow (and the
+    # times built on it overflow)
+    "efficiency": Bound(1e-3, 1.0, "at least 0.1 % of line rate"),
+    "stream_efficiency": Bound(1e-3, 1.0, "at least 0.1 % of HBM bandwidth"),
+    "gather_efficiency": Bound(1e-3, 1.0, "at least 0.1 % of HBM bandwidth"),
+    "eff_max": Bound(1e-3, 1.0, "at least 0.1 % of peak FLOP/s"),
     # link and software latencies, overheads, scales
     "latency": Bound(0, 1.0, "a link hop of a second is not a link"),
     "overhead": Bound(0, 1.0, "a collective's fixed overhead above a second is not NCCL"),

@@ -72,7 +72,8 @@ def parse_quantity(
     if isinstance(value, bool):
         raise InputError(f"expected a quantity, got {value!r}", file=file, field=field)
     if isinstance(value, int | float):
-        return _finite(float(value), value, dimension, file, field)
+        number = float(value) if abs(value) <= MAX_MAGNITUDE else float("inf")  # no overflow
+        return _finite(number, value, dimension, file, field)
     if not isinstance(value, str):
         raise InputError(
             f"expected a number or a string with a unit, got {value!r}", file=file, field=field
@@ -125,7 +126,7 @@ def require_unit(value: object, dimension: str, *, field=None, file=None) -> Non
     bare = isinstance(value, int | float) or (
         isinstance(value, str) and (m := _NUM.match(value)) is not None and m.group(2) == ""
     )
-    if bare and float(value) != 0:
+    if bare and not (isinstance(value, int) and value == 0) and float(str(value)) != 0:
         raise InputError(
             f"{value!r} has no unit", file=file, field=field, allowed=_allowed(dimension)
         )

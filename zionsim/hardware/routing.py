@@ -197,12 +197,19 @@ def _weight(u: str, v: str, d: dict) -> float:
 
 
 def _all_paths(pred: dict, src: str, dst: str) -> list[list[str]]:
-    """Every shortest path from a Dijkstra predecessor map, in a deterministic order."""
-    if dst == src:
-        return [[src]]
-    out = []
-    for p in sorted(pred[dst]):
-        out.extend(path + [dst] for path in _all_paths(pred, src, p))
+    """Every shortest path from a Dijkstra predecessor map, in a deterministic order (the order
+    of a depth-first walk over sorted predecessors).  Iterative, and a predecessor already on
+    the path is skipped: with bounded link bandwidths every weight is finite and positive, so
+    the map has no cycle, but a degenerate graph must not recurse without end."""
+    out: list[list[str]] = []
+    stack: list[tuple[str, tuple[str, ...]]] = [(dst, ())]
+    while stack:
+        node, tail = stack.pop()
+        if node == src:
+            out.append([src, *tail])
+            continue
+        nxt = [p for p in sorted(pred.get(node, ())) if p != node and p not in tail]
+        stack.extend((p, (node, *tail)) for p in reversed(nxt))
     return out
 
 

@@ -261,7 +261,20 @@ def _scale_up(f: Fields, gpus_per_node: int) -> ScaleUpSpec:
                 f"bad entry {item!r}",
                 allowed=f"[a, b, n] with a != b in 0..{gpus_per_node - 1}, n >= 1",
             )
-        triples.append((item[0], item[1], item[2]))
+        pair = {item[0], item[1]}
+        if any({a, b} == pair for a, b, _ in triples):
+            raise f.error(
+                f"mesh[{i}]",
+                f"GPUs {item[0]} and {item[1]} are listed twice",
+                allowed="one entry per GPU pair, its link count as n",
+            )
+        triples.append(
+            (
+                item[0],
+                item[1],
+                bounds.count(item[2], "links_per_gpu", file=f.file, field=f.path(f"mesh[{i}]")),
+            )
+        )
     return ScaleUpSpec(kind, link_bw_Bps=f.quantity("link_bw", "bandwidth"), mesh=tuple(triples))
 
 

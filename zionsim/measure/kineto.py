@@ -272,6 +272,9 @@ def _check_event(i: int, e: dict, source: str) -> dict:
             allowed=allowed,
         )  # fmt: skip
 
+    for key in ("name", "ts"):
+        if key not in e:
+            raise bad(key, None, "present on every complete event")
     for key in ("name", "cat"):
         if not isinstance(e.get(key, ""), str):
             raise bad(key, e[key], "text")

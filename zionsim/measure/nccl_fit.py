@@ -92,9 +92,14 @@ def _usable_points(
                 continue
             keep = (part["size_bytes"] >= min_bytes) & (part["busbw_GBps"] > 0)
             points.append(part.loc[keep, ["op", "size_bytes", "busbw_GBps"]].assign(source=source))
-    if not points:
-        raise InputError("no usable nccl-tests points to fit", field="frames")
-    return pd.concat(points, ignore_index=True)
+    pts = pd.concat(points, ignore_index=True) if points else pd.DataFrame()
+    if pts.empty:
+        raise InputError(
+            "no usable nccl-tests points to fit",
+            field="frames",
+            allowed=f"rows of a modelled collective with size >= {min_bytes:g} B and busbw > 0",
+        )
+    return pts
 
 
 def _fit_report(cluster, pts: pd.DataFrame, model, fitted: str, alg_of: dict) -> pd.DataFrame:
