@@ -349,10 +349,11 @@ class Fields:
 
     def fraction(self, key: str, default: Any = ...) -> float:
         """A fraction in (0, 1], written as a number or a percentage (``0.8`` or ``80%``)."""
-        value = self.quantity(key, "fraction", default)
-        if value > 1.0:
-            raise self.error(key, f"must be in (0, 1], got {self.raw(key, default)!r}")
-        return value
+        raw = self.raw(key, default)
+        value = parse_quantity(raw, "fraction", field=self.path(key), file=self.file)
+        if not 0.0 < value <= 1.0:
+            raise self.error(key, f"must be in (0, 1], got {raw!r}")
+        return self.quantity(key, "fraction", default)  # and within its bound
 
     def text(self, key: str, default: Any = ...) -> str:
         """A string (a number or a mapping where text belongs is refused)."""
