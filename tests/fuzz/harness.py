@@ -129,6 +129,7 @@ def _first_non_finite(obj, where: str) -> str | None:
 UNITS = ["", "B", "GiB", "TB", "Gbps", "GB/s", "TB/s", "TFLOPS", "FLOPS", "us", "ms", "s", "%"]
 UNITS += ["parsecs", "GiBps", "µs", "PB", "bit/s"]
 #: values that have broken parsers before: extremes, wrong types, unit strings, YAML specials
+#: (containers here are copied before use: a case may mutate what it drew)
 NASTY = [
     0, -1, 1, 2.7, -0.0, 1e308, -1e308, 1e-300, 10**12, 2**63, 10**400, 1e30, 1e31,
     math.inf, -math.inf, math.nan, True, False, None, "", "abc", "false", "true", "null",
@@ -203,7 +204,7 @@ def mutated(draw, docs: list, max_mutations: int = 3, focus: tuple = ()):
         op = draw(st.sampled_from(["replace", "replace", "replace", "scale", "delete", "add",
                                    "nest", "dup"]))  # fmt: skip
         if op == "replace":
-            parent[key] = draw(scalars())
+            parent[key] = _copy(draw(scalars()))
         elif op == "scale" and isinstance(parent[key], int | float):
             parent[key] = parent[key] * draw(st.sampled_from([-1, 0, 1e-9, 1e6, 1e30, 1e300]))
         elif op == "delete":
@@ -218,7 +219,7 @@ def mutated(draw, docs: list, max_mutations: int = 3, focus: tuple = ()):
         elif op == "dup" and isinstance(parent, list):
             parent.append(_copy(parent[key]))
         else:
-            parent[key] = draw(scalars())
+            parent[key] = _copy(draw(scalars()))
     return doc
 
 
