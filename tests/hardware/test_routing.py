@@ -38,3 +38,14 @@ def test_vectorised_routes_match_single_routes(tiny_cluster):
     for i, (a, b) in enumerate(zip(src, dst, strict=True)):
         one = tiny_cluster.router.routes(np.array([a]), np.array([b]))[0]
         assert list(one[one >= 0]) == list(bulk[i][bulk[i] >= 0])
+
+
+def test_all_paths_is_iterative_and_cycle_safe():
+    """Every shortest path in sorted order; a predecessor map with a cycle (only possible with
+    degenerate weights) ends instead of recursing without end."""
+    from zionsim.hardware.routing import _all_paths
+
+    pred = {"d": ["b", "a"], "b": ["s"], "a": ["s"], "s": []}
+    assert _all_paths(pred, "s", "d") == [["s", "a", "d"], ["s", "b", "d"]]
+    cyclic = {"d": ["b"], "b": ["d", "s"], "s": []}
+    assert _all_paths(cyclic, "s", "d") == [["s", "b", "d"]]
