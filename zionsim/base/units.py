@@ -54,6 +54,9 @@ UNIT_REQUIRED = ("bytes", "bandwidth", "flops", "time")
 #: overflow, not hardware (1e30 B/s, 1e30 FLOP/s, 1e30 bytes, 1e30 s)
 MAX_MAGNITUDE = 1e30
 
+#: the largest collective size ``--sizes`` takes: the bytes bound of ``base.bounds`` (10 PB)
+MAX_COLLECTIVE_BYTES = 1e16
+
 _NUM = re.compile(r"^\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*([A-Za-zµ/%]*)\s*$")
 
 
@@ -144,6 +147,12 @@ def parse_size_list(text: str) -> list[int]:
     lo, hi = (_nccl_size(p) for p in (parts[0], parts[-1]))
     if lo <= 0 or hi < lo:
         raise InputError(f"size range {text!r} is empty", field="--sizes", allowed="0 < MIN <= MAX")
+    if hi > MAX_COLLECTIVE_BYTES:
+        raise InputError(
+            f"size {parts[-1]!r} is beyond any collective buffer",
+            field="--sizes",
+            allowed=f"at most {MAX_COLLECTIVE_BYTES:g} bytes (10 PB)",
+        )
     sizes, s = [], lo
     while s <= hi:
         sizes.append(s)
