@@ -31,3 +31,9 @@ def test_size_list_doubles():
     """nccl-tests size ranges double from MIN to MAX."""
     assert parse_size_list("1K:8K") == [1024, 2048, 4096, 8192]
     assert parse_size_list("1073741824:1073741824") == [2**30]
+
+
+def test_size_list_is_bounded():
+    """``--sizes`` stops at the bytes bound (a typo must not simulate 10^23 bytes)."""
+    with pytest.raises(InputError, match="beyond any collective buffer"):
+        parse_size_list("1:99999999T")

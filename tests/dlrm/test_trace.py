@@ -80,3 +80,39 @@ def test_broken_traces_are_clear_errors(edit, field):
     with pytest.raises(InputError) as err:
         trace_from_dict(d, "t.json")
     assert err.value.field == field and err.value.file == "t.json"
+
+
+def _first(data, kind):
+    return next(o for o in data["ops"] if o["kind"] == kind)
+
+
+@pytest.mark.parametrize(
+    "edit, match",
+    [
+        (lambda d: _first(d, "gemm")["args"].update(m=float("nan")), r"args\.m: expected an integ"),
+        (lambda d: _first(d, "gemm")["args"].update(k=2**40), r"args\.k: .*physical bound"),
+        (lambda d: _first(d, "gemm")["args"].update(dtype="fp64"), r"args\.dtype: unknown value"),
+        (lambda d: _first(d, "gemm")["args"].pop("n"), r"args\.n: missing"),
+        (lambda d: _first(d, "gemm")["args"].update(flops=1.0), r"args\.flops: unknown argument"),
+        (lambda d: _first(d, "memory")["args"].update(nbytes=-5.0), r"args\.nbytes: must be >= 0"),
+        (lambda d: _first(d, "embedding_fwd")["args"].update(fused="yes"), r"args\.fused"),
+        (lambda d: d["collectives"][0].update(size_bytes=-1), r"size_bytes: must be >= 0"),
+        (lambda d: d["collectives"][0].update(ranks=[0, 0]), r"ranks: expected distinct"),
+        (lambda d: d["ops"].__setitem__(0, "op"), r"ops\[0\]: expected a mapping"),
+        (lambda d: d["meta"].update(global_batch=-128), r"meta.global_batch: must be >= 0"),
+        (lambda d: d["meta"]["stack"].update(comm_slowdown=1e9), r"comm_slowdown: .*bound"),
+        (lambda d: d.update(extra=1), r"extra: unknown field"),
+    ],
+)
+def test_trace_file_fields_are_typed_and_bounded(edit, match):
+    """Every op argument, collective and meta field of a trace file is checked for its type and
+    bound: a NaN GEMM dimension or a negative size is refused, naming the field."""
+    from zionsim.dlrm.stack import resolve_stack
+
+    w = load_workload("tiny")
+    trace = lower(w, Plan("rr", tuple(Shard(t.index, "TW", (t.index % 4,)) for t in w.tables)),
+                  4, stack=resolve_stack("torchrec"))  # fmt: skip
+    data = json.loads(json.dumps(trace_to_dict(trace)))
+    edit(data)
+    with pytest.raises(InputError, match=match):
+        trace_from_dict(data, "t.json")

@@ -94,3 +94,12 @@ def test_every_workload_cites_every_number():
         load_workload(name)
         text = (builtin_dir("workloads") / f"{name}.yaml").read_text()
         assert _uncited_lines(text) == [], name
+
+
+def test_cache_hit_rate_of_a_shard_below_one_row():
+    """A small table split over more GPUs than it has rows gives shards of < 1 row: the hit
+    rate is the cached share, not a ZeroDivisionError."""
+    from zionsim.dlrm.cache import hit_rate
+
+    assert hit_rate(0.75, 0.5, 1.0) == pytest.approx(0.5 / 0.75)
+    assert hit_rate(0.75, 0.75, 1.0) == 1.0

@@ -47,3 +47,15 @@ def test_vectorised_routes_match_single_routes(tiny_cluster):
     for i, (a, b) in enumerate(zip(src, dst, strict=True)):
         one = tiny_cluster.router.routes(np.array([a]), np.array([b]))[0]
         assert list(one[one >= 0]) == list(bulk[i][bulk[i] >= 0])
+
+
+def test_tied_paths_are_counted_and_picked_in_a_fixed_order():
+    """Tied shortest paths are numbered in sorted order without listing them all, and every
+    edge weighs at least 1 (1 + 1 GB/s / bw, bandwidths bounded at load), so a Dijkstra
+    predecessor map has no cycle to recurse into."""
+    from zionsim.hardware.routing import _nth_path, _path_count, _weight
+
+    pred = {"d": ["b", "a"], "b": ["s"], "a": ["s"], "s": []}
+    assert _path_count(pred, "s", "d", {}) == 2
+    assert [_nth_path(pred, "s", "d", k, {}) for k in (0, 1)] == [["s", "a", "d"], ["s", "b", "d"]]
+    assert _weight({"bw_Bps": 1e30}) >= 1.0

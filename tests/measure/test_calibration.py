@@ -199,3 +199,18 @@ def test_cli_calibrate_bad_input(tmp_path, capsys):
     assert main(argv + ["--out", out]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert "16 ranks but the cluster has 8 GPUs" in err[-1] and len(err) == 2
+
+
+@pytest.mark.parametrize(
+    "row, match",
+    [("gemm,512,inf,512,fp16,,,,,,,,7.7", "expected an integer"),
+     ("gemm,512,nan,512,fp16,,,,,,,,7.7", "expected an integer"),
+     ("gemm,512,99999999999,512,fp16,,,,,,,,7.7", "physical bound"),
+     ("gemm,512,512,512,fp16,,,,,,,,1e30", "at most an hour"),
+     ("gemm,512,512,512,fp16,,,,,,,,7.7,gpu,extra", "fields, the header has")],
+)  # fmt: skip
+def test_kernel_csv_refuses_non_finite_and_extra_cells(row, match):
+    """Infinite, NaN or oversized cells and rows longer than the header are one-line errors."""
+    header = "kind,m,n,k,dtype,rows,dim,pooling,batch,tables,fused,optimizer,time_us,gpu"
+    with pytest.raises(InputError, match=match):
+        parse_kernel_csv(f"{header}\n{row}\n", "k.csv")

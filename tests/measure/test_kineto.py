@@ -223,3 +223,39 @@ def test_cli_import_then_replay(tmp_path, capsys):
     summary = json.loads(capsys.readouterr().out)
     assert summary["gpus"] == 4 and summary["iteration_time_s"] > 0
     assert main(["trace", "--import-kineto", str(tmp_path / "none.json"), "--out", "x"]) == 2
+
+
+def _kernel(doc: dict) -> dict:
+    return next(e for e in doc["traceEvents"] if e.get("cat") == "kernel")
+
+
+@pytest.mark.parametrize(
+    "edit, match",
+    [
+        (lambda e: e.update(ts=[1]), r"ts: unexpected value"),
+        (lambda e: e.update(dur=-5.0), r"dur: unexpected value"),
+        (lambda e: e.pop("name"), r"name: unexpected value"),
+        (lambda e: e.update(cat=7), r"cat: unexpected value"),
+        (lambda e: e.update(args=True), r"args: unexpected value"),
+        (lambda e: e["args"].update({"External id": {"a": 1}}), r"args.External id"),
+        (lambda e: e["args"].update({"In msg nelems": -3}), r"args.In msg nelems"),
+    ],
+)
+def test_malformed_events_are_refused(tmp_path, edit, match):
+    """A complete event whose fields do not have their Kineto types is one line naming the
+    event (these were TypeErrors and AttributeErrors)."""
+    docs = json.loads(TRACE.read_text())
+    edit(_kernel(docs[0]))
+    path = tmp_path / "k.json"
+    path.write_text(json.dumps(docs))
+    with pytest.raises(InputError, match=r"traceEvents\[\d+\]\." + match):
+        read_kineto(path)
+
+
+@pytest.mark.parametrize("text", ["[" * 100000 + "]" * 100000, '[{"traceEvents": [NaN]}]', "{"])
+def test_unreadable_json_is_one_line(tmp_path, text):
+    """Nesting that exhausts the JSON parser, NaN and cut-short files are refused in one line."""
+    path = tmp_path / "k.json"
+    path.write_text(text)
+    with pytest.raises(InputError, match="cannot read a JSON trace"):
+        read_kineto(path)

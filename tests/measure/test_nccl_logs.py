@@ -168,3 +168,28 @@ def test_fit_checks_rank_count(tiny_cluster):
     """A log of 8 ranks does not fit a 4-GPU cluster."""
     with pytest.raises(InputError, match="8 ranks but the cluster has 4 GPUs"):
         fit_from_nccl_logs(tiny_cluster, [read_nccl_log(ALL_REDUCE)])
+
+
+@pytest.mark.parametrize(
+    "bad, match",
+    [("-12.00", "not a measurement"), ("nan", "not a measurement"), ("inf", "not a measurement"),
+     ("1e400", "not a measurement"), ("N/A", "expected a number")],
+)  # fmt: skip
+def test_times_must_be_finite_and_positive(bad, match):
+    """A negative, NaN, infinite or absent out-of-place time is refused, naming the line: it
+    would otherwise go into the fit."""
+    lines = ALL_REDUCE.read_text().splitlines()
+    i = next(i for i, line in enumerate(lines) if line.strip().startswith("1024 "))
+    cells = lines[i].split()
+    cells[5] = bad
+    lines[i] = " ".join(cells)
+    with pytest.raises(InputError, match=f"line {i + 1}: .*{match}"):
+        parse_nccl_tests("\n".join(lines), "x.log")
+
+
+def test_no_usable_points_is_one_line(tiny_cluster):
+    """A log whose rows all fall below min_bytes cannot be fitted: one line, no KeyError."""
+    df = parse_nccl_tests(ALL_REDUCE.read_text(), "x.log").head(3)
+    cluster = Cluster.load(TINY, nodes=1, gpus_per_node=8)
+    with pytest.raises(InputError, match="no usable nccl-tests points"):
+        fit_from_nccl_logs(cluster, [df])

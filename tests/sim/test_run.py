@@ -195,3 +195,27 @@ def test_neo_model_f_runs_through_uvm_on_16_nodes():
     assert s["breakdown_s"]["host_transfer"] > 0
     assert s["memory"]["host_dram_bytes_max"] > 0
     assert s["memory"]["hbm_bytes_max"] <= c.spec.gpu.hbm_bytes
+
+
+@pytest.mark.parametrize(
+    "options, match",
+    [
+        ({"iterations": 2.7}, "iterations: expected an integer"),
+        ({"fused": "false"}, "fused: expected true or false"),
+        ({"nodes": float("inf")}, "nodes: expected an integer"),
+        ({"global_batch": -128}, "global_batch: must be >= 1"),
+        ({"warmup": 3, "iterations": 3}, "warmup 3 leaves no iteration"),
+        ({"workload": 5}, "workload: expected a string"),
+        ({"sync_period_s": float("nan")}, "sync_period_s"),
+        ({"bogus": 1}, "unknown run option 'bogus'"),
+    ],
+)
+def test_run_options_are_typed(options, match):
+    """Sweep and run_point options are read with their types: 2.7 iterations is not 2 and the
+    string "false" is not a boolean (both used to run)."""
+    from zionsim.base.errors import InputError
+    from zionsim.sim.run import run_point
+
+    base = {"topology": TINY, "workload": "tiny", "iterations": 1, "warmup": 0}
+    with pytest.raises(InputError, match=match):
+        run_point({**base, **options})

@@ -10,11 +10,13 @@ overrides a field by dotted path.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from zionsim.base import bounds
 from zionsim.base.errors import InputError
 from zionsim.base.units import parse_quantity, require_unit
 
@@ -54,15 +56,136 @@ def load_yaml(name_or_path: str | Path, kind: str) -> tuple[dict, str]:
             )
     if not path.is_file():
         raise InputError("no such file", file=str(path))
+    if path.stat().st_size > MAX_YAML_BYTES:
+        raise InputError(
+            f"file of {path.stat().st_size} bytes is too large",
+            file=str(path),
+            allowed=f"at most {MAX_YAML_BYTES} bytes",
+        )
     try:
-        data = safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark else ""
-        raise InputError(f"not valid YAML{where}", file=str(path)) from None
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"cannot read the file ({type(exc).__name__})", file=str(path)) from None
+    data = parse_yaml(text, str(path))
     if not isinstance(data, dict):
         raise InputError("expected a mapping at the top level", file=str(path))
     return data, str(path)
+
+
+#: limits of an input YAML file: its size, nesting depth, and size once aliases are expanded;
+#: zionsim's own files are far below them (a 4,096-table plan is ~250 kB, depth < 10), and an
+#: alias bomb ("billion laughs") or a file nested thousands deep is refused before it is built
+MAX_YAML_BYTES = 64 * 2**20
+MAX_YAML_DEPTH = 64
+MAX_YAML_NODES = 2_000_000
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """PyYAML's safe loader with a nesting limit, refusing duplicate and non-string keys."""
+
+    depth = 0
+
+    def compose_node(self, parent, index):
+        """Compose one node, refusing nesting deeper than :data:`MAX_YAML_DEPTH`."""
+        self.depth += 1
+        try:
+            if self.depth > MAX_YAML_DEPTH:
+                mark = self.peek_event().start_mark
+                raise _YamlLimit(f"nested deeper than {MAX_YAML_DEPTH} levels", mark)
+            return super().compose_node(parent, index)
+        finally:
+            self.depth -= 1
+
+    def construct_yaml_float(self, node):
+        """A float, refusing ``.inf``, ``.nan`` and overflowing literals (``1.0e+400``): no
+        zionsim input takes a non-finite number."""
+        value = super().construct_yaml_float(node)
+        if not math.isfinite(value):
+            raise _YamlLimit(f"{node.value!r} is not a finite number", node.start_mark)
+        return value
+
+    def construct_mapping(self, node, deep=False):
+        """A mapping whose own keys are distinct strings (YAML would keep the last of two;
+        keys merged in with ``<<`` may be overridden, as YAML means them to be)."""
+        seen: set = set()
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=True)
+            if not isinstance(key, str):
+                raise _YamlLimit(f"key {key!r} is not a string", key_node.start_mark)
+            if key in seen:
+                raise _YamlLimit(f"duplicate key {key!r}", key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
+_BoundedLoader.add_constructor("tag:yaml.org,2002:float", _BoundedLoader.construct_yaml_float)
+
+
+class _YamlLimit(Exception):
+    """A YAML document beyond the loader's limits (message and position)."""
+
+    def __init__(self, problem: str, mark=None):
+        super().__init__(problem)
+        self.problem, self.mark = problem, mark
+
+
+def parse_yaml(text: str, file: str | None = None, field: str | None = None) -> Any:
+    """The data of one YAML document, read safely and within the limits above (an alias bomb,
+    a recursive alias, deep nesting, duplicate or non-string keys are an :class:`InputError`)."""
+    loader = None
+    try:
+        loader = _BoundedLoader(text)
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _check_expansion(node)
+        return loader.construct_document(node)
+    except _YamlLimit as exc:
+        where = f" at line {exc.mark.line + 1}" if exc.mark else ""
+        raise InputError(f"{exc.problem}{where}", file=file, field=field) from None
+    except (yaml.YAMLError, ValueError, OverflowError) as exc:  # ValueError: int("9" * 5000)
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark else ""
+        raise InputError(f"not valid YAML{where}", file=file, field=field) from None
+    finally:
+        if loader is not None:
+            loader.dispose()
+
+
+def _children(node) -> list:
+    if isinstance(node, yaml.SequenceNode):
+        return node.value
+    if isinstance(node, yaml.MappingNode):
+        return [n for pair in node.value for n in pair]
+    return []
+
+
+def _check_expansion(root) -> None:
+    """Refuse a node graph whose aliases expand beyond :data:`MAX_YAML_NODES` nodes or
+    :data:`MAX_YAML_DEPTH` levels, or that contains itself (a recursive alias)."""
+    size: dict[int, tuple[int, int]] = {}  # id -> (expanded nodes, expanded depth)
+    open_: set[int] = set()
+    stack = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        if done:
+            open_.discard(id(node))
+            kids = [size[id(c)] for c in _children(node)]
+            n = 1 + sum(k[0] for k in kids)
+            depth = 1 + max((k[1] for k in kids), default=0)
+            if n > MAX_YAML_NODES:
+                raise _YamlLimit(f"aliases expand to more than {MAX_YAML_NODES} nodes")
+            if depth > MAX_YAML_DEPTH:
+                raise _YamlLimit(f"aliases nest deeper than {MAX_YAML_DEPTH} levels")
+            size[id(node)] = (n, depth)
+        elif id(node) not in size:
+            if id(node) in open_:
+                raise _YamlLimit("an alias refers to a node that contains it", node.start_mark)
+            open_.add(id(node))
+            stack.append((node, True))
+            stack += [(c, False) for c in _children(node) if id(c) not in size]
 
 
 def load_with_overrides(
@@ -134,8 +257,10 @@ def parse_override(text: str) -> tuple[str, Any]:
         raise InputError(f"cannot read override {text!r}", field="--set", allowed="PATH=VALUE")
     key, raw = text.split("=", 1)
     try:
-        value = safe_load(raw)
-    except yaml.YAMLError:
+        value = parse_yaml(raw, field=f"--set {key.strip()}")
+    except InputError as exc:
+        if "not valid YAML" not in exc.problem:
+            raise
         value = raw
     return key.strip(), value
 
@@ -209,32 +334,44 @@ class Fields:
         strict: bool = True,
         unit: bool = True,
     ) -> float:
-        """A quantity in SI units, ``> minimum`` when ``strict`` else ``>= minimum``; a
-        bytes/bandwidth/FLOPS/time value must carry its unit unless ``unit`` is False (for keys
-        whose name states it, such as ``launch_overhead_us``) or it is 0."""
+        """A quantity in SI units, ``> minimum`` when ``strict`` else ``>= minimum``, and inside
+        its physical bound (``base.bounds``); a bytes/bandwidth/FLOPS/time value must carry its
+        unit unless ``unit`` is False (for keys whose name states it, such as
+        ``launch_overhead_us``) or it is 0."""
         raw = self.raw(key, default)
         if unit and key in self.data:
             require_unit(raw, dimension, field=self.path(key), file=self.file)
         value = parse_quantity(raw, dimension, field=self.path(key), file=self.file)
         if value != value or (value <= minimum if strict else value < minimum):
             op = ">" if strict else ">="
-            raise self.error(key, f"must be {op} {minimum:g}, got {self.raw(key, default)!r}")
+            raise self.error(key, f"must be {op} {minimum:g}, got {raw!r}")
+        if key in self.data:
+            bounds.check(value, key, dimension, file=self.file, field=self.path(key), shown=raw)
         return value
 
     def integer(self, key: str, default: Any = ..., *, minimum: int = 1) -> int:
-        """A whole number ``>= minimum`` (``4`` or ``4.0``; not a bool, not ``4.5``)."""
+        """A whole number ``>= minimum`` and inside its bound (``base.bounds``): ``4`` or
+        ``4.0``; not a bool, not ``4.5``, not infinite.  ``default=None`` allows it absent."""
         value = self.raw(key, default)
-        if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value):
-            raise self.error(key, f"expected an integer, got {value!r}")
-        if value < minimum:
-            raise self.error(key, f"must be >= {minimum}, got {value!r}")
-        return int(value)
+        if value is None and default is None:
+            return None
+        return bounds.count(value, key, minimum=minimum, file=self.file, field=self.path(key))
 
     def fraction(self, key: str, default: Any = ...) -> float:
         """A fraction in (0, 1], written as a number or a percentage (``0.8`` or ``80%``)."""
-        value = self.quantity(key, "fraction", default)
-        if value > 1.0:
-            raise self.error(key, f"must be in (0, 1], got {self.raw(key, default)!r}")
+        raw = self.raw(key, default)
+        value = parse_quantity(raw, "fraction", field=self.path(key), file=self.file)
+        if not 0.0 < value <= 1.0:
+            raise self.error(key, f"must be in (0, 1], got {raw!r}")
+        return self.quantity(key, "fraction", default)  # and within its bound
+
+    def text(self, key: str, default: Any = ...) -> str:
+        """A string (a number or a mapping where text belongs is refused)."""
+        value = self.raw(key, default)
+        if value is None and default is None:
+            return None
+        if not isinstance(value, str):
+            raise self.error(key, f"expected a string, got {value!r}")
         return value
 
     def choice(self, key: str, options: tuple[str, ...] | list[str], default: Any = ...) -> str:
@@ -253,6 +390,6 @@ class Fields:
 
     def check_keys(self, allowed: set[str] | list[str]) -> None:
         """Reject keys that are not in ``allowed`` (a typo must not be silently ignored)."""
-        unknown = sorted(set(self.data) - set(allowed))
+        unknown = sorted(str(k) for k in self.data if k not in set(allowed))
         if unknown:
             raise self.error(unknown[0], "unknown field", allowed=", ".join(sorted(allowed)))

@@ -19,7 +19,9 @@ class InputError(ValueError):
         field: str | None = None,
         allowed: str | None = None,
     ):
-        self.file, self.field, self.problem, self.allowed = file, field, problem, allowed
+        # any value may name a file or field (a YAML key can be a number): shown as text
+        file, field = (None if v is None else str(v) for v in (file, field))
+        self.file, self.field, self.problem, self.allowed = file, field, str(problem), allowed
         super().__init__(self.one_line())
 
     def one_line(self) -> str:
@@ -45,3 +47,12 @@ class CapacityError(InputError):
 class ResourceError(InputError):
     """A run this machine cannot finish: its estimated memory exceeds the limit (the message
     gives the estimate and the limit; ``docs/reliability.md``)."""
+
+
+class ModelError(RuntimeError):
+    """The model produced what it never should (a NaN or infinite figure) from accepted input:
+    a bug in zionsim, not in the input.  The CLI prints one line and exits with status 3
+    (``docs/input_bounds.md``)."""
+
+    def __init__(self, problem: str):
+        super().__init__(f"{problem} (a bug in zionsim: please report it with the inputs)")

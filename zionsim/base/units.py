@@ -54,6 +54,9 @@ UNIT_REQUIRED = ("bytes", "bandwidth", "flops", "time")
 #: overflow, not hardware (1e30 B/s, 1e30 FLOP/s, 1e30 bytes, 1e30 s)
 MAX_MAGNITUDE = 1e30
 
+#: the largest collective size ``--sizes`` takes: the bytes bound of ``base.bounds`` (10 PB)
+MAX_COLLECTIVE_BYTES = 1e16
+
 _NUM = re.compile(r"^\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*([A-Za-zµ/%]*)\s*$")
 
 
@@ -72,7 +75,8 @@ def parse_quantity(
     if isinstance(value, bool):
         raise InputError(f"expected a quantity, got {value!r}", file=file, field=field)
     if isinstance(value, int | float):
-        return _finite(float(value), value, dimension, file, field)
+        number = float(value) if abs(value) <= MAX_MAGNITUDE else float("inf")  # no overflow
+        return _finite(number, value, dimension, file, field)
     if not isinstance(value, str):
         raise InputError(
             f"expected a number or a string with a unit, got {value!r}", file=file, field=field
@@ -125,7 +129,7 @@ def require_unit(value: object, dimension: str, *, field=None, file=None) -> Non
     bare = isinstance(value, int | float) or (
         isinstance(value, str) and (m := _NUM.match(value)) is not None and m.group(2) == ""
     )
-    if bare and float(value) != 0:
+    if bare and not (isinstance(value, int) and value == 0) and float(str(value)) != 0:
         raise InputError(
             f"{value!r} has no unit", file=file, field=field, allowed=_allowed(dimension)
         )
@@ -143,6 +147,12 @@ def parse_size_list(text: str) -> list[int]:
     lo, hi = (_nccl_size(p) for p in (parts[0], parts[-1]))
     if lo <= 0 or hi < lo:
         raise InputError(f"size range {text!r} is empty", field="--sizes", allowed="0 < MIN <= MAX")
+    if hi > MAX_COLLECTIVE_BYTES:
+        raise InputError(
+            f"size {parts[-1]!r} is beyond any collective buffer",
+            field="--sizes",
+            allowed=f"at most {MAX_COLLECTIVE_BYTES:g} bytes (10 PB)",
+        )
     sizes, s = [], lo
     while s <= hi:
         sizes.append(s)

@@ -2,7 +2,8 @@
 ``cli.studies`` (with ``studies``), ``validate|calibrate`` in ``cli.measure``.
 
 Parses arguments, calls the pure model, prints and writes.  Bad input exits with status 2 and a
-one-line message naming the file and field; never a traceback.
+one-line message naming the file and field; never a traceback.  A NaN or infinite figure from
+accepted input is a bug in the model: one line and status 3.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import sys
 import threading
 from pathlib import Path
 
-from zionsim.base.errors import InputError
+from zionsim.base.errors import InputError, ModelError
 from zionsim.cli.common import (
     DEFAULT_WORKLOAD,
     Phases,
@@ -602,6 +603,9 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
+    except ModelError as exc:  # accepted input, non-finite result: a bug (docs/input_bounds.md)
+        print(f"zionsim: internal error: {exc}", file=sys.stderr)
+        return 3
 
 
 if __name__ == "__main__":

@@ -61,4 +61,7 @@ def hit_rate(rows: float, cached_rows: float, alpha: float) -> float:
         return 1.0
     if cached_rows <= 0:
         return 0.0
-    return harmonic(cached_rows, alpha) / harmonic(rows, alpha)
+    whole = harmonic(rows, alpha)
+    if whole <= 0:  # a shard of less than one row (a small table split over many GPUs)
+        return cached_rows / rows
+    return harmonic(cached_rows, alpha) / whole

@@ -79,7 +79,7 @@ def plan_from_dict(
     for i, item in enumerate(items):
         e = Fields(item, file, f"tables[{i}]")
         e.check_keys(ENTRY_KEYS)
-        name = e.raw("table")
+        name = e.text("table")
         if name not in index:
             raise e.error(
                 "table",

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from zionsim.base import bounds
 from zionsim.base.errors import InputError
 
 MODES = (
@@ -101,15 +102,13 @@ def sync_spec(
                 allowed=", ".join(options),
             )
     for key in ("every", "servers"):
-        v = values[key]
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise InputError(f"must be an integer >= 1, got {v!r}", file=file, field=f"sync.{key}")
-    if not isinstance(values["period_s"], int | float) or values["period_s"] < 0:
+        values[key] = bounds.count(values[key], key, file=file, field=f"sync.{key}")
+    period = values["period_s"]
+    if isinstance(period, bool) or not isinstance(period, int | float) or period < 0:
         raise InputError(
-            f"must be a number of seconds >= 0, got {values['period_s']!r}",
-            file=file,
-            field="sync.period_s",
+            f"must be a number of seconds >= 0, got {period!r}", file=file, field="sync.period_s"
         )
+    bounds.check(period, "period_s", "time", file=file, field="sync.period_s")
     return SyncSpec(
         values["mode"],
         values["every"],

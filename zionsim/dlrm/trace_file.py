@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from zionsim.base import bounds
 from zionsim.base.errors import InputError
 from zionsim.dlrm.trace import (
     CATEGORIES,
@@ -55,103 +56,305 @@ def trace_to_dict(trace: Trace) -> dict:
 
 
 def trace_from_dict(data: dict, file: str = "<trace>") -> Trace:
-    """Validate and load a trace mapping; errors name the file, the op and the field."""
+    """Validate and load a trace mapping; errors name the file, the op and the field.
+
+    Every field is checked for its type and physical bound (``base.bounds``): a trace with a
+    NaN GEMM dimension, a negative collective size or an op argument of the wrong type is
+    refused here, not run."""
 
     def err(field_, problem, allowed=None):
         return InputError(problem, file=file, field=field_, allowed=allowed)
 
+    try:
+        return _trace(data, err)
+    except InputError as exc:
+        raise exc.located(file) from None
+
+
+def _trace(data: dict, err) -> Trace:
+    """The body of :func:`trace_from_dict` (errors without a file get it added there)."""
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         raise err(
             "schema",
             f"expected {SCHEMA!r}, got {data.get('schema') if isinstance(data, dict) else data!r}",
         )
-    ranks = data.get("ranks")
-    if not isinstance(ranks, int) or ranks < 1:
-        raise err("ranks", f"expected a positive integer, got {ranks!r}")
-    colls = [
-        _load_collective(i, c, ranks, err) for i, c in enumerate(data.get("collectives") or [])
-    ]
-    ops = [
-        _load_op(i, o, data, ranks, len(colls), err) for i, o in enumerate(data.get("ops") or [])
-    ]
-    _check_members(ops, colls, data.get("meta") or {}, err)
-    return Trace(ranks, ops, colls, dict(data.get("meta") or {}))
+    unknown = sorted(str(k) for k in data if k not in TOP_KEYS)
+    if unknown:
+        raise err(unknown[0], "unknown field", ", ".join(TOP_KEYS))
+    ranks = bounds.count(data.get("ranks"), "gpus", field="ranks")
+    colls_data, ops_data = (_list(data, k, err) for k in ("collectives", "ops"))
+    colls = [_load_collective(i, c, ranks, err) for i, c in enumerate(colls_data)]
+    ops = [_load_op(i, o, ops_data, ranks, len(colls), err) for i, o in enumerate(ops_data)]
+    meta = _check_meta(data.get("meta"), ranks, len(colls), err)
+    _check_members(ops, colls, meta, err)
+    return Trace(ranks, ops, colls, meta)
+
+
+#: top-level fields of a trace file
+TOP_KEYS = ("schema", "ranks", "meta", "collectives", "ops")
+
+
+def _list(data: dict, key: str, err) -> list:
+    """``data[key]`` as a list of mappings (absent or null: empty)."""
+    items = data.get(key) or []
+    if not isinstance(items, list):
+        raise err(key, f"expected a list, got {type(items).__name__}")
+    for i, item in enumerate(items):
+        if not isinstance(item, dict):
+            raise err(f"{key}[{i}]", f"expected a mapping, got {item!r}"[:120])
+    return items
 
 
 def _load_collective(i: int, c: dict, ranks: int, err) -> Collective:
-    """Collective ``i`` of a trace file: its id, a known op and members among the ranks."""
-    if c.get("id") != i:
-        raise err(f"collectives[{i}].id", f"expected {i}, got {c.get('id')!r}")
+    """Collective ``i`` of a trace file: its id, a known op, distinct members among the ranks,
+    a size in bytes and an optional square byte matrix over the members."""
+    where = f"collectives[{i}]"
+    if c.get("id") != i or isinstance(c.get("id"), bool):
+        raise err(f"{where}.id", f"expected {i}, got {c.get('id')!r}")
     from zionsim.network.collectives import OPS
 
     if c.get("op") not in OPS:
-        raise err(f"collectives[{i}].op", f"unknown collective {c.get('op')!r}", ", ".join(OPS))
-    group = np.asarray(c.get("ranks", []), dtype=np.int64)
-    if len(group) == 0 or group.min() < 0 or group.max() >= ranks:
-        raise err(f"collectives[{i}].ranks", f"ranks must be in 0..{ranks - 1}")
+        raise err(f"{where}.op", f"unknown collective {c.get('op')!r}", ", ".join(OPS))
+    group = c.get("ranks")
+    if (
+        not isinstance(group, list)
+        or not group
+        or not all(isinstance(r, int) and not isinstance(r, bool) for r in group)
+        or not all(0 <= r < ranks for r in group)
+        or len(set(group)) != len(group)
+    ):
+        raise err(f"{where}.ranks", f"expected distinct ranks in 0..{ranks - 1}", "a list")
+    size = _number(c.get("size_bytes", 0), "size_bytes", "bytes", f"{where}.size_bytes", err)
     matrix = c.get("matrix")
-    return Collective(
-        i,
-        c["op"],
-        group,
-        float(c.get("size_bytes", 0)),
-        None if matrix is None else np.asarray(matrix, dtype=float),
-    )
+    if matrix is not None:
+        matrix = _byte_matrix(matrix, len(group), f"{where}.matrix", err)
+    return Collective(i, c["op"], np.asarray(group, dtype=np.int64), size, matrix)
 
 
-def _load_op(i: int, o: dict, data: dict, ranks: int, n_colls: int, err) -> Op:
+def _byte_matrix(matrix, n: int, where: str, err) -> np.ndarray:
+    """A square ``n`` x ``n`` matrix of finite byte counts >= 0."""
+    ok = isinstance(matrix, list) and len(matrix) == n
+    ok = ok and all(isinstance(row, list) and len(row) == n for row in matrix)
+    ok = ok and all(_is_number(x) for row in matrix for x in row)
+    if not ok:
+        raise err(where, f"expected {n} rows of {n} byte counts (one per member)")
+    out = np.asarray(matrix, dtype=float)
+    if (
+        not np.isfinite(out).all()
+        or (out < 0).any()
+        or (out > bounds.DIMENSIONS["bytes"].high).any()
+    ):
+        raise err(
+            where, "byte counts must be finite and >= 0", bounds.DIMENSIONS["bytes"].allowed()
+        )
+    return out
+
+
+def _is_number(x) -> bool:
+    return isinstance(x, int | float) and not isinstance(x, bool)
+
+
+def _number(value, key: str, dimension: str | None, where: str, err) -> float:
+    """A number (not a bool) inside the bound of ``key``/``dimension``."""
+    if not _is_number(value):
+        raise err(where, f"expected a number, got {value!r}"[:120])
+    if value < 0:
+        raise err(where, f"must be >= 0, got {value!r}")
+    return float(bounds.check(value, key, dimension, field=where))
+
+
+def _load_op(i: int, o: dict, ops: list, ranks: int, n_colls: int, err) -> Op:
     """Op ``i`` of a trace file: id, kind, stream, category, rank, deps and args checked."""
     where = f"ops[{i}]"
-    if o.get("id") != i:
+    if o.get("id") != i or isinstance(o.get("id"), bool):
         raise err(f"{where}.id", f"expected {i}, got {o.get('id')!r}")
     for key, allowed in (("kind", KINDS), ("stream", STREAMS), ("category", CATEGORIES)):
         if o.get(key) not in allowed:
             what = "op kind" if key == "kind" else key
             raise err(f"{where}.{key}", f"unknown {what} {o.get(key)!r}", ", ".join(allowed))
     rank = o.get("rank")
-    if not isinstance(rank, int) or not 0 <= rank < ranks:
+    if not isinstance(rank, int) or isinstance(rank, bool) or not 0 <= rank < ranks:
         raise err(f"{where}.rank", f"rank must be in 0..{ranks - 1}, got {rank!r}")
-    deps = tuple(o.get("deps") or ())
-    _check_deps(i, deps, rank, data["ops"], err)
-    args = dict(o.get("args") or {})
-    _check_args(where, o["kind"], args, n_colls, err)
-    return Op(
-        i, rank, str(o.get("name", f"op{i}")), o["kind"], o["category"], o["stream"], deps, args
-    )
+    deps = o.get("deps") or []
+    if not isinstance(deps, list):
+        raise err(f"{where}.deps", f"expected a list of op ids, got {deps!r}"[:120])
+    _check_deps(i, tuple(deps), rank, ops, err)
+    args = o.get("args") or {}
+    if not isinstance(args, dict):
+        raise err(f"{where}.args", f"expected a mapping, got {args!r}"[:120])
+    args = _check_args(where, o["kind"], dict(args), n_colls, err)
+    name = o.get("name", f"op{i}")
+    return Op(i, rank, str(name), o["kind"], o["category"], o["stream"], tuple(deps), args)
 
 
 def _check_deps(i: int, deps: tuple, rank: int, ops: list, err) -> None:
     """Op ``i``'s dependencies name earlier ops on its own rank."""
     for d in deps:
-        if not isinstance(d, int) or not 0 <= d < i:
+        if not isinstance(d, int) or isinstance(d, bool) or not 0 <= d < i:
             raise err(
                 f"ops[{i}].deps", f"dependency {d!r} does not name an earlier op", f"ids 0..{i - 1}"
             )
-        if ops[d]["rank"] != rank:
+        if ops[d].get("rank") != rank:
             raise err(
                 f"ops[{i}].deps",
-                f"dependency {d} is on rank {ops[d]['rank']}, "
+                f"dependency {d} is on rank {ops[d].get('rank')}, "
                 f"not {rank} (cross-rank order goes through collectives)",
             )
 
 
-def _check_args(where: str, kind: str, args: dict, n_colls: int, err) -> None:
-    """A transfer has a direction and nbytes (and per-server bytes for the ``ps`` ones); a
-    collective op names a listed collective."""
-    if kind == "transfer" and (
-        args.get("direction") not in TRANSFER_DIRECTIONS
-        or not isinstance(args.get("nbytes"), int | float)
-    ):
+#: op args by kind: required, then optional (``measured_us``, the time a profiler measured, is
+#: allowed on every op); :func:`_check_arg` gives each name its type and bound
+REQUIRED_ARGS = {
+    "gemm": ("m", "n", "k", "dtype"),
+    "memory": ("nbytes",),
+    "host": ("seconds",),
+    "embedding_fwd": ("lookups", "row_bytes", "tables", "fused", "out_bytes"),
+    "embedding_bwd": ("lookups", "row_bytes", "tables", "fused", "optimizer"),
+    "transfer": ("direction", "nbytes"),
+    "collective": ("coll",),
+}
+OPTIONAL_ARGS = {
+    "gemm": ("launches", "eltwise_bytes"),
+    "memory": ("launches",),
+    "host": (),
+    "embedding_fwd": ("launches", "unique_rows"),
+    "embedding_bwd": ("launches", "unique_rows", "state_bytes_per_row"),
+    "transfer": ("servers", "every", "index", "gather", "pooled", "push", "update"),
+    "collective": ("every",),
+}
+#: numeric args: (key of the bound in ``base.bounds``, dimension, smallest whole number or None
+#: for a real number >= 0)
+_NUMERIC_ARGS = {
+    "m": ("m", None, 1),
+    "n": ("n", None, 1),
+    "k": ("k", None, 1),
+    "launches": ("launches", None, 1),
+    "tables": ("tables", None, 0),  # an embedding op with no local table (all on servers)
+    "every": ("every", None, 1),
+    "nbytes": ("nbytes", "bytes", None),
+    "eltwise_bytes": ("nbytes", "bytes", None),  # bias/activation kernels beside a GEMM
+    "row_bytes": ("row_bytes", "bytes", None),
+    "out_bytes": ("out_bytes", "bytes", None),
+    "state_bytes_per_row": ("state_bytes_per_row", "bytes", None),
+    "seconds": ("seconds", "time", None),
+    "lookups": ("lookups", None, None),
+    "unique_rows": ("lookups", None, None),
+    "measured_us": ("measured_us", None, None),
+}
+
+
+def _check_args(where: str, kind: str, args: dict, n_colls: int, err) -> dict:
+    """The args of an op of ``kind``: the required ones present, no unknown ones, each of its
+    type and within its bound; a transfer's direction fits its other args, a collective op
+    names a listed collective."""
+    required, optional = REQUIRED_ARGS[kind], OPTIONAL_ARGS[kind] + ("measured_us",)
+    missing = [a for a in required if a not in args]
+    if missing:
         raise err(
-            f"{where}.args",
-            f"a transfer needs direction ({', '.join(TRANSFER_DIRECTIONS)}) and nbytes",
+            f"{where}.args.{missing[0]}", f"missing: a {kind} op needs it", ", ".join(required)
         )
-    if args.get("direction") in PS_PARTS:
+    unknown = sorted(str(a) for a in args if a not in required + optional)
+    if unknown:
+        raise err(f"{where}.args.{unknown[0]}", "unknown argument", ", ".join(required + optional))
+    for name, value in args.items():
+        _check_arg(f"{where}.args.{name}", name, value, err)
+    if kind == "transfer":
+        _check_transfer(where, args, err)
+    if kind == "collective" and not args["coll"] < n_colls:
+        raise err(
+            f"{where}.args.coll", f"unknown collective {args['coll']!r}", f"ids 0..{n_colls - 1}"
+        )
+    return args
+
+
+def _check_arg(where: str, name: str, value, err) -> None:
+    """One op argument of its type and bound."""
+    from zionsim.dlrm.workload import EMBEDDING_OPTIMIZERS
+    from zionsim.hardware.topology import DTYPES
+
+    choices = {"dtype": DTYPES, "optimizer": tuple(EMBEDDING_OPTIMIZERS),
+               "direction": TRANSFER_DIRECTIONS}  # fmt: skip
+    if name in choices:
+        if value not in choices[name]:
+            raise err(where, f"unknown value {value!r}", ", ".join(choices[name]))
+    elif name == "fused":
+        if not isinstance(value, bool):
+            raise err(where, f"expected true or false, got {value!r}")
+    elif name == "coll":
+        bounds.count(value, "coll", minimum=0, field=where)
+    elif name in _NUMERIC_ARGS:
+        key, dimension, least = _NUMERIC_ARGS[name]
+        if least is not None:
+            bounds.count(value, key, minimum=least, field=where)
+        else:
+            _number(value, key, dimension, where, err)
+
+
+def _check_transfer(where: str, args: dict, err) -> None:
+    """A transfer's ``servers`` is a count for EASGD sync (``to_ps``, ``from_ps``) and a list
+    with one byte count per server and part for the ``ps`` tier (``PS_PARTS``)."""
+    direction = args["direction"]
+    if direction in PS_PARTS:
         _check_ps_args(args, err, where)
-    if kind == "collective":
-        c = args.get("coll")
-        if not isinstance(c, int) or not 0 <= c < n_colls:
-            raise err(f"{where}.args.coll", f"unknown collective {c!r}", f"ids 0..{n_colls - 1}")
+    elif "servers" in args:
+        bounds.count(args["servers"], "servers", field=f"{where}.args.servers")
+    stray = [p for parts in PS_PARTS.values() for p in parts if p in args]
+    if direction not in PS_PARTS and stray:
+        raise err(f"{where}.args.{stray[0]}", "only a ps_lookup or ps_update transfer has it")
+
+
+def _check_meta(meta, ranks: int, n_colls: int, err) -> dict:
+    """``meta``: names as text, the global batch a count, the stack and sync as a run would
+    make them, and every number in it finite."""
+    meta = {} if meta is None else meta
+    if not isinstance(meta, dict):
+        raise err("meta", f"expected a mapping, got {meta!r}"[:120])
+    for key in ("workload", "plan"):
+        if meta.get(key) is not None and not isinstance(meta[key], str):
+            raise err(f"meta.{key}", f"expected a name, got {meta[key]!r}"[:120])
+    if "global_batch" in meta:
+        bounds.count(meta["global_batch"], "global_batch", minimum=0, field="meta.global_batch")
+    for key in ("model", "stack", "sync"):
+        if meta.get(key) is not None and not isinstance(meta[key], dict):
+            raise err(f"meta.{key}", f"expected a mapping, got {meta[key]!r}"[:120])
+    bad = bounds.non_finite_path(meta, "meta")
+    if bad:
+        raise err(bad, "not a finite number")
+    if meta.get("stack"):
+        _check_stack_meta(meta["stack"], err)
+    if meta.get("sync"):
+        _check_sync_meta(meta["sync"], ranks, n_colls, err)
+    return dict(meta)
+
+
+def _check_stack_meta(stack: dict, err) -> None:
+    """The stack fields the engine reads: launch cost and the two slowdowns."""
+    launch = stack.get("kernel_launch_s")
+    if launch is not None:
+        _number(launch, "kernel_launch", "time", "meta.stack.kernel_launch_s", err)
+    for key in ("compute_slowdown", "comm_slowdown"):
+        _number(stack.get(key, 0.0), key, None, f"meta.stack.{key}", err)
+
+
+def _check_sync_meta(sync: dict, ranks: int, n_colls: int, err) -> None:
+    """The sync mode (as ``sync_spec`` takes it), its bytes, and background collectives."""
+    from zionsim.dlrm.sync import sync_spec
+
+    spec = sync_spec(base={k: sync[k] for k in sync if k not in ("background", "bytes")},
+                     file="trace meta")  # fmt: skip
+    _number(sync.get("bytes", 0.0), "bytes", "bytes", "meta.sync.bytes", err)
+    background = sync.get("background") or {}
+    if not isinstance(background, dict):
+        raise err("meta.sync.background", "expected a mapping of rank to collective id")
+    for rank, cid in background.items():
+        if not (str(rank).isdigit() and int(rank) < ranks):
+            raise err("meta.sync.background", f"{rank!r} is not a rank", f"0..{ranks - 1}")
+        if not isinstance(cid, int) or isinstance(cid, bool) or not 0 <= cid < n_colls:
+            raise err(f"meta.sync.background.{rank}", f"unknown collective {cid!r}")
+    if spec.kind == "shadow" and spec.method != "easgd":
+        missing = sorted(set(range(ranks)) - {int(r) for r in background})
+        if missing:
+            raise err("meta.sync.background", f"rank {missing[0]} has no background collective")
 
 
 def _check_members(ops: list[Op], colls: list[Collective], meta: dict, err) -> None:
@@ -178,14 +381,13 @@ def _check_ps_args(args: dict, err, where: str) -> None:
     """A parameter-server transfer names its servers and one byte count per server and part."""
     servers = args.get("servers")
     if not isinstance(servers, list) or not all(
-        isinstance(k, int) and not isinstance(k, bool) and k >= 0 for k in servers
+        isinstance(k, int) and not isinstance(k, bool) and 0 <= k < bounds.MAX_COUNT
+        for k in servers
     ):
         raise err(f"{where}.args.servers", "expected a list of server indices >= 0")
     for part in PS_PARTS[args["direction"]]:
         v = args.get(part)
-        if (
-            not isinstance(v, list)
-            or len(v) != len(servers)
-            or not all(isinstance(x, int | float) and x >= 0 for x in v)
-        ):
+        if not isinstance(v, list) or len(v) != len(servers):
             raise err(f"{where}.args.{part}", "expected one byte count >= 0 per server")
+        for j, x in enumerate(v):
+            _number(x, part, "bytes", f"{where}.args.{part}[{j}]", err)

@@ -11,6 +11,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from zionsim.base import bounds
 from zionsim.base.config import Fields, load_with_overrides
 from zionsim.base.errors import InputError
 from zionsim.dlrm.sync import sync_spec
@@ -234,15 +235,14 @@ def workload_from_dict(data: dict, file: str = "<workload>") -> WorkloadSpec:
 
 def _widths(f: Fields, key: str, minimum: int) -> tuple[int, ...]:
     value = f.raw(key)
-    if (
-        not isinstance(value, list)
-        or len(value) < minimum
-        or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in value)
-    ):
+    if not isinstance(value, list) or not minimum <= len(value) <= bounds.FIELDS["layers"].high:
         raise f.error(
             key, f"expected a list of at least {minimum} positive integers, got {value!r}"
         )
-    return tuple(value)
+    return tuple(
+        bounds.count(v, "width", file=f.file, field=f"{f.path(key)}[{i}]")
+        for i, v in enumerate(value)
+    )
 
 
 def _tables(f: Fields) -> tuple[Table, ...]:
@@ -260,6 +260,7 @@ def _tables(f: Fields) -> tuple[Table, ...]:
         names.add(name)
         rows, dim = t.integer("rows"), t.integer("dim")
         pooling = t.quantity("pooling", "fraction")
+        bounds.count(len(out) + count, "tables", file=f.file, field=f"tables[{i}].count")
         for c in range(count):
             out.append(Table(len(out), name if count == 1 else f"{name}_{c}", rows, dim, pooling))
     return tuple(out)
@@ -276,6 +277,7 @@ def with_precision(spec: WorkloadSpec, precision: dict[str, str]) -> WorkloadSpe
 
 def with_global_batch(spec: WorkloadSpec, global_batch: int, gpus: int) -> WorkloadSpec:
     """``spec`` with the per-GPU batch implied by ``global_batch`` on ``gpus`` GPUs."""
+    global_batch = bounds.count(global_batch, "global_batch", field="--global-batch")
     if global_batch % gpus:
         raise InputError(
             f"global batch {global_batch} is not a multiple of {gpus} GPUs", field="--global-batch"

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from zionsim.base import bounds
 from zionsim.base.config import Fields, apply_overrides, load_with_overrides, parse_override
 from zionsim.hardware.gpus import expand_gpu_preset
 
@@ -200,11 +201,13 @@ def cluster_from_dict(data: dict, file: str = "<topology>") -> ClusterSpec:
     f = Fields(data, file)
     f.check_keys(TOP_KEYS)
     gpus_per_node = f.integer("gpus_per_node")
+    nodes = f.integer("nodes")
+    bounds.count(nodes * gpus_per_node, "gpus", file=file, field="nodes x gpus_per_node")
     coll = f.sub("collectives", {})
     spec = ClusterSpec(
         name=str(f.raw("name", Path(file).stem)),
         description=str(f.raw("description", "")),
-        nodes=f.integer("nodes"),
+        nodes=nodes,
         gpus_per_node=gpus_per_node,
         gpu=replace(_gpu(f.sub("gpu")), compute=_compute(f.sub("compute", {}))),
         host=_host(f.sub("host")),
@@ -288,7 +291,20 @@ def _scale_up(f: Fields, gpus_per_node: int) -> ScaleUpSpec:
                 f"bad entry {item!r}",
                 allowed=f"[a, b, n] with a != b in 0..{gpus_per_node - 1}, n >= 1",
             )
-        triples.append((item[0], item[1], item[2]))
+        pair = {item[0], item[1]}
+        if any({a, b} == pair for a, b, _ in triples):
+            raise f.error(
+                f"mesh[{i}]",
+                f"GPUs {item[0]} and {item[1]} are listed twice",
+                allowed="one entry per GPU pair, its link count as n",
+            )
+        triples.append(
+            (
+                item[0],
+                item[1],
+                bounds.count(item[2], "links_per_gpu", file=f.file, field=f.path(f"mesh[{i}]")),
+            )
+        )
     return ScaleUpSpec(kind, link_bw_Bps=f.quantity("link_bw", "bandwidth"), mesh=tuple(triples))
 
 

@@ -37,14 +37,22 @@ def _plain(value: Any) -> Any:
 
 
 def to_json(obj: Any) -> str:
-    """Deterministic JSON: sorted keys, fixed float formatting by Python's repr."""
-    return json.dumps(_plain(obj), indent=2, sort_keys=True) + "\n"
+    """Deterministic, strict JSON: sorted keys, fixed float formatting by Python's repr, and no
+    NaN or Infinity (a non-finite number is a :class:`~zionsim.base.errors.ModelError`)."""
+    from zionsim.base.bounds import require_finite
+
+    plain = _plain(obj)
+    require_finite(plain, "JSON output")
+    return json.dumps(plain, indent=2, sort_keys=True, allow_nan=False) + "\n"
 
 
 def format_rows(rows: list[dict], fmt: str = "table") -> str:
     """Rows (dicts with the same keys) as an aligned table, CSV or a JSON list."""
     if fmt == "json":
-        return json.dumps(_plain(rows), indent=2) + "\n"
+        from zionsim.base.bounds import require_finite
+
+        require_finite(_plain(rows), "JSON output")
+        return json.dumps(_plain(rows), indent=2, allow_nan=False) + "\n"
     if not rows:
         return ""
     keys = list(rows[0])
@@ -320,11 +328,25 @@ def read_trace(path: str | Path):
     p = Path(path)
     if not p.is_file():
         raise InputError("no such file", file=str(p), field="--trace")
+    return trace_from_dict(strict_json(p), str(p))
+
+
+def strict_json(path: Path):
+    """The data of a JSON input file; NaN and Infinity (which Python's reader would take) and
+    undecodable text are an :class:`InputError` naming the file."""
+    from zionsim.base.errors import InputError
+
+    def refuse(name: str):
+        raise InputError(f"{name} is not a finite number", file=str(path), allowed="JSON numbers")
+
     try:
-        data = json.loads(p.read_text())
+        return json.loads(path.read_bytes(), parse_constant=refuse)
     except json.JSONDecodeError as exc:
-        raise InputError(f"not valid JSON (line {exc.lineno})", file=str(p)) from None
-    return trace_from_dict(data, str(p))
+        raise InputError(f"not valid JSON (line {exc.lineno})", file=str(path)) from None
+    except (UnicodeDecodeError, RecursionError, ValueError) as exc:
+        if isinstance(exc, InputError):
+            raise
+        raise InputError(f"not valid JSON ({type(exc).__name__})", file=str(path)) from None
 
 
 def write_plan(

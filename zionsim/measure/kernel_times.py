@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import csv
 import io
-import math
 from dataclasses import replace
 from pathlib import Path
 
@@ -34,6 +33,7 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares
 
+from zionsim.base import bounds
 from zionsim.base.errors import InputError
 from zionsim.hardware import compute
 from zionsim.hardware.topology import GpuSpec
@@ -79,6 +79,12 @@ def parse_kernel_csv(text: str, source: str = "<kernels>") -> pd.DataFrame:
         )
     rows = []
     for (number, _), raw in zip(numbered[1:], reader, strict=True):
+        if None in raw:  # csv puts the cells beyond the header under the key None
+            raise InputError(
+                f"{len(header) + len(raw[None])} fields, the header has {len(header)}",
+                file=source,
+                field=f"line {number}",
+            )
         raw = {(k or "").strip(): (v or "").strip() for k, v in raw.items()}
         rows.append(_row(raw, source, f"line {number}"))
     out = pd.DataFrame(rows).astype(object)  # integers stay integers beside missing cells
@@ -101,7 +107,7 @@ def _row(raw: dict, source: str, where: str) -> dict:
         if not raw.get(col):
             raise err(col, f"missing for a {kind} row")
         if col != "dtype":
-            row[col] = _positive_int(raw[col], lambda p, c=col: err(c, p))
+            row[col] = _positive_int(raw[col], col, lambda p, a=None, c=col: err(c, p, a))
     dtype = raw["dtype"].lower()
     if dtype not in compute.ELEMENT_BYTES:
         raise err("dtype", f"unknown dtype {dtype!r}", ", ".join(compute.GEMM_DTYPES))
@@ -115,14 +121,16 @@ def _row(raw: dict, source: str, where: str) -> dict:
     return row
 
 
-def _positive_int(text: str, err) -> int:
+def _positive_int(text: str, column: str, err) -> int:
+    """A whole number >= 1 within the bound of ``column`` (``base.bounds``)."""
     try:
         value = float(text)
     except ValueError:
         raise err(f"expected an integer, got {text!r}") from None
-    if value != int(value) or value < 1:
-        raise err(f"expected an integer >= 1, got {text!r}")
-    return int(value)
+    try:
+        return bounds.count(value, column)
+    except InputError as exc:
+        raise err(f"{exc.problem}, got {text!r}", exc.allowed) from None
 
 
 def _flag(text: str, err) -> bool:
@@ -137,9 +145,10 @@ def _time_s(raw: dict, err) -> float:
         value = float(raw.get(column, ""))
     except ValueError:
         raise err(column, f"expected a number, got {raw.get(column)!r}") from None
-    if not value > 0 or math.isinf(value):
-        raise err(column, f"must be > 0, got {raw.get(column)!r}")
-    return value * (1e-6 if column == "time_us" else 1.0)
+    seconds = value * (1e-6 if column == "time_us" else 1.0)
+    if not 0 < seconds <= bounds.DIMENSIONS["time"].high:
+        raise err(column, f"must be > 0 and at most an hour, got {raw.get(column)!r}")
+    return seconds
 
 
 def kernel_time_s(gpu: GpuSpec, row, model: compute.ComputeModel | None = None) -> float:

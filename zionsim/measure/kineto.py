@@ -117,11 +117,16 @@ def read_kineto(path: str | Path | list, **kwargs) -> Trace:
         try:
             opener = gzip.open if p.name.endswith(".gz") else open
             with opener(p, "rt") as f:
-                doc = json.load(f)
-        except (OSError, ValueError) as e:
-            raise InputError(f"cannot read a JSON trace: {e}", file=str(p)) from None
+                doc = json.load(f, parse_constant=_refuse_constant)
+        except (OSError, ValueError, RecursionError, EOFError) as e:
+            why = str(e).splitlines()[0][:120] if str(e) else type(e).__name__
+            raise InputError(f"cannot read a JSON trace: {why}", file=str(p)) from None
         docs += doc if isinstance(doc, list) else [doc]
     return import_kineto(docs if len(docs) != 1 else docs[0], str(path), **kwargs)
+
+
+def _refuse_constant(name: str):
+    raise ValueError(f"{name} is not a finite number")
 
 
 def classify_kernel(name: str) -> tuple[str, str, str | None]:
@@ -186,7 +191,11 @@ class _Doc:
             raise InputError(
                 "not a Kineto trace (no traceEvents list)", file=source, field="traceEvents"
             )
-        xs = [e for e in doc["traceEvents"] if isinstance(e, dict) and e.get("ph") == "X"]
+        xs = [
+            _check_event(i, e, source)
+            for i, e in enumerate(doc["traceEvents"])
+            if isinstance(e, dict) and e.get("ph") == "X"
+        ]
         self.cpu = [e for e in xs if e.get("cat", "").lower() in ("cpu_op", "user_annotation")]
         self.gpu = [e for e in xs if e.get("cat", "").lower() in GPU_CATS]
         self.runtime = {
@@ -201,6 +210,13 @@ class _Doc:
                 self.by_seq.setdefault(e["args"]["Sequence number"], []).append(i)
         self.parent = self._nesting()
         self.info = doc.get("distributedInfo") or {}
+        rank = self.info.get("rank", 0) if isinstance(self.info, dict) else None
+        if not isinstance(rank, int) or isinstance(rank, bool) or not 0 <= rank < 2**31:
+            raise InputError(
+                "expected a mapping with an integer rank >= 0",
+                file=source,
+                field="distributedInfo",
+            )
 
     def _nesting(self) -> dict[int, int]:
         """Enclosing CPU op of every CPU op (same pid and tid, time containment)."""
@@ -235,6 +251,63 @@ class _Doc:
         rt = self.runtime.get(_arg(kernel, "correlation"))
         chain = self.chain(kernel)
         return rt["ts"] if rt else chain[0]["ts"] if chain else kernel["ts"]
+
+
+#: event args the importer reads, and the type each must have: ids are scalars (dict keys),
+#: sizes finite numbers >= 0, shapes and types lists
+_ID_ARGS = ("External id", "correlation", "Sequence number", "device", "stream")
+_SIZE_ARGS = ("bytes", "In msg nelems", "Out msg nelems")
+_LIST_ARGS = ("Input Dims", "Input type")
+
+
+def _check_event(i: int, e: dict, source: str) -> dict:
+    """A complete (``"ph": "X"``) event whose fields the importer reads have their Kineto
+    types: ``name`` and ``cat`` text, ``ts`` and ``dur`` (µs) finite numbers, ``dur`` >= 0,
+    ``pid``/``tid`` scalars, ``args`` a mapping (see :data:`_ID_ARGS` …)."""
+
+    def bad(field: str, value, allowed: str) -> InputError:
+        shown = repr(value)[:60]
+        return InputError(
+            f"unexpected value {shown}", file=source, field=f"traceEvents[{i}].{field}",
+            allowed=allowed,
+        )  # fmt: skip
+
+    for key in ("name", "ts"):
+        if key not in e:
+            raise bad(key, None, "present on every complete event")
+    for key in ("name", "cat"):
+        if not isinstance(e.get(key, ""), str):
+            raise bad(key, e[key], "text")
+    for key in ("ts", "dur"):
+        v = e.get(key, 0)
+        if isinstance(v, bool) or not isinstance(v, int | float) or not np.isfinite(v):
+            raise bad(key, v, "a finite number of microseconds")
+        if key == "dur" and v < 0:
+            raise bad(key, v, "a duration >= 0")
+    for key in ("pid", "tid"):
+        if not isinstance(e.get(key, 0), int | str):
+            raise bad(key, e[key], "an integer or text")
+    args = e.get("args", {})
+    if not isinstance(args, dict):
+        raise bad("args", args, "a mapping")
+    _check_event_args(args, bad)
+    return e
+
+
+def _check_event_args(args: dict, bad) -> None:
+    """The args of :func:`_check_event` the importer reads have the types it needs."""
+    for key in _ID_ARGS:
+        if key in args and not isinstance(args[key], int | str | None):
+            raise bad(f"args.{key}", args[key], "an integer or text")
+    for key in _SIZE_ARGS:
+        v = args.get(key)
+        if key in args and (
+            isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v < 1e18
+        ):
+            raise bad(f"args.{key}", v, "a number >= 0")
+    for key in _LIST_ARGS:
+        if key in args and not isinstance(args[key], list):
+            raise bad(f"args.{key}", args[key], "a list")
 
 
 def _arg(e: dict, key: str):
@@ -298,7 +371,11 @@ def import_kineto(
     }
     if global_batch:
         meta["global_batch"] = int(global_batch)
-    return Trace(len(items), ops, colls, meta)
+    from zionsim.dlrm.trace_file import trace_from_dict, trace_to_dict
+
+    # what the heuristics made of the file is held to the trace-file schema: a shape or size
+    # read from the profile that no GPU runs (a negative GEMM dimension …) is refused here
+    return trace_from_dict(trace_to_dict(Trace(len(items), ops, colls, meta)), source)
 
 
 def _device(e: dict):

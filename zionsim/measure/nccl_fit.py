@@ -64,6 +64,12 @@ def fit_from_nccl_logs(
     else:
         notes.append("all_to_all fitted alone: only the Simple efficiency and LL overhead move")
     model = _refine(cluster, fitted, sizes, meas, start, alg_of[fitted])
+    if not _finite_fit((model.overhead_s, model.efficiency)):
+        raise InputError(
+            f"the {fitted} points do not determine the protocol parameters (the fit diverged)",
+            file=", ".join(sorted(set(pts["source"]))),
+            allowed="logs covering small and large sizes (nccl-tests -b 8 -e 8G)",
+        )
     out = _fit_report(cluster, pts, model, fitted, alg_of)
     out.attrs["notes"] = notes
     return model, out
@@ -92,9 +98,14 @@ def _usable_points(
                 continue
             keep = (part["size_bytes"] >= min_bytes) & (part["busbw_GBps"] > 0)
             points.append(part.loc[keep, ["op", "size_bytes", "busbw_GBps"]].assign(source=source))
-    if not points:
-        raise InputError("no usable nccl-tests points to fit", field="frames")
-    return pd.concat(points, ignore_index=True)
+    pts = pd.concat(points, ignore_index=True) if points else pd.DataFrame()
+    if pts.empty:
+        raise InputError(
+            "no usable nccl-tests points to fit",
+            field="frames",
+            allowed=f"rows of a modelled collective with size >= {min_bytes:g} B and busbw > 0",
+        )
+    return pts
 
 
 def _fit_report(cluster, pts: pd.DataFrame, model, fitted: str, alg_of: dict) -> pd.DataFrame:
@@ -148,10 +159,24 @@ def _refine(
         best = f.fit_p2p()
         return start.with_fit(*best) if f.loss(*best) < f.loss(*_params(start)) else start
     best = f.best_assignment()
-    best = min((best, f.polish(best)), key=lambda c: f.loss(*c))
+    # degenerate logs (a handful of points, one protocol) can drive the search to overflow:
+    # only finite parameters with a finite loss are candidates
+    found = [c for c in (best, f.polish(best)) if _finite_fit(c) and np.isfinite(f.loss(*c))]
+    if not found:
+        return start
+    best = min(found, key=lambda c: f.loss(*c))
     if f.loss(*best) >= f.loss(start.overhead_s, start.efficiency):
         return start
     return start.with_fit(*best)
+
+
+def _finite_fit(candidate: tuple[dict, dict]) -> bool:
+    """Every overhead and efficiency of a (overheads, efficiencies) candidate is finite, the
+    efficiencies in (0, 1]."""
+    over, eff = candidate
+    return all(np.isfinite(v) and v >= 0 for v in over.values()) and all(
+        np.isfinite(v) and 0 < v <= 1 for v in eff.values()
+    )
 
 
 class _AffineFit:

@@ -162,31 +162,58 @@ def _row(tokens: list[str], columns: list[str] | None, source: str, where: str) 
         "count": _integer(head["count"], source, where),
         "type": head["type"],
         "redop": head.get("redop", "none"),
-        "root": _integer(head.get("root", "-1"), source, where),
+        "root": _integer(head.get("root", "-1"), source, where, minimum=-1),
     }
     values = tokens[n_front:]
     for i, prefix in enumerate(("oop", "ip")):
         group = values[4 * i : 4 * i + 4] if i < runs else ["N/A"] * 4
         for name, value in zip(RUN_FIELDS, group, strict=True):
-            row[f"{prefix}_{name}"] = _number(value, source, where, na_ok=name != "time_us")
+            timed = name == "time_us"
+            row[f"{prefix}_{name}"] = _number(
+                value, source, where, na_ok=not (timed and prefix == "oop"), positive=timed
+            )
     return row
 
 
-def _number(text: str, source: str, where: str, na_ok: bool = True) -> float:
+#: the largest value any column of a result row may hold: 10^18 (bytes, elements, µs, GB/s);
+#: beyond it a number is a corrupt line, not a measurement
+_MAX_VALUE = 1e18
+
+
+def _number(text: str, source: str, where: str, na_ok: bool = True, positive=False) -> float:
+    """A measured value: finite, >= 0 (> 0 when ``positive``: a time), at most
+    :data:`_MAX_VALUE`; ``N/A`` or ``-`` is NaN (absent) where ``na_ok``."""
     text = text.rstrip("*")  # old versions flag a failed check with a trailing '*'
     if na_ok and text in ("N/A", "-"):
         return float("nan")
     try:
-        return float(text)
+        value = float(text)
     except ValueError:
         raise InputError(f"expected a number, got {text!r}", file=source, field=where) from None
+    if not (value > 0 if positive else value >= 0) or not value <= _MAX_VALUE:
+        raise InputError(
+            f"{text!r} is not a measurement",
+            file=source,
+            field=where,
+            allowed=f"a finite number {'>' if positive else '>='} 0, at most {_MAX_VALUE:g}",
+        )
+    return value
 
 
-def _integer(text: str, source: str, where: str) -> int:
+def _integer(text: str, source: str, where: str, minimum: int = 0) -> int:
+    """A whole number ``>= minimum`` and at most :data:`_MAX_VALUE`."""
     try:
-        return int(text)
+        value = int(text)
     except ValueError:
         raise InputError(f"expected an integer, got {text!r}", file=source, field=where) from None
+    if not minimum <= value <= _MAX_VALUE:
+        raise InputError(
+            f"{text!r} is out of range",
+            file=source,
+            field=where,
+            allowed=f"{minimum} to {_MAX_VALUE:g}",
+        )
+    return value
 
 
 def _binary_op(line: str) -> str | None:

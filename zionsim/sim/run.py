@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from zionsim.base.bounds import require_finite
 from zionsim.dlrm.plan import (
     MEMORY_KINDS,
     Plan,
@@ -111,6 +112,7 @@ def simulate_run(
     replayed ``trace`` carries its own.  ``max_memory_bytes``: refuse (``ResourceError``) a
     trace whose simulation is estimated to need more (``sim.resources``; None: no check)."""
     t0 = time.perf_counter()
+    check_iterations(iterations, warmup)
     memory = pd.DataFrame()
     if trace is None:
         spec = sync_spec(
@@ -142,6 +144,7 @@ def simulate_run(
         "events": int(len(events)),
         "sync": _sync_summary(cluster, trace, rec, a, iterations, warmup, fidelity),
     }
+    require_finite(summary, "summary.json")  # a NaN from accepted input is a bug (ModelError)
     bd = _breakdown_table(breakdown, busy, exposed)
     return RunResult(summary, _timing(rec, wall), events, bd, links, memory, trace)
 
@@ -328,6 +331,9 @@ def run_point(options: dict, max_memory_bytes: float | None = None) -> RunResult
     """One run from a flat mapping of run options plus ``topology.*`` / ``workload.*`` paths;
     ``max_memory_bytes`` as in :func:`simulate_run`, checked before the cluster is built too.
 
+    Every run option is validated with its type: integers are integers (``2.7`` is refused, not
+    run as 2), ``fused`` is a YAML boolean (the string ``"false"`` is refused, not run as True).
+
     >>> run_point({"topology": "zionex", "nodes": 1, "workload": "tiny"}).summary["gpus"]
     8
     """
@@ -335,55 +341,92 @@ def run_point(options: dict, max_memory_bytes: float | None = None) -> RunResult
     from zionsim.hardware.cluster import Cluster
     from zionsim.hardware.topology import load_topology
 
-    _check_run_options(options)
-    topo_sets = [f"{k[9:]}={v}" for k, v in options.items() if k.startswith("topology.")]
-    work_sets = [f"{k[9:]}={v}" for k, v in options.items() if k.startswith("workload.")]
+    o = run_options(options)
+    topo_sets = {k[9:]: v for k, v in options.items() if k.startswith("topology.")}
+    work_sets = {k[9:]: v for k, v in options.items() if k.startswith("workload.")}
     spec = load_topology(
-        options.get("topology", "zionex"),
-        nodes=options.get("nodes"),
-        gpus_per_node=options.get("gpus_per_node"),
-        overrides=topo_sets,
+        o["topology"], nodes=o["nodes"], gpus_per_node=o["gpus_per_node"], overrides=topo_sets
     )
-    w = load_workload(
-        options.get("workload", "neo_model_a"),
-        overrides=work_sets,
-        batch_per_gpu=options.get("batch_per_gpu"),
-    )
-    if options.get("global_batch") is not None:
-        w = with_global_batch(w, int(options["global_batch"]), spec.gpus)
-    stack = resolve_stack(options.get("stack"))
+    w = load_workload(o["workload"], overrides=work_sets, batch_per_gpu=o["batch_per_gpu"])
+    if o["global_batch"] is not None:
+        w = with_global_batch(w, o["global_batch"], spec.gpus)
+    stack = resolve_stack(o["stack"])
     w = apply_stack(w, stack)
-    iterations = int(options.get("iterations", 3))
     if max_memory_bytes is not None:
-        check_inputs(spec, w, iterations, max_memory_bytes, options.get("plan", "auto"))
+        check_inputs(spec, w, o["iterations"], max_memory_bytes, o["plan"])
     cluster = Cluster.build(spec)
-    extra = {k: options[k] for k in ("sync", "sync_every") if options.get(k) is not None}
-    extra.update(
-        {
-            f"sync_{k}": options[f"sync_{k}"]
-            for k in ("servers", "period_s", "trainer")
-            if options.get(f"sync_{k}") is not None
-        }
-    )
     return simulate_run(
         cluster,
         w,
-        _point_plan(options.get("plan", "auto"), cluster, w),
-        iterations=iterations,
-        warmup=int(options.get("warmup", 1)),
-        fidelity=options.get("fidelity", "flow"),
-        fused=bool(options.get("fused", True)),
+        _point_plan(o["plan"], cluster, w),
+        iterations=o["iterations"],
+        warmup=o["warmup"],
+        fidelity=o["fidelity"],
+        fused=o["fused"],
         stack=stack,
+        sync=o["sync"],
+        sync_every=o["sync_every"],
+        sync_servers=o["sync_servers"],
+        sync_period_s=o["sync_period_s"],
+        sync_trainer=o["sync_trainer"],
         max_memory_bytes=max_memory_bytes,
-        **extra,
     )
+
+
+def run_options(options: dict, file: str = "run options") -> dict:
+    """The run options of ``options`` (:data:`RUN_OPTIONS`; dotted paths pass through) checked
+    and typed, absent ones at their defaults; an unknown option or a value of the wrong type or
+    out of bounds is an :class:`InputError` naming it."""
+    from zionsim.base.config import Fields
+
+    _check_run_options(options)
+    f = Fields(options, file)
+    out = {k: f.text(k, None) for k in ("sync", "sync_trainer")}
+    # a stack profile object (library use) passes as it is; from files it is a name or a path
+    stack = options.get("stack")
+    out["stack"] = stack if isinstance(stack, StackSpec) else f.text("stack", None)
+    out.update({k: f.integer(k, None) for k in ("nodes", "gpus_per_node", "batch_per_gpu")})
+    out.update({k: f.integer(k, None) for k in ("global_batch", "sync_every", "sync_servers")})
+    period = f.raw("sync_period_s", None)
+    out.update(
+        topology=f.text("topology", "zionex"),
+        workload=f.text("workload", "neo_model_a"),
+        plan=f.text("plan", "auto"),
+        iterations=f.integer("iterations", 3),
+        warmup=f.integer("warmup", 1, minimum=0),
+        seed=f.integer("seed", None, minimum=0),
+        fidelity=f.choice("fidelity", ("flow", "analytic"), "flow"),
+        fused=f.flag("fused", True),
+        sync_period_s=None
+        if period is None
+        else f.quantity("sync_period_s", "time", unit=False, strict=False),  # fmt: skip
+    )
+    return out
+
+
+def check_iterations(iterations: int, warmup: int) -> None:
+    """``iterations`` and ``warmup`` are whole numbers in bounds, with at least one iteration
+    after the warmup (an :class:`InputError` naming the option otherwise)."""
+    from zionsim.base import bounds
+    from zionsim.base.errors import InputError
+
+    bounds.count(iterations, "iterations", field="iterations")
+    bounds.count(warmup, "warmup", minimum=0, field="warmup")
+    if warmup >= iterations:
+        raise InputError(
+            f"warmup {warmup} leaves no iteration to measure of {iterations}",
+            field="warmup",
+            allowed=f"0..{iterations - 1}",
+        )
 
 
 def _check_run_options(options: dict) -> None:
     """Every undotted key is one of :data:`RUN_OPTIONS` (InputError naming the first that isn't)."""
     from zionsim.base.errors import InputError
 
-    unknown = sorted(k for k in options if "." not in k and k not in RUN_OPTIONS)
+    if not isinstance(options, dict):
+        raise InputError(f"expected a mapping of run options, got {options!r}", field="options")
+    unknown = sorted(str(k) for k in options if "." not in str(k) and k not in RUN_OPTIONS)
     if unknown:
         raise InputError(
             f"unknown run option {unknown[0]!r}",

@@ -1,0 +1,8 @@
+"""Fuzz plan files (mutated plans that zionsim writes for the tiny world).
+
+Every case is accepted with finite outputs or refused with a one-line input error
+(harness: ``tests/fuzz/harness.py``)."""
+
+from tests.fuzz.suite import fuzz_test
+
+test_fuzz_plan = fuzz_test("plan")
