@@ -86,23 +86,20 @@ ZION = [
     "embedding and gradient all-to-alls sit on the critical path. ZionEX's one 200 Gb/s NIC "
     "per GPU (rail-aligned, PXN) gives each GPU its own scale-out bandwidth: "
     "`all_to_all_delta_ms` and `exposed_communication_delta_ms` carry most of the gain for "
-    "the MLPerf models and model I.\n"
-    "* **Memory capacity matters as much as links for Neo model A.** With 32 GB V100-class "
-    "HBM, model A's ~800 B parameters do not all fit on 128 Zion GPUs: the planner spills "
-    "~7 GB per GPU of rows to host DRAM (UVM), and reading them over PCIe "
-    "(`host_transfer`, ~1.1 s of its 1.8 s) dominates. On ZionEX (40 GB) everything is in "
-    "HBM.\n"
-    "* **Compute changes less**: GEMMs go from V100-class to A100 (FP32 dense here, so the "
-    "gain is the FP32 peak ratio, not tensor cores) and embedding lookups from 900 GB/s to "
-    "1555 GB/s HBM.\n"
-    "* **Imbalance** shows for DLRM-DCNv2, whose 26 tables differ in size and pooling: the "
-    "slowest GPU's lookups exceed the average, and more so on Zion's slower HBM.",
+    "every model (the all-to-all on Neo model A's critical path falls from ~170 ms to ~32 ms).\n"
+    "* **Neo model A also gains from tensor cores.** Its 3,994-wide MLPs run in TF32; Zion's "
+    "V100-class accelerators have no TF32 units, so they run them at the FP32 rate (GEMMs "
+    "~46 ms against ~6 ms). Its FP16 rows fit in HBM on both platforms (no host transfers).\n"
+    "* **Compute changes less for the MLPerf models**, which train in FP32 on both: GEMMs go "
+    "from V100-class to A100 FP32 and embedding lookups from 900 GB/s to 1555 GB/s HBM.\n"
+    "* **DLRM-DCNv2's cross network** (`interaction`) is FP32 GEMM work on both platforms and "
+    "shrinks least; it is the largest part of ZionEX's DCNv2 iteration.",
 ]
 
 SCALING = [
     "# Scaling the Neo models from 8 to 1,024 GPUs\n\n"
     "Weak scaling on ZionEX (512 samples per GPU, global batch grows with the cluster) for "
-    "Meta's public Neo-scale presets: model A (4,096 tables, ~800 B parameters, large FP32 "
+    "Meta's public Neo-scale presets: model A (4,096 tables, ~800 B parameters, large TF32 "
     "MLPs), model I (512 tables, deep narrow MLPs) and model F (~12 T parameters: most rows "
     "live in host DRAM behind an HBM cache, UVM). Two planners (the cost-based greedy planner, "
     "`auto`, and round-robin table-wise) and three ways of syncing the dense parameters. "
@@ -119,11 +116,13 @@ SCALING = [
     'zs.plot_scaling(auto, ax=a1, by="workload")\n'
     'zs.plot_scaling_efficiency(auto, ax=a2, by="workload")\n'
     "show(a1)",
-    "Efficiency above 1 is real: with a fixed model, adding GPUs spreads the embedding tables "
-    "over more HBM, so each GPU looks up fewer rows per sample while its MLP work per sample "
-    "stays the same; model A on two nodes spends most of its iteration on embeddings. Beyond "
-    "the point where embeddings are spread thin, the all-to-alls grow with the number of "
-    "peers and cross more switch tiers, and efficiency bends down.\n\n"
+    "Efficiency far above 1 at small sizes is real and comes from memory, not links: on 8 "
+    "to 32 GPUs model A's (and on 8 to 16, model I's) tables do not fit in HBM, so the "
+    "planner keeps most rows in host DRAM and the iteration is spent reading them over PCIe "
+    "(`host_transfer`, 0.81 s of model A's 0.87 s on one node). Once the tables fit (64 GPUs "
+    "for A, 32 for I), weak scaling is close to linear up to 1,024 GPUs: each GPU's lookups "
+    "shrink a little as tables spread thinner while the all-to-all grows a little with the "
+    "number of peers and switch tiers.\n\n"
     "## Where the time goes at each size (greedy plan)",
     'big = auto[auto.status == "ok"].sort_values(["workload", "gpus"])\n'
     'show(zs.plot_breakdown(big, label=["workload", "gpus"]))',
@@ -134,8 +133,8 @@ SCALING = [
     "F needs the greedy planner's UVM placement and at least 16 nodes of host DRAM (below "
     "that, a node's share of the 12 T parameters does not fit), and round-robin never fits "
     "it. Model F's super-linear jump between 256 and 512 GPUs is its HBM cache: once enough "
-    "of the hot rows fit in aggregate HBM, host transfers collapse. Failed points are listed "
-    "below the plot.",
+    "of the hot rows fit in aggregate HBM, host transfers collapse; from 512 to 1,024 GPUs its "
+    "efficiency falls back as the all-to-all doubles. Failed points are listed below the plot.",
     'show(zs.plot_scaling(plans, by=["workload", "plan"]))\n'
     'failed = plans[plans.status != "ok"]\n'
     'failed[["workload", "nodes", "plan", "error"]]'
@@ -148,7 +147,7 @@ SCALING = [
     'show(zs.plot_scaling(sync, by="sync"))\n'
     'sync.pivot_table(index="gpus", columns="sync", values="samples_per_s").round(0)',
     "Model I's dense parameters are small next to its embedding traffic and NVLink/RoCE "
-    "all-reduce them quickly, so the three modes stay within 2 % at every size: foreground "
+    "all-reduce them quickly, so the three modes stay within about 2 % at every size: foreground "
     "rounds cost a little every 4th iteration, shadow rounds share links with the all-to-alls "
     "but block nothing and remove the per-iteration gradient all-reduce.",
 ]
@@ -158,9 +157,9 @@ WHATIF = [
     "One knob at a time on a 16-node ZionEX (128 A100s), each at 1x, 2x and 4x its ZionEX "
     "value: **NIC speed** (200 Gb/s per GPU), **NVLink bandwidth** (25 GB/s per link, 12 "
     "links per GPU), **HBM size** (40 GB) and **host-DRAM bandwidth** (153.6 GB/s per "
-    "socket). Two models with opposite bottlenecks: Neo model A with its MLPs in TF32 "
-    "(`workload.precision.dense=tf32`, so it is no longer GEMM-bound) and Neo model F, whose "
-    "~12 T parameters live mostly in host DRAM behind an HBM cache.",
+    "socket). Two models with opposite bottlenecks: Neo model A with its MLPs in TF32 (as its "
+    "preset trains them) and Neo model F, whose ~12 T parameters live mostly in host DRAM "
+    "behind an HBM cache.",
     SETUP,
     'tables = zs.run_study("whatif_hardware", RUNS, WORKERS)\n'
     "sp = zs.whatif_speedups(tables)\n"
@@ -171,18 +170,19 @@ WHATIF = [
     'base = pd.concat([g[g["topology.scale_out.nic_bw"] == "200Gbps"]\n'
     '                  for _, g in tables["nic_speed"].groupby("workload")])\n'
     'show(zs.plot_breakdown(base, label="workload"))',
-    "* **Model A (TF32)** is bound by compute: embedding lookups (HBM bandwidth) and GEMMs "
-    "fill its critical path, and at 200 Gb/s its all-to-alls are almost entirely hidden, so "
-    "2x or 4x the NIC speed buys about 1 %. NVLink, HBM size and host-DRAM bandwidth buy "
-    "nothing: NVLink carries only the intra-node hop of PXN and the all-reduce that backward "
-    "hides, and the model fits in HBM. The NIC is sized about right, not oversized: going "
-    "*down* to 100 Gb/s costs a third (`zionsim run --set workload.precision.dense=tf32 --set "
-    "scale_out.nic_bw=100Gbps`: 211 ms against 155 ms).\n"
+    "* **Model A (TF32)** is bound by its embedding lookups (HBM bandwidth) and its pooled-"
+    "embedding all-to-all, each about a third of the critical path (34 and 32 of 87 ms). Yet 2x "
+    "or 4x the NIC speed buys only 2 %: each NIC sits behind a PCIe Gen4 switch that already "
+    "carries 200 Gb/s, and the all-to-all's intra-node PXN hop shares that switch, so a faster "
+    "NIC moves the bottleneck to PCIe. NVLink, HBM size and host-DRAM bandwidth buy nothing: "
+    "NVLink carries only the intra-node hop and the all-reduce that backward hides, and the "
+    "model fits in HBM. The NIC is not oversized either: going *down* to 100 Gb/s costs 41 % "
+    "(`zionsim run --set scale_out.nic_bw=100Gbps`: 122 ms against 87 ms).\n"
     "* **Model F** is bound by host transfers: rows that miss the HBM cache come from host "
     "DRAM over PCIe. A larger HBM caches more of the Zipf-hot rows, so the miss traffic falls "
-    "faster than linearly: HBM size is the knob that buys the most (1.4x at 80 GB, ~7x at "
+    "faster than linearly: HBM size is the knob that buys the most (1.33x at 80 GB, 3.7x at "
     "160 GB). Host-DRAM bandwidth buys nothing because PCIe, not DRAM, is the narrow part of "
-    "that path; NIC and NVLink speed barely matter.\n"
+    "that path; NIC and NVLink speed buy at most 1.4 %.\n"
     "* So the answer depends on the model: an HBM-resident, compute-bound model needs faster "
     "compute or HBM bandwidth (not in this list); a UVM-resident model needs HBM capacity.",
 ]
@@ -215,8 +215,10 @@ SHADOW = [
     "## What it shows\n\n"
     "* **Shadow model averaging** keeps (slightly beats) all-reduce's throughput at every "
     "size: its rounds are GPU all-reduces over NVLink and rail-aligned RoCE, shorter than an "
-    "iteration, so the gap stays at one iteration, the background traffic costs the "
-    "foreground nothing measurable, and the per-iteration gradient all-reduce is gone.\n"
+    "iteration, so the gap stays at one iteration and the per-iteration gradient all-reduce is "
+    "gone. A round's NCCL kernels would slow the trainer's compute kernels they overlap (the "
+    "stack's 18.9 % interference), but each round ends within the trainer's per-step host "
+    "time, so the foreground slowdown is 0 here.\n"
     "* **Foreground model averaging** every 4 iterations loses well under 1 % here; its gap is "
     "4 by construction.\n"
     "* **EASGD with one central server** is where the trade-off appears: every trainer pushes "
@@ -224,8 +226,8 @@ SHADOW = [
     "foreground all-to-alls also use. Foreground EASGD stalls everybody for a round that "
     "grows with the number of trainers. Shadow EASGD never stalls, but its rounds run back to "
     "back with no pacing, so the server's links are saturated all the time: the sync gap "
-    "grows (1 → ~2 iterations) and the foreground slows down even more than with foreground "
-    "rounds beyond 32 trainers. ShadowSync's CPU clusters kept this in check with more sync "
+    "grows (1 → ~2 iterations) and the foreground slows down as much as with foreground "
+    "rounds at 64 trainers and more at 128. ShadowSync's CPU clusters kept this in check with more sync "
     "servers and a paced background loop: `zionsim run --sync shadow-easgd --sync-servers N "
     "--sync-period SECONDS` expresses both.\n"
     "* Gaps are measured over 8 iterations, so long gaps are censored; raise `iterations` in "
