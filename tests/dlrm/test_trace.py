@@ -116,3 +116,16 @@ def test_trace_file_fields_are_typed_and_bounded(edit, match):
     edit(data)
     with pytest.raises(InputError, match=match):
         trace_from_dict(data, "t.json")
+
+
+def test_whole_float_args_are_read_as_ints():
+    """``"coll": 1.0`` and ``"m": 64.0`` (JSON writers may emit them) load as ints: a float
+    collective id used to index a list and raise TypeError."""
+    _, trace = _tiny_trace()
+    data = json.loads(json.dumps(trace_to_dict(trace)))
+    op = next(o for o in data["ops"] if o["kind"] == "collective")
+    gemm = next(o for o in data["ops"] if o["kind"] == "gemm")
+    op["args"]["coll"], gemm["args"]["m"] = float(op["args"]["coll"]), float(gemm["args"]["m"])
+    again = trace_from_dict(data)
+    assert type(again.ops[op["id"]].args["coll"]) is int
+    assert type(again.ops[gemm["id"]].args["m"]) is int

@@ -180,11 +180,15 @@ def _get(doc, path):
     return doc
 
 
-def _copy(obj):
+def _copy(obj, depth: int = 0):
+    """A copy of nested dicts and lists; below 24 levels (a value nested deep on purpose, which
+    no mutation reaches into: see :func:`_paths`) the original is shared."""
+    if depth > 24:
+        return obj
     if isinstance(obj, dict):
-        return {k: _copy(v) for k, v in obj.items()}
+        return {k: _copy(v, depth + 1) for k, v in obj.items()}
     if isinstance(obj, list):
-        return [_copy(v) for v in obj]
+        return [_copy(v, depth + 1) for v in obj]
     return obj
 
 

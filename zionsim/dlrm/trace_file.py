@@ -256,8 +256,8 @@ def _check_args(where: str, kind: str, args: dict, n_colls: int, err) -> dict:
     unknown = sorted(str(a) for a in args if a not in required + optional)
     if unknown:
         raise err(f"{where}.args.{unknown[0]}", "unknown argument", ", ".join(required + optional))
-    for name, value in args.items():
-        _check_arg(f"{where}.args.{name}", name, value, err)
+    for name, value in list(args.items()):
+        args[name] = _check_arg(f"{where}.args.{name}", name, value, err)
     if kind == "transfer":
         _check_transfer(where, args, err)
     if kind == "collective" and not args["coll"] < n_colls:
@@ -267,8 +267,9 @@ def _check_args(where: str, kind: str, args: dict, n_colls: int, err) -> dict:
     return args
 
 
-def _check_arg(where: str, name: str, value, err) -> None:
-    """One op argument of its type and bound."""
+def _check_arg(where: str, name: str, value, err):
+    """One op argument of its type and bound, as it is used: a whole number as an int (``2.0``
+    would index a list as a float)."""
     from zionsim.dlrm.workload import EMBEDDING_OPTIMIZERS
     from zionsim.hardware.topology import DTYPES
 
@@ -281,13 +282,13 @@ def _check_arg(where: str, name: str, value, err) -> None:
         if not isinstance(value, bool):
             raise err(where, f"expected true or false, got {value!r}")
     elif name == "coll":
-        bounds.count(value, "coll", minimum=0, field=where)
+        return bounds.count(value, "coll", minimum=0, field=where)
     elif name in _NUMERIC_ARGS:
         key, dimension, least = _NUMERIC_ARGS[name]
         if least is not None:
-            bounds.count(value, key, minimum=least, field=where)
-        else:
-            _number(value, key, dimension, where, err)
+            return bounds.count(value, key, minimum=least, field=where)
+        _number(value, key, dimension, where, err)
+    return value
 
 
 def _check_transfer(where: str, args: dict, err) -> None:
@@ -297,7 +298,7 @@ def _check_transfer(where: str, args: dict, err) -> None:
     if direction in PS_PARTS:
         _check_ps_args(args, err, where)
     elif "servers" in args:
-        bounds.count(args["servers"], "servers", field=f"{where}.args.servers")
+        args["servers"] = bounds.count(args["servers"], "servers", field=f"{where}.args.servers")
     stray = [p for parts in PS_PARTS.values() for p in parts if p in args]
     if direction not in PS_PARTS and stray:
         raise err(f"{where}.args.{stray[0]}", "only a ps_lookup or ps_update transfer has it")
