@@ -36,6 +36,11 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def print_note(line: str) -> None:
+    """One line for the user on stderr (a library's default notifier, e.g. ``run_sweep``'s)."""
+    print(line, file=sys.stderr)
+
+
 def to_json(obj: Any) -> str:
     """Deterministic, strict JSON: sorted keys, fixed float formatting by Python's repr, and no
     NaN or Infinity (a non-finite number is a :class:`~zionsim.base.errors.ModelError`)."""

@@ -1,4 +1,6 @@
-"""This machine's limits for the resource guards (``sim/resources.py``, ``docs/reliability.md``).
+"""This machine's limits for the resource guards (``sim/resources.py``, ``docs/reliability.md``),
+and the start time of a process (the sweep workers' watchdog, ``studies/pool.py``): the reads
+of ``/proc`` live here, outside the model.
 
 The memory limit of a run is, first found: ``--max-memory`` (a size such as ``16GiB``, or
 ``none`` to switch the guard off), the environment variable ``ZIONSIM_MAX_MEMORY`` (same
@@ -55,3 +57,27 @@ def memory_limit(option: str | None = None, share: int = 1) -> float | None:
         return parse_limit(env, ENV_MAX_MEMORY)
     avail = available_memory_bytes()
     return None if avail is None else avail / max(1, share)
+
+
+def process_start(pid: int) -> str | None:
+    """A process's start time (clock ticks since boot, ``/proc/<pid>/stat`` field 22), or None
+    if there is no such process; where ``/proc`` is absent, ``""`` for a live process."""
+    try:
+        stat = open(f"/proc/{pid}/stat").read()  # noqa: SIM115 - read at once
+    except FileNotFoundError:
+        if not os.path.isdir("/proc"):
+            return _alive_without_proc(pid)
+        return None
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[19]
+
+
+def _alive_without_proc(pid: int) -> str | None:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None
+    except OSError:
+        return ""
+    return ""

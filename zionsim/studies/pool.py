@@ -26,34 +26,12 @@ import contextlib
 import os
 import threading
 
+from zionsim.io.limits import process_start
+
 #: seconds between two looks of a worker's watchdog at its parent
 POLL_S = 0.2
 #: Linux prctl option: signal sent to this process when its parent dies
 PR_SET_PDEATHSIG = 1
-
-
-def process_start(pid: int) -> str | None:
-    """A process's start time (clock ticks since boot, ``/proc/<pid>/stat`` field 22), or None
-    if there is no such process; where ``/proc`` is absent, ``""`` for a live process."""
-    try:
-        stat = open(f"/proc/{pid}/stat").read()  # noqa: SIM115 - read at once
-    except FileNotFoundError:
-        if not os.path.isdir("/proc"):
-            return _alive_without_proc(pid)
-        return None
-    except OSError:
-        return None
-    return stat.rsplit(")", 1)[1].split()[19]
-
-
-def _alive_without_proc(pid: int) -> str | None:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return None
-    except OSError:
-        return ""
-    return ""
 
 
 def _ask_kernel_for_death_signal() -> None:

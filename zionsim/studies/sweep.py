@@ -27,7 +27,6 @@ This module reads and writes files (the point files and the table); the simulati
 from __future__ import annotations
 
 import itertools
-import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,7 +34,7 @@ from pathlib import Path
 import pandas as pd
 
 from zionsim.base.errors import InputError
-from zionsim.io.files import to_json, write_atomic, write_sweep_table
+from zionsim.io.files import print_note, to_json, write_atomic, write_sweep_table
 from zionsim.sim.results import summary_row
 from zionsim.sim.run import RUN_OPTIONS, run_point
 from zionsim.studies.points import (
@@ -207,11 +206,11 @@ def run_sweep(
     out = Path(out_dir)
     pts = points(sweep)
     inputs = {p["point_id"]: inputs_hash(p) for p in pts}
-    todo = to_run(out, pts, inputs, notify or _stderr)
+    todo = to_run(out, pts, inputs, notify or print_note)
     _write_sweep_file(out, sweep)
     label = progress if isinstance(progress, str) else f"sweep {out.name}"
     bar = _Progress(len(pts), len(pts) - len(todo), bool(progress), label)
-    run = _Run(out, bar, inputs, notify or _stderr)
+    run = _Run(out, bar, inputs, notify or print_note)
     try:
         if todo and scheduler:
             _run_dask(todo, scheduler, run, _limit(max_memory, None), security)
@@ -228,10 +227,6 @@ def run_sweep(
 read_point = read_record
 #: a point file's record, or None if it is missing or unreadable
 read_point = read_record
-
-
-def _stderr(line: str) -> None:
-    print(line, file=sys.stderr)
 
 
 def _limit(option: str | None, workers: int | None) -> float | str | None:
