@@ -16,14 +16,8 @@ from zionsim.dlrm.retarget import retarget
 from zionsim.dlrm.trace_file import trace_from_dict, trace_to_dict
 from zionsim.hardware.cluster import Cluster
 from zionsim.io.files import read_trace
-from zionsim.measure.kineto import (
-    REF_HBM_BPS,
-    classify_kernel,
-    embedding_shape,
-    gemm_shape,
-    import_kineto,
-    read_kineto,
-)
+from zionsim.measure.kineto import REF_HBM_BPS, import_kineto, read_kineto
+from zionsim.measure.kineto_events import classify_kernel, embedding_shape, gemm_shape
 from zionsim.sim.run import simulate_run
 
 TRACE = DATA / "kineto_tiny.json"

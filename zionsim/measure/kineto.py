@@ -5,6 +5,10 @@ files.  The result replays with ``zionsim run --trace`` on any cluster with as m
 trace has ranks; :func:`retarget` replicates it to another rank count (``zionsim trace
 --import-kineto FILE --nodes N``).
 
+Reading one file (event checks, its lookup tables, kernel classes by name, shapes from ``Input
+Dims``) lives in :mod:`zionsim.measure.kineto_events`; this module turns the files into ops,
+collectives and dependencies.
+
 Format facts relied on (pytorch/kineto ``libkineto/src/output_json.cpp``, ``ActivityType.cpp``
 and the CUPTI kernel metadata of ``CuptiActivity.cpp``, read through our search tool; PyTorch
 profiler docs for ``record_shapes``):
@@ -69,37 +73,19 @@ import numpy as np
 
 from zionsim.base.errors import InputError
 from zionsim.dlrm.trace import Collective, Op, Trace
+from zionsim.measure.kineto_events import (
+    DTYPE_BYTES,
+    SHAPES,
+    KinetoDoc,
+    classify_kernel,
+    event_arg,
+    event_end,
+)
 
 #: A100-SXM4-40GB HBM2 bandwidth (B/s), ``topologies/zionex.yaml`` [a100]: the default reference
 #: GPU whose measured kernel times are turned into bytes (heuristic 2)
 REF_HBM_BPS = 1555e9
-GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
-NCCL_OPS = {
-    "AllReduce": "all_reduce",
-    "AllGather": "all_gather",
-    "ReduceScatter": "reduce_scatter",
-    "SendRecv": "all_to_all",
-    "AllToAll": "all_to_all",
-    "Broadcast": "all_gather",
-    "Reduce": "reduce_scatter",
-}
 STREAM_OF = {"all_to_all": "a2a", "send_recv": "a2a"}
-#: bytes per element of PyTorch dtype names as profiler args spell them
-DTYPE_BYTES = {
-    "float": 4, "float32": 4, "half": 2, "float16": 2, "c10::half": 2, "bfloat16": 2,
-    "c10::bfloat16": 2, "double": 8, "float64": 8, "long": 8, "long int": 8, "int64": 8,
-    "int": 4, "int32": 4, "short": 2, "int16": 2, "byte": 1, "uint8": 1, "char": 1,
-    "signed char": 1, "int8": 1, "bool": 1, "unsigned char": 1,
-}  # fmt: skip
-GEMM_DTYPES = {
-    "float": "fp32", "float32": "fp32", "half": "fp16", "float16": "fp16", "c10::half": "fp16",
-    "bfloat16": "bf16", "c10::bfloat16": "bf16", "signed char": "int8", "int8": "int8",
-}  # fmt: skip
-_NCCL = re.compile(r"^nccl(?:Dev)?Kernel_([A-Za-z]+?)(?:_|\(|$)")
-_EMB = re.compile(r"embedding|bounded_", re.IGNORECASE)
-_GEMM = re.compile(r"(?<!fb)gemm|gemv|xmma|cutlass|cublas|wgmma", re.IGNORECASE)  # not fbgemm_gpu::
-_BWD = re.compile(r"backward|_bwd|grad", re.IGNORECASE)
-_OPTIM = re.compile(r"multi_tensor_apply|optimizer|adam|adagrad|sgd", re.IGNORECASE)
 _SHORT = re.compile(r"<|\((?!anonymous namespace\))")
 
 
@@ -129,195 +115,6 @@ def _refuse_constant(name: str):
     raise ValueError(f"{name} is not a finite number")
 
 
-def classify_kernel(name: str) -> tuple[str, str, str | None]:
-    """(zionsim kind, breakdown category, collective op or None) of a GPU kernel name."""
-    if m := _NCCL.match(name):
-        op = NCCL_OPS.get(m.group(1), "all_reduce")
-        return "collective", "all_to_all" if op == "all_to_all" else op, op
-    if _EMB.search(name) and "bounds_check" not in name:
-        return ("embedding_bwd" if _BWD.search(name) else "embedding_fwd"), "embedding", None
-    if _GEMM.search(name):
-        return "gemm", "gemm", None
-    return "memory", "optimizer" if _OPTIM.search(name) else "interaction", None
-
-
-def gemm_shape(dims: list, types: list | None = None) -> tuple[int, int, int, str] | None:
-    """(m, n, k, dtype) of the first pair of ≥2-D inputs that multiply, or None."""
-    types = list(types or []) + [""] * len(dims)
-    mats = [(d, t) for d, t in zip(dims, types, strict=False) if _is_shape(d) and len(d) >= 2]
-    for (a, ta), (b, _) in zip(mats, mats[1:], strict=False):
-        n = b[-1] if a[-1] == b[-2] else b[-2] if a[-1] == b[-1] else None
-        dtype = GEMM_DTYPES.get(str(ta).lower())
-        if n is not None and dtype:
-            return int(np.prod(a[:-1])), int(n), int(a[-1]), dtype
-    return None
-
-
-def embedding_shape(dims: list, types: list | None = None) -> dict | None:
-    """Lookups, row bytes and bags of an embedding op's inputs (heuristic 2), or None."""
-    types = [str(t).lower() for t in (types or [])] + [""] * len(dims)
-    ints = [
-        d[0]
-        for d, t in zip(dims, types, strict=False)
-        if _is_shape(d) and len(d) == 1 and ("int" in t or "long" in t)
-    ]
-    tables = [
-        (d, t)
-        for d, t in zip(dims, types, strict=False)
-        if _is_shape(d) and len(d) == 2 and t in DTYPE_BYTES and "int" not in t
-    ]
-    if not ints or not tables:
-        return None
-    lookups = max(ints)
-    rest = sorted(ints, reverse=True)[1:]
-    (_, width), t = tables[0]
-    row = float(width * DTYPE_BYTES[t])
-    return {"lookups": float(lookups), "row_bytes": row, "bags": float(rest[0] if rest else 0)}
-
-
-#: shape readers of the kinds whose work comes from Input Dims (heuristic 2)
-SHAPES = {"gemm": gemm_shape, "embedding_fwd": embedding_shape, "embedding_bwd": embedding_shape}
-
-
-def _is_shape(d) -> bool:
-    return isinstance(d, list) and bool(d) and all(isinstance(x, int) for x in d)
-
-
-class _Doc:
-    """Lookup tables of one trace file: CPU ops by External id, parents, launches, sequences."""
-
-    def __init__(self, doc: dict, source: str):
-        if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
-            raise InputError(
-                "not a Kineto trace (no traceEvents list)", file=source, field="traceEvents"
-            )
-        xs = [
-            _check_event(i, e, source)
-            for i, e in enumerate(doc["traceEvents"])
-            if isinstance(e, dict) and e.get("ph") == "X"
-        ]
-        self.cpu = [e for e in xs if e.get("cat", "").lower() in ("cpu_op", "user_annotation")]
-        self.gpu = [e for e in xs if e.get("cat", "").lower() in GPU_CATS]
-        self.runtime = {
-            _arg(e, "correlation"): e for e in xs if e.get("cat", "").lower() == "cuda_runtime"
-        }
-        self.runtime.pop(None, None)
-        self.by_ext = {_arg(e, "External id"): i for i, e in enumerate(self.cpu)}
-        self.by_ext.pop(None, None)
-        self.by_seq: dict = {}
-        for i, e in enumerate(self.cpu):
-            if "Input Dims" in e.get("args", {}) and "Sequence number" in e["args"]:
-                self.by_seq.setdefault(e["args"]["Sequence number"], []).append(i)
-        self.parent = self._nesting()
-        self.info = doc.get("distributedInfo") or {}
-        rank = self.info.get("rank", 0) if isinstance(self.info, dict) else None
-        if not isinstance(rank, int) or isinstance(rank, bool) or not 0 <= rank < 2**31:
-            raise InputError(
-                "expected a mapping with an integer rank >= 0",
-                file=source,
-                field="distributedInfo",
-            )
-
-    def _nesting(self) -> dict[int, int]:
-        """Enclosing CPU op of every CPU op (same pid and tid, time containment)."""
-        parent, threads = {}, {}
-        for i, e in enumerate(self.cpu):
-            threads.setdefault((e.get("pid"), e.get("tid")), []).append(i)
-        for ids in threads.values():
-            stack: list[int] = []
-            for i in sorted(ids, key=lambda i: (self.cpu[i]["ts"], -self.cpu[i].get("dur", 0))):
-                end = self.cpu[i]["ts"] + self.cpu[i].get("dur", 0)
-                while stack and _end(self.cpu[stack[-1]]) < end - 1e-3:
-                    stack.pop()
-                if stack:
-                    parent[i] = stack[-1]
-                stack.append(i)
-        return parent
-
-    def chain(self, kernel: dict) -> list[dict]:
-        """The CPU op that launched ``kernel`` and the ops enclosing it, innermost first."""
-        ext = _arg(kernel, "External id")
-        if ext not in self.by_ext:
-            ext = _arg(self.runtime.get(_arg(kernel, "correlation"), {}), "External id")
-        i, out = self.by_ext.get(ext), []
-        while i is not None and len(out) < 12:
-            out.append(self.cpu[i])
-            i = self.parent.get(i)
-        return out
-
-    def launch_ts(self, kernel: dict) -> float:
-        """Host time (µs) a GPU kernel was launched: its CUDA runtime call, else the CPU op that
-        launched it, else its own start."""
-        rt = self.runtime.get(_arg(kernel, "correlation"))
-        chain = self.chain(kernel)
-        return rt["ts"] if rt else chain[0]["ts"] if chain else kernel["ts"]
-
-
-#: event args the importer reads, and the type each must have: ids are scalars (dict keys),
-#: sizes finite numbers >= 0, shapes and types lists
-_ID_ARGS = ("External id", "correlation", "Sequence number", "device", "stream")
-_SIZE_ARGS = ("bytes", "In msg nelems", "Out msg nelems")
-_LIST_ARGS = ("Input Dims", "Input type")
-
-
-def _check_event(i: int, e: dict, source: str) -> dict:
-    """A complete (``"ph": "X"``) event whose fields the importer reads have their Kineto
-    types: ``name`` and ``cat`` text, ``ts`` and ``dur`` (µs) finite numbers, ``dur`` >= 0,
-    ``pid``/``tid`` scalars, ``args`` a mapping (see :data:`_ID_ARGS` …)."""
-
-    def bad(field: str, value, allowed: str) -> InputError:
-        shown = repr(value)[:60]
-        return InputError(
-            f"unexpected value {shown}", file=source, field=f"traceEvents[{i}].{field}",
-            allowed=allowed,
-        )  # fmt: skip
-
-    for key in ("name", "ts"):
-        if key not in e:
-            raise bad(key, None, "present on every complete event")
-    for key in ("name", "cat"):
-        if not isinstance(e.get(key, ""), str):
-            raise bad(key, e[key], "text")
-    for key in ("ts", "dur"):
-        v = e.get(key, 0)
-        if isinstance(v, bool) or not isinstance(v, int | float) or not np.isfinite(v):
-            raise bad(key, v, "a finite number of microseconds")
-        if key == "dur" and v < 0:
-            raise bad(key, v, "a duration >= 0")
-    for key in ("pid", "tid"):
-        if not isinstance(e.get(key, 0), int | str):
-            raise bad(key, e[key], "an integer or text")
-    args = e.get("args", {})
-    if not isinstance(args, dict):
-        raise bad("args", args, "a mapping")
-    _check_event_args(args, bad)
-    return e
-
-
-def _check_event_args(args: dict, bad) -> None:
-    """The args of :func:`_check_event` the importer reads have the types it needs."""
-    for key in _ID_ARGS:
-        if key in args and not isinstance(args[key], int | str | None):
-            raise bad(f"args.{key}", args[key], "an integer or text")
-    for key in _SIZE_ARGS:
-        v = args.get(key)
-        if key in args and (
-            isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v < 1e18
-        ):
-            raise bad(f"args.{key}", v, "a number >= 0")
-    for key in _LIST_ARGS:
-        if key in args and not isinstance(args[key], list):
-            raise bad(f"args.{key}", args[key], "a list")
-
-
-def _arg(e: dict, key: str):
-    return (e.get("args") or {}).get(key)
-
-
-def _end(e: dict) -> float:
-    return e["ts"] + e.get("dur", 0)
-
-
 def import_kineto(
     data: dict | list[dict],
     source: str = "<trace>",
@@ -333,10 +130,10 @@ def import_kineto(
     module docstring for the heuristics; bad input raises :class:`InputError` naming ``source``.
     """
     docs = data if isinstance(data, list) else [data]
-    ranks: list[tuple[int, _Doc, list[dict]]] = []
+    ranks: list[tuple[int, KinetoDoc, list[dict]]] = []
     for i, doc in enumerate(docs):
         where = source if len(docs) == 1 else f"{source}[{i}]"
-        d = _Doc(doc, where)
+        d = KinetoDoc(doc, where)
         devices = sorted({_device(e) for e in d.gpu}, key=str)
         if len(devices) > 1 and len(docs) > 1:
             raise InputError(
@@ -379,11 +176,11 @@ def import_kineto(
 
 
 def _device(e: dict):
-    dev = _arg(e, "device")
+    dev = event_arg(e, "device")
     return e.get("pid") if dev is None else dev
 
 
-def _items(d: _Doc, kernels, step, ref_hbm_Bps, index_of, where) -> list[dict]:
+def _items(d: KinetoDoc, kernels, step, ref_hbm_Bps, index_of, where) -> list[dict]:
     """One dict per GPU activity of a rank, in start order: what op it becomes."""
     if step is not None:
         spans = [e for e in d.cpu if e.get("name") == f"ProfilerStep#{step}"]
@@ -395,11 +192,11 @@ def _items(d: _Doc, kernels, step, ref_hbm_Bps, index_of, where) -> list[dict]:
                 field="step",
                 allowed=", ".join(found) or "none in this trace",
             )
-        lo, hi = spans[0]["ts"], _end(spans[0])
+        lo, hi = spans[0]["ts"], event_end(spans[0])
         kernels = [k for k in kernels if lo <= d.launch_ts(k) <= hi]
     out = []
-    for k in sorted(kernels, key=lambda e: (e["ts"], _end(e))):
-        it = {"name": _short(k["name"]), "ts": k["ts"], "end": _end(k), "stream": "compute"}
+    for k in sorted(kernels, key=lambda e: (e["ts"], event_end(e))):
+        it = {"name": _short(k["name"]), "ts": k["ts"], "end": event_end(k), "stream": "compute"}
         it["measured_us"] = round(float(k.get("dur", 0)), 3)
         cat = k.get("cat", "").lower()
         if cat == "kernel":
@@ -412,16 +209,16 @@ def _items(d: _Doc, kernels, step, ref_hbm_Bps, index_of, where) -> list[dict]:
             it.update(_collective_item(k, chain, coll, index_of, where))
         elif kind in SHAPES:
             _set_work(it, d, chain, SHAPES[kind])
-        elif cat == "gpu_memcpy" and _arg(k, "bytes") and re.search(r"HtoD|DtoH", k["name"]):
+        elif cat == "gpu_memcpy" and event_arg(k, "bytes") and re.search(r"HtoD|DtoH", k["name"]):
             direction = "h2d" if "HtoD" in k["name"] else "d2h"
             it.update(
                 kind="transfer",
                 category="host_transfer",
                 direction=direction,
-                nbytes=float(_arg(k, "bytes")),
+                nbytes=float(event_arg(k, "bytes")),
             )
-        elif cat in ("gpu_memcpy", "gpu_memset") and _arg(k, "bytes"):
-            it["nbytes"] = float(_arg(k, "bytes")) * (2.0 if cat == "gpu_memcpy" else 1.0)
+        elif cat in ("gpu_memcpy", "gpu_memset") and event_arg(k, "bytes"):
+            it["nbytes"] = float(event_arg(k, "bytes")) * (2.0 if cat == "gpu_memcpy" else 1.0)
         if it["kind"] in ("gemm", "embedding_fwd", "embedding_bwd") and "work" not in it:
             it["kind"] = "memory"
         if it["kind"] == "memory" and "nbytes" not in it:
@@ -435,11 +232,11 @@ def _short(name: str) -> str:
     return _SHORT.split(name.removeprefix("void "), maxsplit=1)[0].strip()[:96] or name[:96]
 
 
-def _set_work(it: dict, d: _Doc, chain: list[dict], shape_of) -> None:
+def _set_work(it: dict, d: KinetoDoc, chain: list[dict], shape_of) -> None:
     """Shape args from the launching ops, else from the forward op of a backward node."""
     candidates = list(chain)
     for op in chain:
-        seq = _arg(op, "Sequence number")
+        seq = event_arg(op, "Sequence number")
         candidates += [d.cpu[i] for i in d.by_seq.get(seq, ()) if d.cpu[i] is not op]
     for op in candidates:
         args = op.get("args") or {}
