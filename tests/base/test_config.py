@@ -104,3 +104,15 @@ def test_flag_text_and_choice_are_strict():
         f.flag("fused")
     with pytest.raises(InputError, match="expected a string"):
         f.text("name")
+
+
+@pytest.mark.parametrize("kind", ["topologies", "workloads"])
+def test_builtin_files_pass_the_bounded_parser(kind):
+    """Built-in files are read with the C parser (start-up time); they must be what the bounded
+    parser would accept and give the same data (no duplicate keys, no non-finite numbers)."""
+    from zionsim.base.config import builtin_dir, builtin_names, safe_load
+
+    for name in builtin_names(kind):
+        text = (builtin_dir(kind) / f"{name}.yaml").read_text()
+        assert parse_yaml(text, name) == safe_load(text), name
+        assert load_yaml(name, kind)[0] == safe_load(text)

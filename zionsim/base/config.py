@@ -66,7 +66,10 @@ def load_yaml(name_or_path: str | Path, kind: str) -> tuple[dict, str]:
         text = path.read_text()
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError(f"cannot read the file ({type(exc).__name__})", file=str(path)) from None
-    data = parse_yaml(text, str(path))
+    if path.resolve().parent == builtin_dir(kind).resolve():
+        data = safe_load(text)  # zionsim's own file: the C parser, checked by the test suite
+    else:
+        data = parse_yaml(text, str(path))
     if not isinstance(data, dict):
         raise InputError("expected a mapping at the top level", file=str(path))
     return data, str(path)
