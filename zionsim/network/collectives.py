@@ -336,16 +336,9 @@ def pxn_all_to_all(cluster, ranks, size, matrix=None):
     if cluster.spec.scale_up.kind == "none" or len(np.unique(cluster.node_of(ranks))) == 1:
         return direct_all_to_all(cluster, ranks, size, m)
     node, local = cluster.node_of(ranks), cluster.local_of(ranks)
-    n_nodes = cluster.spec.nodes
     g = cluster.spec.gpus_per_node
+    relay, agg, senders = _pxn_sums(cluster, node, local, m)
     # relay leg: sender (a, l) → (a, m) carries everything for GPUs with local index m
-    off = ~np.eye(len(ranks), dtype=bool)
-    relay = np.zeros((len(ranks), g))
-    np.add.at(
-        relay,
-        (np.repeat(np.arange(len(ranks)), len(ranks)), np.tile(local, len(ranks))),
-        np.where(off, m, 0.0).ravel(),
-    )
     s_idx, m_idx = np.nonzero(relay)
     per = cluster.router.per_node
     gpu_slot = np.array([cluster.router.local("gpu", 0, int(x)) for x in range(g)])
@@ -354,17 +347,52 @@ def pxn_all_to_all(cluster, ranks, size, matrix=None):
     intra = Phase(ranks[s_idx][keep], proxy[keep], relay[s_idx, m_idx][keep], 1)
     # network leg: (a, m) → (b, m) carries the data of every sender on node a (assumption 5);
     # its weight is the number of senders merged into it (network.flows assumption 3)
+    a, b, r = np.nonzero(agg)
+    net = Phase(
+        a * per + gpu_slot[r], b * per + gpu_slot[r], agg[a, b, r], 1, weight=senders[a, b, r]
+    )
+    return (_merge([intra, net]),)
+
+
+def _pxn_sums(cluster, node, local, m):
+    """PXN's per-leg byte sums of matrix ``m`` among ranks on ``node``/``local``: ``relay[i,
+    l]``, what rank ``i`` sends to the GPUs of local index ``l`` (itself excluded);
+    ``agg[a, b, l]`` and ``senders[a, b, l]``, the bytes from node ``a`` to GPU ``(b, l)`` of
+    another node and how many of ``a``'s ranks send them.  Sums run over senders, then
+    destination nodes, in rank order."""
+    n, n_nodes, g = len(node), cluster.spec.nodes, cluster.spec.gpus_per_node
+    m_off = m.copy()
+    np.fill_diagonal(m_off, 0.0)
+    nodes_in = np.unique(node)
+    k = len(nodes_in)
+    if (
+        n == k * g
+        and (node == np.repeat(nodes_in, g)).all()
+        and (local == np.tile(np.arange(g), k)).all()
+    ):
+        # whole nodes in node-major order (every DLRM group and full-cluster collective): the
+        # sums are reductions over axes of the (node, local, node, local) view, no index arrays
+        m4 = m_off.reshape(k, g, k, g)
+        relay = m4.sum(axis=2).reshape(n, g)
+        agg_k = m4.sum(axis=1)
+        cnt_k = (m4 > 0).sum(axis=1, dtype=float)
+        same = np.arange(k)
+        agg_k[same, same] = 0.0
+        cnt_k[same, same] = 0.0
+        agg = np.zeros((n_nodes, n_nodes, g))
+        senders = np.zeros((n_nodes, n_nodes, g))
+        agg[np.ix_(nodes_in, nodes_in)] = agg_k
+        senders[np.ix_(nodes_in, nodes_in)] = cnt_k
+        return relay, agg, senders
+    relay = np.zeros((n, g))
+    np.add.at(relay, (np.repeat(np.arange(n), n), np.tile(local, n)), m_off.ravel())
     cross = node[:, None] != node[None, :]
     agg = np.zeros((n_nodes, n_nodes, g))
     senders = np.zeros((n_nodes, n_nodes, g))
     ii, jj = np.nonzero(cross & (m > 0))
     np.add.at(agg, (node[ii], node[jj], local[jj]), m[ii, jj])
     np.add.at(senders, (node[ii], node[jj], local[jj]), 1.0)
-    a, b, r = np.nonzero(agg)
-    net = Phase(
-        a * per + gpu_slot[r], b * per + gpu_slot[r], agg[a, b, r], 1, weight=senders[a, b, r]
-    )
-    return (_merge([intra, net]),)
+    return relay, agg, senders
 
 
 def send_recv(cluster, ranks, size, matrix=None):

@@ -78,8 +78,15 @@ def maxmin_rates(
     if n_flows == 0:
         return rate
     cap = np.full(n_flows, np.inf) if cap is None else cap
-    inc_flow, inc_hop = np.nonzero(routes >= 0)
-    inc_link = routes[inc_flow, inc_hop]
+    flat = routes.ravel()
+    valid = flat >= 0
+    inc_link = flat[valid].astype(np.intp)  # bincount's own index type: no cast per round
+    # flow of each incidence, in flow-major order (what np.nonzero(routes >= 0) gives), int32
+    # while the flow count allows: a million-flow batch's incidences take half the memory
+    idx_type = np.int32 if n_flows < 2**31 else np.int64
+    inc_flow = np.repeat(np.arange(n_flows, dtype=idx_type), hops)[valid]
+    del flat, valid
+    inc_w = weight[inc_flow]
     has_link = np.zeros(n_flows, dtype=bool)
     has_link[inc_flow] = True
     rate[~has_link] = np.minimum(np.inf, cap[~has_link])
@@ -87,7 +94,7 @@ def maxmin_rates(
     remaining = np.append(capacity.astype(float), np.inf)
     own_all = np.where(active, cap / weight, np.inf)
     while active.any():
-        load = np.bincount(inc_link, weights=weight[inc_flow], minlength=n_links + 1)
+        load = np.bincount(inc_link, weights=inc_w, minlength=n_links + 1)
         load[n_links] = 0.0
         with np.errstate(divide="ignore", invalid="ignore"):
             share = np.where(load > 0, remaining / load, np.inf)
@@ -97,12 +104,15 @@ def maxmin_rates(
         hit = active & (own <= level * (1 + 1e-9))
         hit[inc_flow[bottleneck[inc_link]]] = True
         rate[hit] = level * weight[hit]
+        active &= ~hit
+        if not active.any():  # every flow has its rate: the loads left do not matter
+            break
         fixed = hit[inc_flow]
         used = np.bincount(inc_link[fixed], weights=rate[inc_flow[fixed]], minlength=n_links + 1)
         remaining = np.maximum(remaining - used, 0.0)
         remaining[n_links] = np.inf
-        active &= ~hit
-        inc_flow, inc_link = inc_flow[~fixed], inc_link[~fixed]
+        keep = ~fixed
+        inc_flow, inc_link, inc_w = inc_flow[keep], inc_link[keep], inc_w[keep]
     return rate
 
 

@@ -170,6 +170,8 @@ class Choice:
     schedule: Schedule
     protocol: str
     estimate_s: float
+    #: each phase's routes as :func:`choose` computed them (reused by :func:`prepare`)
+    routes: tuple | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -467,7 +469,7 @@ def choose(
             if best is None or view < best_view:
                 best, best_view = (sched, proto, routes), view
     sched, proto, routes = best
-    return Choice(sched, proto, estimate_s(cluster, sched, proto, model, routes))
+    return Choice(sched, proto, estimate_s(cluster, sched, proto, model, routes), tuple(routes))
 
 
 def _protocols(model: CollectiveModel, alg: str, sched: Schedule, cluster) -> tuple[str, ...]:
@@ -517,7 +519,7 @@ def prepare(
     """
     model = cluster_model(cluster, model)
     sched, proto = choice.schedule, choice.protocol
-    routes = _phase_routes(cluster, sched)
+    routes = choice.routes if choice.routes is not None else _phase_routes(cluster, sched)
     st = setting(cluster, sched)
     start = latency_s(model, st, sched.algorithm, proto)
     phases = []
