@@ -96,7 +96,6 @@ def _add_collective_parser(sub) -> None:
         choices=("LL", "LL128", "Simple"),
         help="NCCL protocol (default: what NCCL would choose)",
     )
-    _fidelity_option(p)
     p.add_argument("--out", default=None, help="result folder (default results/runs/<name>_<hash>)")
     force_option(p)
 
@@ -109,15 +108,6 @@ def _trace_ranks_arg(text: str) -> str | list[int]:
         return [int(x) for x in text.split(",")]
     except ValueError:
         raise argparse.ArgumentTypeError("auto, all or ranks such as 0,7,100") from None
-
-
-def _fidelity_option(p) -> None:
-    p.add_argument(
-        "--fidelity",
-        default="flow",
-        choices=("flow", "analytic"),
-        help="flow: max-min shared links (default); analytic: per-link reservations, faster",
-    )
 
 
 def _add_workload_options(p) -> None:
@@ -146,7 +136,7 @@ def _add_workload_options(p) -> None:
 
 
 def _add_run_options(p) -> None:
-    """``zionsim run``: trace replay, iterations, sync mode, fidelity and the result folder."""
+    """``zionsim run``: trace replay, iterations, sync mode and the result folder."""
     p.add_argument(
         "--trace",
         dest="trace_file",
@@ -178,7 +168,6 @@ def _add_run_options(p) -> None:
     p.add_argument(
         "--warmup", type=int, default=1, help="iterations left out of the figures (default 1)"
     )
-    _fidelity_option(p)
     p.add_argument(
         "--trace-ranks",
         default="auto",
@@ -264,7 +253,6 @@ def cmd_collective(args) -> int:
             s,
             algorithm=args.algorithm,
             protocol=args.protocol,
-            fidelity=args.fidelity,
         ).row()
         for s in sizes
     ]
@@ -278,7 +266,6 @@ def cmd_collective(args) -> int:
         "nodes": cluster.spec.nodes,
         "gpus": cluster.spec.gpus,
         "op": args.op,
-        "fidelity": args.fidelity,
         "rows": rows,
     }
     files = {"collective.csv": format_rows(rows, "csv"), "summary.json": to_json(summary)}
@@ -421,7 +408,7 @@ def _simulate(args, bar: Phases):
         bar.start("simulate")
         return simulate_run(
             cluster, trace=trace, iterations=args.iterations, warmup=args.warmup,
-            fidelity=args.fidelity, max_memory_bytes=memory_limit_of(args),
+            max_memory_bytes=memory_limit_of(args),
         )  # fmt: skip
     cluster, w = _run_inputs(args)
     plan = _plan(args, cluster, w)
@@ -432,7 +419,6 @@ def _simulate(args, bar: Phases):
         plan,
         iterations=args.iterations,
         warmup=args.warmup,
-        fidelity=args.fidelity,
         fused=not args.unfused,
         sync=args.sync,
         sync_every=args.sync_every,
