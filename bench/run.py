@@ -1,19 +1,19 @@
 """Benchmark: wall and CPU time per simulated iteration, events, peak RSS and write time of
-DLRM runs from 128 to 16,384 GPUs, with both network fidelities.
+DLRM runs from 128 to 16,384 GPUs.
 
     python bench/run.py                      # every case, each in its own subprocess
     python bench/run.py --max-gpus 1024      # only the cases up to 1,024 GPUs
-    python bench/run.py neo_model_a 128 flow # one case, in this process
+    python bench/run.py neo_model_a 16       # one case (workload, nodes), in this process
 
 Cases: neo_model_a on ZionEX and mlperf_dlrm_dcnv2 on DGX H100 (it does not fit 40 GB GPUs),
 16, 128, 512 and 2,048 nodes (128, 1,024, 4,096 and 16,384 GPUs; the fabric's tiers follow the
-node count), fidelities ``flow`` and ``analytic``.  Each case builds the cluster, lowers the
+node count).  Each case builds the cluster, lowers the
 workload, simulates 3 iterations (1 warm-up) and analyses; that is timed inside the process,
 imports excluded, and divided by the 3 simulated iterations (``wall_s``; ``cpu_s``: process CPU
 time, the figure to trust on a shared machine).  ``write_s`` is writing the result folder
 (default ``--trace-ranks``), ``write_pct`` its share of the run.  A case that runs past
 ``--timeout`` seconds (default 3600) is reported as ``timeout``.  One line per case:
-``case=<name> gpus=<N> fidelity=<f> wall_s=<x> cpu_s=<c> write_s=<w> write_pct=<p>
+``case=<name> gpus=<N> wall_s=<x> cpu_s=<c> write_s=<w> write_pct=<p>
 events=<n> peak_rss_MB=<m>``.
 """
 
@@ -31,10 +31,9 @@ ITERATIONS = 3
 #: optimizer state) does not fit a 40 GB ZionEX GPU, so it runs on DGX H100 (80 GB) nodes
 WORKLOADS = {"neo_model_a": "zionex", "mlperf_dlrm_dcnv2": "dgx_h100"}
 NODES = (16, 128, 512, 2048)
-FIDELITIES = ("flow", "analytic")
 
 
-def run_case(workload: str, nodes: int, fidelity: str) -> str:
+def run_case(workload: str, nodes: int) -> str:
     """Simulate and write one case; its line."""
     from zionsim.base.errors import CapacityError
     from zionsim.dlrm.workload import load_workload
@@ -43,7 +42,7 @@ def run_case(workload: str, nodes: int, fidelity: str) -> str:
     from zionsim.sim.run import simulate_run
 
     topology = WORKLOADS[workload]
-    name = f"case={workload}_{topology}_{nodes}n gpus={nodes * 8} fidelity={fidelity}"
+    name = f"case={workload}_{topology}_{nodes}n gpus={nodes * 8}"
     t0, c0 = time.perf_counter(), time.process_time()
     try:
         r = simulate_run(
@@ -51,7 +50,6 @@ def run_case(workload: str, nodes: int, fidelity: str) -> str:
             load_workload(workload),
             iterations=ITERATIONS,
             warmup=1,
-            fidelity=fidelity,
         )
     except CapacityError as exc:
         return f'{name} skipped="{exc.problem}"'
@@ -70,8 +68,8 @@ def run_case(workload: str, nodes: int, fidelity: str) -> str:
 def main() -> None:
     """One case from the arguments, or every case (up to ``--max-gpus``) in subprocesses."""
     args = sys.argv[1:]
-    if len(args) == 3:
-        print(run_case(args[0], int(args[1]), args[2]), flush=True)
+    if len(args) == 2:
+        print(run_case(args[0], int(args[1])), flush=True)
         return
     max_gpus = int(args[args.index("--max-gpus") + 1]) if "--max-gpus" in args else 16384
     timeout = float(args[args.index("--timeout") + 1]) if "--timeout" in args else 3600.0
@@ -79,19 +77,17 @@ def main() -> None:
         if nodes * 8 > max_gpus:
             continue
         for workload in WORKLOADS:
-            for fidelity in FIDELITIES:
-                case = [workload, str(nodes), fidelity]
-                try:
-                    out = subprocess.run(
-                        [sys.executable, __file__, *case],
-                        capture_output=True,
-                        text=True,
-                        timeout=timeout,
-                    )
-                    line = out.stdout.strip() or out.stderr.strip().splitlines()[-1]
-                except subprocess.TimeoutExpired:
-                    line = f"case={workload} nodes={nodes} fidelity={fidelity} timeout={timeout:g}"
-                print(line, flush=True)
+            try:
+                out = subprocess.run(
+                    [sys.executable, __file__, workload, str(nodes)],
+                    capture_output=True,
+                    text=True,
+                    timeout=timeout,
+                )
+                line = out.stdout.strip() or out.stderr.strip().splitlines()[-1]
+            except subprocess.TimeoutExpired:
+                line = f"case={workload} nodes={nodes} timeout={timeout:g}"
+            print(line, flush=True)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@
     python bench/sweep.py          # 64 points of mlperf_dlrm on ZionEX x 16 nodes (128 GPUs)
 
 The grid is NIC speed (4) x batch per GPU (4) x dense precision (2) x communication precision
-(2) = 64 points, 2 iterations each (1 warm-up), flow fidelity.  Each case runs in its own
+(2) = 64 points, 2 iterations each (1 warm-up).  Each case runs in its own
 subprocess into a fresh folder (no resume), timed from the call to ``run_sweep`` to the written
 table (pool start-up included, imports of the parent excluded).  ``peak_rss_MB`` is the parent's
 peak; ``tree_rss_MB`` is the peak of parent + workers together, sampled every 0.1 s.

@@ -122,7 +122,7 @@ def sweep_docs() -> list[dict]:
                 "plan": ["auto", "round_robin"],
             },
         },
-        {"base": {**base, "global_batch": 128, "stack": "hugectr", "fidelity": "analytic"}},
+        {"base": {**base, "global_batch": 128, "stack": "hugectr"}},
     ]
 
 
@@ -367,15 +367,13 @@ FLAG_VALUES = {
     "--sync-trainer": ["rank", "node", "x"],
     "--plan": ["auto", "round_robin", "ps", "nosuch.yaml", "greedy"],
     "--stack": ["torchrec", "hugectr", "bare", "nosuch"],
-    "--fidelity": ["flow", "analytic", "x"],
     "--sizes": ["1K:1M", "0:1", "8G:1K", "x", "1:1", "1T:1T"],
     "--op": ["all_reduce", "all_to_all", "send_recv", "x"],
     "--algorithm": ["ring", "tree", "nvls", "direct", "bogus"],
     "--protocol": ["LL", "LL128", "Simple"],
 }
 RUN_FLAGS = [f for f in FLAG_VALUES if f not in ("--sizes", "--op", "--algorithm", "--protocol")]
-COLLECTIVE_FLAGS = ["--nodes", "--gpus-per-node", "--sizes", "--op", "--algorithm", "--protocol",
-                    "--fidelity"]  # fmt: skip
+COLLECTIVE_FLAGS = ["--nodes", "--gpus-per-node", "--sizes", "--op", "--algorithm", "--protocol"]
 
 
 @st.composite

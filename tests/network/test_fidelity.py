@@ -1,19 +1,19 @@
-"""Both network fidelities on random small clusters: no link above 100 %, and analytic = flow for
-a collective that runs alone (no overlap, so nothing for the two models to disagree on)."""
+"""The flow model against the per-link reservation oracle (``reservation_oracle.py``) on random
+small clusters: no link above 100 % in either, and flow = reservation within 2 % for a collective
+that runs alone (no overlap, so nothing for the two models to disagree on)."""
 
 import copy
 
 import numpy as np
 import pytest
-import simpy
 import yaml
 
 from tests.conftest import TINY
+from tests.network.reservation_oracle import MODELS, run_collective
 from zionsim.base.errors import InputError
 from zionsim.hardware.cluster import Cluster
 from zionsim.hardware.topology import cluster_from_dict
 from zionsim.network import nccl
-from zionsim.network.flows import FIDELITIES, make_network
 from zionsim.sim.results import links_table
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
@@ -60,15 +60,12 @@ def _random_topology(rng: np.random.Generator) -> dict:
     return d
 
 
-def run_alone(cluster, op: str, size: float, fidelity: str, algorithm: str | None = None):
+def run_alone(cluster, op: str, size: float, model: str, algorithm: str | None = None):
     """(time s, links table as links.csv reports it) of one collective on an idle network."""
     ranks = cluster.gpus[[0, -1]] if op == "send_recv" else cluster.gpus
     choice = nccl.choose(cluster, op, ranks, size, algorithm=algorithm)
-    env = simpy.Environment()
-    net = make_network(fidelity, env, cluster.router.capacity_Bps, record_spans=False)
-    proc = env.process(nccl.run(env, net, cluster, choice))
-    env.run()
-    return proc.value, links_table(cluster, net.stats, env.now)
+    t, net = run_collective(cluster, choice, model)
+    return t, links_table(cluster, net.stats, net.env.now)
 
 
 def _cases(seed: int, n: int):
@@ -79,58 +76,61 @@ def _cases(seed: int, n: int):
         yield c, [(op, float(rng.choice(SIZES))) for op in ops]
 
 
-@pytest.mark.parametrize("fidelity", FIDELITIES)
-def test_no_link_above_capacity_on_random_clusters(fidelity):
+@pytest.mark.parametrize("model", MODELS)
+def test_no_link_above_capacity_on_random_clusters(model):
     """Every collective the tuner picks, on 20 random clusters, loads no link past 100 % (the
-    utilisation links.csv reports), in either fidelity."""
+    utilisation links.csv reports), in the flow model and in the oracle."""
     checked = 0
     for c, cases in _cases(11, 20):
         for op, size in cases:
-            _, links = run_alone(c, op, size, fidelity)
+            _, links = run_alone(c, op, size, model)
             assert links["utilisation"].max() <= 1 + 1e-9, (c.spec.raw, op, size)
             checked += 1
     assert checked >= 60
 
 
-def test_analytic_equals_flow_for_a_collective_alone():
-    """One collective alone (tuner's choice, every op, sizes 8 B–1 GiB, random clusters): the
-    analytic model is within 2 % of max-min flows."""
+def test_flow_equals_reservation_for_a_collective_alone():
+    """One collective alone (tuner's choice, every op, sizes 8 B–1 GiB, random clusters): max-min
+    flows finish within 2 % of the per-link reservation bound."""
     worst = 0.0
     for c, cases in _cases(12, 20):
         for op, size in cases:
             t_flow, _ = run_alone(c, op, size, "flow")
-            t_ana, _ = run_alone(c, op, size, "analytic")
-            worst = max(worst, abs(t_ana / t_flow - 1))
-            assert t_ana == pytest.approx(t_flow, rel=0.02), (c.spec.raw, op, size)
+            t_res, _ = run_alone(c, op, size, "reservation")
+            worst = max(worst, abs(t_flow / t_res - 1))
+            assert t_flow == pytest.approx(t_res, rel=0.02), (c.spec.raw, op, size)
     assert worst < 0.02
 
 
 @pytest.mark.parametrize(
     "op,alg",
     [("all_reduce", a) for a in ("ring", "tree", "hierarchical")]
-    + [("all_to_all", "direct"), ("all_to_all", "pxn")],
+    + [("all_to_all", "direct"), ("all_to_all", "pxn"), ("all_gather", "ring")],
 )
-def test_analytic_equals_flow_per_algorithm_on_zionex(op, alg):
-    """Each algorithm forced, 2 ZionEX nodes, 64 KiB and 256 MiB: analytic within 2 % of flow."""
+def test_flow_equals_reservation_per_algorithm_on_zionex(op, alg):
+    """Each algorithm forced, 2 ZionEX nodes, 64 KiB, 64 MiB and 256 MiB: flow within 2 % of
+    the reservation bound."""
     c = Cluster.load("zionex", nodes=2)
-    for size in (2.0**16, 2.0**28):
+    for size in (2.0**16, 2.0**26, 2.0**28):
         t_flow, _ = run_alone(c, op, size, "flow", alg)
-        t_ana, _ = run_alone(c, op, size, "analytic", alg)
-        assert t_ana == pytest.approx(t_flow, rel=0.02)
+        t_res, _ = run_alone(c, op, size, "reservation", alg)
+        assert t_flow == pytest.approx(t_res, rel=0.02), size
+
+
+def test_flow_equals_reservation_when_uncontended(zionex1):
+    """On one NVSwitch node a ring all_reduce has no contention: the models agree within 1 %."""
+    for size in (2.0**20, 2.0**30):
+        t_flow, _ = run_alone(zionex1, "all_reduce", size, "flow", "ring")
+        t_res, _ = run_alone(zionex1, "all_reduce", size, "reservation", "ring")
+        assert t_flow == pytest.approx(t_res, rel=0.01)
 
 
 def test_uneven_all_to_allv_agrees():
-    """A skewed all-to-allv (PXN, 2 H100 nodes): analytic within 2 % of flow."""
+    """A skewed all-to-allv (PXN, 2 H100 nodes): flow within 2 % of the reservation bound."""
     c = Cluster.load("dgx_h100", nodes=2)
     rng = np.random.default_rng(3)
     m = rng.pareto(1.5, (16, 16)) * 2**20
     np.fill_diagonal(m, 0)
-    times = {}
-    for fid in FIDELITIES:
-        choice = nccl.choose(c, "all_to_all", c.gpus, float(m.sum(1).max()), matrix=m)
-        env = simpy.Environment()
-        net = make_network(fid, env, c.router.capacity_Bps)
-        proc = env.process(nccl.run(env, net, c, choice))
-        env.run()
-        times[fid] = proc.value
-    assert times["analytic"] == pytest.approx(times["flow"], rel=0.02)
+    choice = nccl.choose(c, "all_to_all", c.gpus, float(m.sum(1).max()), matrix=m)
+    times = {model: run_collective(c, choice, model)[0] for model in MODELS}
+    assert times["flow"] == pytest.approx(times["reservation"], rel=0.02)

@@ -1,10 +1,12 @@
-"""Network physics: max-min fairness, capacity, conservation, analytic agreement."""
+"""Network physics: max-min fairness, capacity, conservation, agreement with the reservation
+oracle."""
 
 import numpy as np
 import pytest
 import simpy
 
-from zionsim.network.flows import AnalyticNetwork, FlowNetwork, maxmin_rates
+from tests.network.reservation_oracle import ReservationNetwork
+from zionsim.network.flows import FlowNetwork, maxmin_rates
 
 
 def _run(net_cls, cap, routes, nbytes, lat=0.0):
@@ -66,13 +68,13 @@ def test_conservation_of_bytes():
     assert net.stats.link_bytes.tolist() == [10.0, 30.0, 50.0]
 
 
-def test_flow_and_analytic_agree_without_contention():
-    """With disjoint paths the two fidelities agree (well within 1 %)."""
+def test_flow_and_reservation_agree_without_contention():
+    """With disjoint paths the flow model and the reservation oracle agree (well within 1 %)."""
     routes = np.array([[0, 1], [2, -1], [3, 4]])
     cap, nbytes = [8.0, 4.0, 2.0, 16.0, 16.0], [40.0, 10.0, 160.0]
     t_flow, _ = _run(FlowNetwork, cap, routes, nbytes, lat=0.5)
-    t_ana, _ = _run(AnalyticNetwork, cap, routes, nbytes, lat=0.5)
-    assert t_flow == pytest.approx(t_ana, rel=1e-9)
+    t_res, _ = _run(ReservationNetwork, cap, routes, nbytes, lat=0.5)
+    assert t_flow == pytest.approx(t_res, rel=1e-9)
     assert t_flow == pytest.approx(10.5)
 
 

@@ -208,6 +208,8 @@ def test_neo_model_f_runs_through_uvm_on_16_nodes():
         ({"workload": 5}, "workload: expected a string"),
         ({"sync_period_s": float("nan")}, "sync_period_s"),
         ({"bogus": 1}, "unknown run option 'bogus'"),
+        ({"fidelity": "analytic"}, "fidelity: run option 'fidelity' .* was removed"),
+        ({"fidelity": "flow"}, "the flow model .* is the only network model"),
     ],
 )
 def test_run_options_are_typed(options, match):

@@ -108,7 +108,6 @@ def _add_collective_parser(sub) -> None:
         choices=("LL", "LL128", "Simple"),
         help="NCCL protocol (default: what NCCL would choose)",
     )
-    _fidelity_option(p)
     p.add_argument("--out", default=None, help="result folder (default results/runs/<name>_<hash>)")
     force_option(p)
 
@@ -121,15 +120,6 @@ def _trace_ranks_arg(text: str) -> str | list[int]:
         return [int(x) for x in text.split(",")]
     except ValueError:
         raise argparse.ArgumentTypeError("auto, all or ranks such as 0,7,100") from None
-
-
-def _fidelity_option(p) -> None:
-    p.add_argument(
-        "--fidelity",
-        default="flow",
-        choices=("flow", "analytic"),
-        help="flow: max-min shared links (default); analytic: per-link reservations, faster",
-    )
 
 
 def _add_workload_options(p) -> None:
@@ -158,7 +148,7 @@ def _add_workload_options(p) -> None:
 
 
 def _add_run_options(p) -> None:
-    """``zionsim run``: trace replay, iterations, sync mode, fidelity and the result folder."""
+    """``zionsim run``: trace replay, iterations, sync mode and the result folder."""
     p.add_argument(
         "--trace",
         dest="trace_file",
@@ -190,7 +180,6 @@ def _add_run_options(p) -> None:
     p.add_argument(
         "--warmup", type=int, default=1, help="iterations left out of the figures (default 1)"
     )
-    _fidelity_option(p)
     p.add_argument(
         "--trace-ranks",
         default="auto",
@@ -276,7 +265,6 @@ def cmd_collective(args) -> int:
             s,
             algorithm=args.algorithm,
             protocol=args.protocol,
-            fidelity=args.fidelity,
         ).row()
         for s in sizes
     ]
@@ -290,7 +278,6 @@ def cmd_collective(args) -> int:
         "nodes": cluster.spec.nodes,
         "gpus": cluster.spec.gpus,
         "op": args.op,
-        "fidelity": args.fidelity,
         "rows": rows,
     }
     files = {"collective.csv": format_rows(rows, "csv"), "summary.json": to_json(summary)}
@@ -433,7 +420,7 @@ def _simulate(args, bar: Phases):
         bar.start("simulate")
         return simulate_run(
             cluster, trace=trace, iterations=args.iterations, warmup=args.warmup,
-            fidelity=args.fidelity, max_memory_bytes=memory_limit_of(args),
+            max_memory_bytes=memory_limit_of(args),
         )  # fmt: skip
     cluster, w = _run_inputs(args)
     plan = _plan(args, cluster, w)
@@ -444,7 +431,6 @@ def _simulate(args, bar: Phases):
         plan,
         iterations=args.iterations,
         warmup=args.warmup,
-        fidelity=args.fidelity,
         fused=not args.unfused,
         sync=args.sync,
         sync_every=args.sync_every,

@@ -31,12 +31,6 @@ def add_options(p) -> None:
     g.add_argument("--max-evals", type=int, default=None, help="at most this many simulations")
     g.add_argument("--seed", type=int, default=0, help="seed of the search (default 0)")
     g.add_argument(
-        "--judge-fidelity",
-        default="flow",
-        choices=("flow", "analytic"),
-        help="network fidelity of the simulations that judge the search (default flow)",
-    )
-    g.add_argument(
         "--to-torchrec", metavar="FILE.json", default=None, help="also write a TorchRec plan dump"
     )
 
@@ -59,7 +53,7 @@ def refine_plan(args, cluster, w, plan) -> tuple[object, dict]:
     with _Progress(args.format == "table") as progress:
         result = refine(
             cluster, w, plan, seed=args.seed, max_evals=args.max_evals, budget_s=budget,
-            fidelity=args.judge_fidelity, stack=args.stack, on_eval=progress,
+            stack=args.stack, on_eval=progress,
         )  # fmt: skip
     report = {
         "start_plan": result.start.name,
@@ -71,7 +65,7 @@ def refine_plan(args, cluster, w, plan) -> tuple[object, dict]:
         "proposals": result.proposals,
         "rejected_memory": result.rejected_memory,
         "seed": args.seed,
-        "judge": f"{result.fidelity}, 2 iterations, 1 warm-up",
+        "judge": "2 iterations, 1 warm-up",
         "changes": result.changes(w),
     }
     return result.plan, {"refine": report}

@@ -1,16 +1,10 @@
 """Network models: flows on routed paths, driven by simpy.
 
 A *transfer* is a batch of flows (``routes`` × ``nbytes``) submitted at once; it returns one simpy
-event that fires when the last flow of the batch has arrived.  Two fidelities share that API:
-
-* :class:`FlowNetwork` — flow-level, max-min fair sharing of every directed link, rates recomputed
-  whenever a flow starts or ends (the fluid model validated by SimGrid).
-* :class:`AnalyticNetwork` — per-link load: every link drains a batch's bytes at its capacity
-  after the bytes it already has queued (a reservation per link), and a flow arrives once every
-  link of its path has drained (no rate is solved), so no link is ever loaded above its
-  capacity; the cross-check for the flow model, with which it agrees where batches do not
-  overlap and the batch's busiest links stay busy until they drain (every collective schedule
-  of ``collectives.py``: tests/network/test_fidelity.py).
+event that fires when the last flow of the batch has arrived.  :class:`FlowNetwork` is the model:
+flow-level, max-min fair sharing of every directed link, rates recomputed whenever a flow starts
+or ends (the fluid model validated by SimGrid).  The tests cross-check it against an independent
+per-link reservation model (tests/network/reservation_oracle.py, tests/network/test_fidelity.py).
 
 Modelling assumptions:
 
@@ -32,8 +26,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import simpy
-
-FIDELITIES = ("flow", "analytic")
 
 
 @dataclass
@@ -117,7 +109,7 @@ def maxmin_rates(
 
 
 class _Network:
-    """Shared bookkeeping of both fidelities: batches, spans and per-link bytes."""
+    """Bookkeeping every network model shares: batches, spans and per-link bytes."""
 
     def __init__(self, env: simpy.Environment, capacity_Bps: np.ndarray, record_spans: bool = True):
         self.env = env
@@ -181,49 +173,6 @@ class _Network:
                 weights=np.broadcast_to(nbytes[:, None], routes.shape)[valid],
                 minlength=len(self.capacity),
             )
-
-
-class AnalyticNetwork(_Network):
-    """Per-link load: each link carries a batch's bytes after what is queued on it already.
-
-    Link ``l`` with backlog ``b_l`` (s) and batch bytes ``L_l`` has drained at ``b_l + L_l/C_l``;
-    a flow arrives when the last link of its path has drained, or, if its own rate cap is
-    slower, ``n/cap`` after the longest backlog on its path (then its latency).  Links serve
-    batches one after another, so every link carries at most its capacity whatever overlaps;
-    nothing is re-solved, so a batch costs a few array passes.  Flow weights do not matter here.
-    """
-
-    def __init__(self, env: simpy.Environment, capacity_Bps: np.ndarray, record_spans: bool = True):
-        super().__init__(env, capacity_Bps, record_spans)
-        self._free_at = np.zeros(len(self.capacity) + 1)
-
-    def _start(self, bid, routes, nbytes, latency_s, weight, cap) -> None:
-        n_links = len(self.capacity)
-        flat = np.where(routes >= 0, routes, n_links)
-        hops = routes.shape[1]
-        cap_all = np.append(self.capacity, np.inf)
-        now = self.env.now
-        backlog = np.maximum(self._free_at - now, 0.0)
-        backlog[n_links] = 0.0
-        # each link drains the batch's bytes at its capacity after its backlog (a reservation);
-        # a flow has arrived once every link of its path has drained, and not before its own cap
-        # lets its bytes through after the longest backlog on its path
-        load = np.bincount(flat.ravel(), np.repeat(nbytes, hops), minlength=n_links + 1)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            drained = backlog + np.where(load > 0, load / cap_all, 0.0)
-            own = np.where(nbytes > 0, nbytes / cap, 0.0)
-        drained[n_links] = 0.0
-        if hops:
-            wait = backlog[flat].max(axis=1)
-            times = np.maximum(drained[flat].max(axis=1), wait + own) + latency_s
-        else:
-            times = own + latency_s
-        used = load > 0
-        used[n_links] = False
-        self._free_at[used] = now + drained[used]
-        self._batches[bid].finish_s = now + (float(times.max()) if len(times) else 0.0)
-        self._batches[bid].pending = 0
-        self._finish_batch(bid)
 
 
 class FlowNetwork(_Network):
@@ -321,12 +270,3 @@ def _widen(a: np.ndarray, width: int) -> np.ndarray:
     if a.shape[1] == width:
         return a
     return np.pad(a, ((0, 0), (0, width - a.shape[1])), constant_values=-1)
-
-
-def make_network(
-    fidelity: str, env: simpy.Environment, capacity_Bps: np.ndarray, record_spans: bool = True
-) -> _Network:
-    """The network model named ``fidelity`` (``flow`` or ``analytic``)."""
-    return {"flow": FlowNetwork, "analytic": AnalyticNetwork}[fidelity](
-        env, capacity_Bps, record_spans
-    )

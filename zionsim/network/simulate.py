@@ -10,7 +10,7 @@ import simpy
 
 from zionsim.network import nccl
 from zionsim.network.collectives import busbw_factor
-from zionsim.network.flows import make_network
+from zionsim.network.flows import FlowNetwork
 
 
 class CountingEnvironment(simpy.Environment):
@@ -60,7 +60,6 @@ def simulate_collective(
     *,
     algorithm: str | None = None,
     protocol: str | None = None,
-    fidelity: str = "flow",
     ranks: np.ndarray | None = None,
     matrix: np.ndarray | None = None,
     model: nccl.CollectiveModel | None = None,
@@ -75,7 +74,7 @@ def simulate_collective(
         ranks = ranks[[0, -1]]
     choice = nccl.choose(cluster, op, ranks, size_bytes, model, algorithm, protocol, matrix)
     env = CountingEnvironment()
-    net = make_network(fidelity, env, cluster.router.capacity_Bps, record_spans=False)
+    net = FlowNetwork(env, cluster.router.capacity_Bps, record_spans=False)
     proc = env.process(nccl.run(env, net, cluster, choice, model, launch_gpus=launch_gpus))
     env.run()
     t = proc.value

@@ -26,7 +26,7 @@ from zionsim.dlrm.sync import server_devices
 from zionsim.dlrm.trace import STREAMS, Trace
 from zionsim.hardware import compute
 from zionsim.network import nccl
-from zionsim.network.flows import NetworkStats, make_network
+from zionsim.network.flows import FlowNetwork, NetworkStats
 from zionsim.network.simulate import CountingEnvironment
 
 
@@ -114,7 +114,6 @@ def simulate_trace(
     trace: Trace,
     *,
     iterations: int = 3,
-    fidelity: str = "flow",
     compute_model: compute.ComputeModel | None = None,
     collective_model: nccl.CollectiveModel | None = None,
     sync_traffic: bool = True,
@@ -122,7 +121,7 @@ def simulate_trace(
     """Run ``iterations`` iterations of ``trace`` on ``cluster``; return the records."""
     check_cluster(cluster, trace)
     env = CountingEnvironment()
-    net = make_network(fidelity, env, cluster.router.capacity_Bps)
+    net = FlowNetwork(env, cluster.router.capacity_Bps)
     stack = trace.meta.get("stack") or {}
     compute_model = stack_compute_model(cluster, stack, compute_model)
     rec = RunRecords(trace, iterations, op_durations(cluster, trace, compute_model))

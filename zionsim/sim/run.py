@@ -28,7 +28,7 @@ from zionsim.dlrm.stack import StackSpec, apply_stack, resolve_stack
 from zionsim.dlrm.sync import SyncSpec, gap_stats, sync_spec
 from zionsim.dlrm.trace import Trace, lower
 from zionsim.dlrm.workload import WorkloadSpec
-from zionsim.sim.fast import simulate_trace
+from zionsim.sim.engine import simulate_trace
 from zionsim.sim.resources import check_inputs, check_trace
 from zionsim.sim.results import Analysis, links_table, perfetto, rank_totals, sample_events
 
@@ -96,7 +96,6 @@ def simulate_run(
     trace: Trace | None = None,
     iterations: int = 3,
     warmup: int = 1,
-    fidelity: str = "flow",
     fused: bool = True,
     sync: str | None = None,
     sync_every: int | None = None,
@@ -121,7 +120,7 @@ def simulate_run(
         trace, memory = build_trace(cluster, workload, plan, fused, spec, stack)
     _guard(trace, workload, iterations, max_memory_bytes)
     with _few_gc_passes():
-        rec = simulate_trace(cluster, trace, iterations=iterations, fidelity=fidelity)
+        rec = simulate_trace(cluster, trace, iterations=iterations)
     a = Analysis(rec, warmup)
     iter_s = float(a.iteration_times().mean())
     breakdown, busy, exposed = a.breakdown(), a.busy(), a.exposed()
@@ -129,7 +128,7 @@ def simulate_run(
     links = links_table(cluster, rec.network, rec.sim_time_s)
     wall = time.perf_counter() - t0
     summary = {
-        **_run_header(cluster, trace, iterations, warmup, fidelity),
+        **_run_header(cluster, trace, iterations, warmup),
         "iteration_time_s": iter_s,
         "samples_per_s": int(trace.meta.get("global_batch", 0)) / iter_s if iter_s else 0.0,
         "breakdown_s": breakdown,
@@ -142,7 +141,7 @@ def simulate_run(
         "link_utilisation_by_kind": links.groupby("kind")["utilisation"].mean().to_dict(),
         "link_utilisation_by_role": links.groupby("role")["utilisation"].mean().to_dict(),
         "events": int(len(events)),
-        "sync": _sync_summary(cluster, trace, rec, a, iterations, warmup, fidelity),
+        "sync": _sync_summary(cluster, trace, rec, a, iterations, warmup),
     }
     require_finite(summary, "summary.json")  # a NaN from accepted input is a bug (ModelError)
     bd = _breakdown_table(breakdown, busy, exposed)
@@ -184,7 +183,7 @@ def _few_gc_passes():
         gc.unfreeze()
 
 
-def _run_header(cluster, trace: Trace, iterations: int, warmup: int, fidelity: str) -> dict:
+def _run_header(cluster, trace: Trace, iterations: int, warmup: int) -> dict:
     """The first fields of ``summary.json``: what was run (cluster, workload, plan, batch)."""
     return {
         "topology": cluster.spec.name,
@@ -197,7 +196,6 @@ def _run_header(cluster, trace: Trace, iterations: int, warmup: int, fidelity: s
         "global_batch": int(trace.meta.get("global_batch", 0)),
         "iterations": iterations,
         "warmup": warmup,
-        "fidelity": fidelity,
     }
 
 
@@ -213,7 +211,7 @@ def _breakdown_table(breakdown: dict, busy: dict, exposed: dict) -> pd.DataFrame
     )
 
 
-def _sync_summary(cluster, trace: Trace, rec, a: Analysis, iterations, warmup, fidelity) -> dict:
+def _sync_summary(cluster, trace: Trace, rec, a: Analysis, iterations, warmup) -> dict:
     """Rounds, sync gaps, bytes and the foreground slowdown caused by sync traffic."""
     sync = dict(trace.meta.get("sync") or {"mode": "allreduce"})
     sync.pop("background", None)
@@ -241,9 +239,7 @@ def _sync_summary(cluster, trace: Trace, rec, a: Analysis, iterations, warmup, f
         for s in spans
         if s[0][0] in ("ps", "sync") or (isinstance(s[0][0], int) and s[0][1] in sync_colls)
     )
-    quiet = simulate_trace(
-        cluster, trace, iterations=iterations, fidelity=fidelity, sync_traffic=False
-    )
+    quiet = simulate_trace(cluster, trace, iterations=iterations, sync_traffic=False)
     base = float(Analysis(quiet, warmup).iteration_times().mean())
     with_sync = float(a.iteration_times().mean())
     rounds = [len(c) for c in completions.values()]
@@ -321,7 +317,6 @@ RUN_OPTIONS = (
     "batch_per_gpu",
     "global_batch",
     "seed",
-    "fidelity",
     "fused",
     "stack",
 )
@@ -361,7 +356,6 @@ def run_point(options: dict, max_memory_bytes: float | None = None) -> RunResult
         _point_plan(o["plan"], cluster, w),
         iterations=o["iterations"],
         warmup=o["warmup"],
-        fidelity=o["fidelity"],
         fused=o["fused"],
         stack=stack,
         sync=o["sync"],
@@ -395,7 +389,6 @@ def run_options(options: dict, file: str = "run options") -> dict:
         iterations=f.integer("iterations", 3),
         warmup=f.integer("warmup", 1, minimum=0),
         seed=f.integer("seed", None, minimum=0),
-        fidelity=f.choice("fidelity", ("flow", "analytic"), "flow"),
         fused=f.flag("fused", True),
         sync_period_s=None
         if period is None
@@ -426,6 +419,13 @@ def _check_run_options(options: dict) -> None:
 
     if not isinstance(options, dict):
         raise InputError(f"expected a mapping of run options, got {options!r}", field="options")
+    if "fidelity" in options:
+        raise InputError(
+            f"run option 'fidelity' ({options['fidelity']!r}) was removed: the flow model "
+            "(max-min shared links) is the only network model",
+            field="fidelity",
+            allowed="delete the key",
+        )
     unknown = sorted(str(k) for k in options if "." not in str(k) and k not in RUN_OPTIONS)
     if unknown:
         raise InputError(

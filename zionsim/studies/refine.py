@@ -57,7 +57,7 @@ MIN_GAIN = 1e-6
 @dataclass
 class RefineResult:
     """The outcome of :func:`refine`: start and best plan, their simulated iteration times
-    (``fidelity``, ``iterations``/``warmup`` as judged), and what the search did."""
+    (``iterations``/``warmup`` as judged), and what the search did."""
 
     start: Plan
     plan: Plan
@@ -68,7 +68,6 @@ class RefineResult:
     proposals: int
     rejected_memory: int
     moves: list[str] = field(default_factory=list)
-    fidelity: str = "flow"
 
     @property
     def gain(self) -> float:
@@ -104,10 +103,10 @@ class Judge:
     """Simulated iteration time of a plan in seconds (None when it does not fit in memory),
     cached by plan; counts the simulations it ran."""
 
-    def __init__(self, cluster, w, *, fidelity="flow", iterations=2, warmup=1, stack=None):
+    def __init__(self, cluster, w, *, iterations=2, warmup=1, stack=None):
         from zionsim.dlrm.stack import resolve_stack
 
-        self.cluster, self.w, self.fidelity = cluster, w, fidelity
+        self.cluster, self.w = cluster, w
         self.iterations, self.warmup, self.stack = iterations, warmup, resolve_stack(stack)
         self.cache: dict[tuple, float | None] = {}
         self.evaluations = 0
@@ -128,9 +127,7 @@ class Judge:
             trace, _ = build_trace(self.cluster, self.w, plan, stack=self.stack)
         except CapacityError:
             return None
-        rec = simulate_trace(
-            self.cluster, trace, iterations=self.iterations, fidelity=self.fidelity
-        )
+        rec = simulate_trace(self.cluster, trace, iterations=self.iterations)
         self.evaluations += 1
         self.work = (rec.events, len(self.w.tables))
         return float(Analysis(rec, self.warmup).iteration_times().mean())
@@ -152,7 +149,6 @@ def refine(
     seed: int = 0,
     max_evals: int | None = None,
     budget_s: float | None = None,
-    fidelity: str = "flow",
     iterations: int = 2,
     warmup: int = 1,
     stack=None,
@@ -161,7 +157,7 @@ def refine(
     """Local search from ``plan`` (module docstring): at most ``max_evals`` simulations, or as
     many as ``budget_s`` nominal seconds allow (the smaller when both are given; 100 when neither
     is).  ``on_eval(done, total, best_s)`` is called after each simulation (a progress bar)."""
-    judge = Judge(cluster, w, fidelity=fidelity, iterations=iterations, warmup=warmup, stack=stack)
+    judge = Judge(cluster, w, iterations=iterations, warmup=warmup, stack=stack)
     start_s = judge(plan)
     if start_s is None:
         raise CapacityError("the starting plan does not fit in HBM", field="plan")
@@ -192,7 +188,7 @@ def refine(
             on_eval(judge.evaluations, total, best_s)
     best = replace(best, name=f"{plan.name}+refined" if best is not plan else plan.name)
     return RefineResult(
-        plan, best, start_s, best_s, judge.evaluations, total, proposals, rejected, moves, fidelity
+        plan, best, start_s, best_s, judge.evaluations, total, proposals, rejected, moves
     )
 
 

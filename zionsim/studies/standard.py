@@ -13,7 +13,7 @@ or two nodes and runs in seconds.
 
 Choices:
 
-1. Two iterations (one warm-up) per point unless sync gaps need more; flow fidelity.
+1. Two iterations (one warm-up) per point unless sync gaps need more.
 2. What-if hardware is one factor at a time: each knob at 1x, 2x and 4x of ZionEX's value with
    everything else at ZionEX's; speed-up is relative to the 1x point of the same workload.
 3. ShadowSync: a trainer is one GPU (``sync_trainer`` is not a sweepable run option yet), EASGD
