@@ -18,6 +18,8 @@ A collective's time follows NCCL's own model (``src/graph/tuning.cc``, constants
   channels for small sizes) × the per-channel caps of LL128 and tree, LL's total cap, and the
   NVSwitch's reduction rate for NVLS (:func:`prepare`).  Contention with other traffic comes
   from the network model, so NCCL's per-channel ``bw`` numbers are not used: the links are.
+  Point-to-point flows that cross the network (all-to-all) also pay the many-connection
+  efficiency of a NIC (:func:`p2p_net_efficiency`; fitted, see the YAML).
 * ``launch`` is the host time to launch one kernel, fitted per GPU generation; ``G`` is how many
   GPUs one thread launches for (nccl-tests ``-g``; 1 in training, one process per GPU).  Kernels
   launched back to back overlap the launches, hence the max.
@@ -367,9 +369,8 @@ def p2p_net_efficiency(cluster, t: dict, phase, routes: np.ndarray) -> np.ndarra
     if c == 0.0 or routes.shape[1] == 0 or not len(ones):
         return ones
     router = cluster.router
-    on_net = np.zeros(routes.shape, dtype=bool)
-    valid = routes >= 0
-    on_net[valid] = router.edge_kind[routes[valid]] == cluster.spec.scale_out.kind
+    # fabric edges, and False at index -1 for the routes' padding
+    on_net = np.append(router.edge_kind == cluster.spec.scale_out.kind, False)[routes]
     crosses = on_net.any(axis=1)
     if not crosses.any():
         return ones
