@@ -18,6 +18,8 @@ A collective's time follows NCCL's own model (``src/graph/tuning.cc``, constants
   channels for small sizes) × the per-channel caps of LL128 and tree, LL's total cap, and the
   NVSwitch's reduction rate for NVLS (:func:`prepare`).  Contention with other traffic comes
   from the network model, so NCCL's per-channel ``bw`` numbers are not used: the links are.
+  Point-to-point flows that cross the network (all-to-all) also pay the many-connection
+  efficiency of a NIC (:func:`p2p_net_efficiency`; fitted, see the YAML).
 * ``launch`` is the host time to launch one kernel, fitted per GPU generation; ``G`` is how many
   GPUs one thread launches for (nccl-tests ``-g``; 1 in training, one process per GPU).  Kernels
   launched back to back overlap the launches, hence the max.
@@ -320,8 +322,8 @@ def _phase_wire(
     )
     cap = np.full(n_flows, np.inf)
     if fam == "p2p":
-        eff = np.full(n_flows, t["protocol_efficiency"]["other"][protocol] * extra)
-        return _Wire(phase.nbytes / eff, cap)
+        eff = t["protocol_efficiency"]["other"][protocol] * extra
+        return _Wire(phase.nbytes / (eff * p2p_net_efficiency(cluster, t, phase, routes)), cap)
     # flows per sending rank: a rank's payload rate (bus bandwidth) is shared by its flows
     per_src = np.bincount(np.searchsorted(np.unique(phase.src), phase.src))[
         np.searchsorted(np.unique(phase.src), phase.src)
@@ -355,6 +357,34 @@ def _phase_wire(
     eff *= extra
     cap = np.minimum(cap, busbw / per_src / eff)
     return _Wire(phase.nbytes / eff, cap)
+
+
+def p2p_net_efficiency(cluster, t: dict, phase, routes: np.ndarray) -> np.ndarray:
+    """Fraction of its fair network rate each point-to-point flow of ``phase`` reaches: 1 for
+    flows that stay inside a node, ``1 / (1 + c·(1 − 1/k))`` for flows that cross the scale-out
+    fabric, where ``k`` is the number of sender→receiver connections (a PXN flow's ``weight``)
+    that share the busier of the flow's sending and receiving NIC, and ``c`` is
+    ``p2p_net_peer_overhead`` (nccl_model.yaml).  One connection per NIC (send/recv) runs at the
+    link's rate; an all-to-all's many connections per NIC lose up to ``c/(1+c)`` of it."""
+    ones = np.ones(len(phase.nbytes))
+    c = float(t.get("p2p_net_peer_overhead", 0.0))
+    if c == 0.0 or routes.shape[1] == 0 or not len(ones):
+        return ones
+    router = cluster.router
+    # fabric edges, and False at index -1 for the routes' padding
+    on_net = np.append(router.edge_kind == cluster.spec.scale_out.kind, False)[routes]
+    crosses = on_net.any(axis=1)
+    if not crosses.any():
+        return ones
+    rows = np.arange(len(routes))
+    egress = routes[rows, np.argmax(on_net, axis=1)]  # NIC → fabric: the first fabric edge
+    ingress = routes[rows, routes.shape[1] - 1 - np.argmax(on_net[:, ::-1], axis=1)]
+    pairs = ones if phase.weight is None else np.asarray(phase.weight, dtype=float)
+    n_edges = len(router.capacity_Bps)
+    k_out = np.bincount(egress[crosses], weights=pairs[crosses], minlength=n_edges)[egress]
+    k_in = np.bincount(ingress[crosses], weights=pairs[crosses], minlength=n_edges)[ingress]
+    k = np.maximum(np.maximum(k_out, k_in), 1.0)
+    return np.where(crosses, 1.0 / (1.0 + c * (1.0 - 1.0 / k)), 1.0)
 
 
 def _nvls_wire(cluster, t: dict, st: Setting, fam: str, phase, extra: float, per_src) -> _Wire:
