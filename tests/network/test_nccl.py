@@ -8,6 +8,7 @@ from zionsim.base.errors import InputError
 from zionsim.hardware.cluster import Cluster
 from zionsim.network import nccl
 from zionsim.network.collectives import schedule
+from zionsim.network.simulate import simulate_collective
 
 
 def _choice(topology: str, nodes: int, size: float, op: str = "all_reduce", overrides=()):
@@ -118,3 +119,35 @@ def test_collnet_needs_two_nodes():
     c = Cluster.load("dgx_a100", nodes=1)
     with pytest.raises(InputError, match="2 or more nodes"):
         schedule(c, "all_reduce", c.gpus, 2**20, "collnet_direct")
+
+
+@pytest.mark.parametrize(
+    "size, chunk",
+    [(4 * 2**20, 16384), (16 * 2**20, 32768), (64 * 2**20, 65536), (2**30, 131072)],
+)
+def test_nvls_chunk_size_follows_nccls_thresholds(size, chunk):
+    """enqueue.cc:2258-2275 with 16 channels x 8 heads: 16 KiB below 8 MiB, 32 KiB below
+    64 MiB, 64 KiB below 1 GiB, else NCCL_NVLS_CHUNKSIZE (128 KiB)."""
+    c = Cluster.load("dgx_h100", nodes=1)
+    model = nccl.cluster_model(c, None)
+    st = nccl.setting(c, schedule(c, "all_reduce", c.gpus, size, "nvls"))
+    assert nccl.nvls_chunk_bytes(model.table, st) == chunk
+
+
+def test_nvls_pipeline_fill_is_two_loops_and_not_in_the_tuners_view():
+    """One-node NVLS: the run takes two loop-times (16 ch x 8 heads x chunk) more than latency +
+    fluid time; the tuner's view (which picks algorithms) has no fill; ring has none."""
+    c = Cluster.load("dgx_h100", nodes=1)
+    model = nccl.cluster_model(c, None)
+    size = 64 * 2**20
+    sched = schedule(c, "all_reduce", c.gpus, size, "nvls")
+    st = nccl.setting(c, sched)
+    bw = nccl.bandwidth_s(c, sched, "Simple", model)
+    loop_s = 16 * 8 * 65536 / size * bw
+    lat = nccl.latency_s(model, st, "nvls", "Simple")
+    assert nccl.estimate_s(c, sched, "Simple", model) == pytest.approx(lat + bw + 2 * loop_s)
+    assert nccl.estimate_s(c, sched, "Simple", model, tuning=True) == pytest.approx(lat + bw)
+    simulated = simulate_collective(c, "all_reduce", size, algorithm="nvls").time_s
+    assert simulated == pytest.approx(lat + bw + 2 * loop_s, rel=1e-6)
+    ring = schedule(c, "all_reduce", c.gpus, size, "ring")
+    assert nccl.pipeline_fill_s(model, nccl.setting(c, ring), "ring", 1.0) == 0.0

@@ -425,16 +425,34 @@ def estimate_s(
     routes: list[np.ndarray] | None = None,
     tuning: bool = False,
 ) -> float:
-    """NCCL-style estimate: latency + each phase's bytes over its most loaded link or flow cap.
+    """NCCL-style estimate: latency + each phase's bytes over its most loaded link or flow cap
+    (+ the runtime's chunk-pipeline fill, :func:`pipeline_fill_s`).
 
     ``tuning``: NCCL's tuner's view, which picks the algorithm — every channel of the graph and
-    its derating of trees (:func:`_tree_correction`); else the collective as it runs (the
-    channels in use for this size), which is what :class:`Choice` reports."""
+    its derating of trees (:func:`_tree_correction`), no pipeline fill (the tuner's model is
+    latency + size / bandwidth); else the collective as it runs (the channels in use for this
+    size), which is what :class:`Choice` reports."""
+    st = setting(cluster, sched)
+    bw_s = bandwidth_s(cluster, sched, protocol, model, routes, tuning)
+    fill = 0.0 if tuning else pipeline_fill_s(model, st, sched.algorithm, bw_s)
+    return latency_s(model, st, sched.algorithm, protocol) + bw_s + fill
+
+
+def bandwidth_s(
+    cluster,
+    sched: Schedule,
+    protocol: str,
+    model: CollectiveModel,
+    routes: list[np.ndarray] | None = None,
+    tuning: bool = False,
+) -> float:
+    """Fluid time of a collective alone: each phase's wire bytes over its most loaded link or
+    its flows' own rate cap, summed over phases (``tuning``: see :func:`estimate_s`)."""
     routes = routes if routes is not None else _phase_routes(cluster, sched)
     st = setting(cluster, sched)
     cap = cluster.router.capacity_Bps
-    total = latency_s(model, st, sched.algorithm, protocol)
     slow = _tree_correction(model, st, sched.algorithm, protocol) if tuning else 1.0
+    bw_s = 0.0
     for phase, r in zip(sched.phases, routes, strict=True):
         w = _phase_wire(cluster, model, st, sched.algorithm, protocol, phase, r, tuning)
         valid = r >= 0
@@ -448,8 +466,36 @@ def estimate_s(
             worst = float((load / cap).max())
         with np.errstate(divide="ignore", invalid="ignore"):
             own = np.where(w.wire > 0, w.wire / w.cap, 0.0)
-        total += max(worst, float(own.max()) if len(own) else 0.0) / slow
-    return total
+        bw_s += max(worst, float(own.max()) if len(own) else 0.0) / slow
+    return bw_s
+
+
+def nvls_chunk_bytes(t: dict, st: Setting) -> int:
+    """NCCL's chunk size of a one-node NVLS all_reduce: ``NCCL_NVLS_CHUNKSIZE`` (128 KiB,
+    src/transport/nvls.cc:160) halved for smaller buffers relative to the ``nChannels x nHeads``
+    concurrent chunks (src/enqueue.cc:2258-2275 at 5067397c)."""
+    chunk = int(t["nvls_chunk_bytes"])
+    ops = t["nvls_channels"] * st.ppn  # channels x heads: every GPU heads its slice
+    for factor, floor in ((64, 65536), (8, 32768), (2, 16384)):
+        if st.nbytes < factor * ops * chunk and chunk > floor:
+            chunk = floor
+    return chunk
+
+
+def pipeline_fill_s(model: CollectiveModel, st: Setting, algorithm: str, bw_s: float) -> float:
+    """Time the chunk pipeline of a one-node NVLS all_reduce takes to fill, on top of the fluid
+    time ``bw_s`` of its bytes: the kernel's scatter, reduce-multicast and gather warp groups are
+    three stages that each work on one loop of ``nChannels x nHeads x chunk`` bytes at a time
+    (src/device/all_reduce.h:410-457, ``loopCount = nHeads * chunkSize`` per channel), so the
+    last loop leaves the gather stage two loop-times after the fluid model would have it done.
+    A loop-time is the loop's share of ``bw_s``.  0 for other algorithms (their per-step
+    pipelining is in NCCL's per-hop latencies) and for NVLS across nodes (not modelled)."""
+    if algorithm != "nvls" or st.nodes != 1 or st.nbytes <= 0 or bw_s <= 0:
+        return 0.0
+    t = model.table
+    loop = t["nvls_channels"] * st.ppn * nvls_chunk_bytes(t, st)
+    stages = int(t["nvls_pipeline_stages"])
+    return (stages - 1) * min(1.0, loop / st.nbytes) * bw_s
 
 
 def _tree_correction(model: CollectiveModel, st: Setting, algorithm: str, protocol: str) -> float:
@@ -552,6 +598,9 @@ def prepare(
     routes = choice.routes if choice.routes is not None else _phase_routes(cluster, sched)
     st = setting(cluster, sched)
     start = latency_s(model, st, sched.algorithm, proto)
+    if sched.algorithm == "nvls":  # the chunk pipeline's fill, paid once before the flows end
+        bw_s = bandwidth_s(cluster, sched, proto, model, routes)
+        start += pipeline_fill_s(model, st, sched.algorithm, bw_s)
     phases = []
     for p, r in zip(sched.phases, routes, strict=True):
         w = _phase_wire(cluster, model, st, sched.algorithm, proto, p, r)
