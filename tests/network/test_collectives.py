@@ -171,3 +171,17 @@ def test_pxn_whole_node_sums_match_the_general_path():
     assert fast.keys() == general.keys() and len(fast) > n
     for key, (b, w) in fast.items():
         assert b == pytest.approx(general[key][0], rel=1e-12) and w == general[key][1]
+
+
+def test_double_binary_tree_is_nccls():
+    """Tree shapes drawn in NVIDIA/nccl src/graph/trees.cc: the btree on 14 nodes, its mirror on
+    12 (even) and its one-node shift on 13 (odd); node 0 (tree 0) has a single child."""
+    from zionsim.network.collectives import dtree_parents
+
+    t0 = {8: 0, 4: 8, 12: 8, 2: 4, 6: 4, 10: 12, 13: 12, 1: 2, 3: 2, 5: 6, 7: 6, 9: 10, 11: 10}
+    assert dtree_parents(14, 0) == [-1] + [t0[r] for r in range(1, 14)]
+    mirror = {3: 11, 1: 3, 7: 3, 0: 1, 2: 1, 5: 7, 9: 7, 4: 5, 6: 5, 8: 9, 10: 9}
+    assert dtree_parents(12, 1) == [mirror.get(r, -1) for r in range(12)]
+    shift = {9: 1, 5: 9, 0: 9, 3: 5, 7: 5, 11: 0, 2: 3, 4: 3, 6: 7, 8: 7, 10: 11, 12: 11}
+    assert dtree_parents(13, 1) == [shift.get(r, -1) for r in range(13)]
+    assert dtree_parents(4, 0) == [-1, 2, 0, 2]  # on 4 nodes node 2 has a parent and 2 children

@@ -15,7 +15,8 @@ Modelling assumptions:
    ring plus its reverse on a point-to-point NVLink mesh.  Each rank streams ``2(n−1)/n·S/C``
    (all_reduce) or ``(n−1)/n·S/C`` (reduce_scatter, all_gather) to its ring successor.
 2. Tree (all_reduce): NCCL's double binary tree, one pair per channel — a chain inside each node
-   and a binary tree over nodes, the two trees of a pair mirrored; across nodes there is one
+   and NCCL's binary tree over nodes (trees.cc: node 0 the root with one child; the pair's second
+   tree mirrored for an even node count, shifted by one node for odd); across nodes there is one
    channel per NIC (rail) with its own head GPU, so every rail carries tree traffic, each tree
    reducing and broadcasting ``S/(2C)``.
 3. Hierarchical (2D) all_reduce: intra-node ring reduce-scatter, inter-node ring all_reduce of each
@@ -183,14 +184,49 @@ def _tree_phase(cluster, ranks, size: float) -> Phase:
             if t == 1:  # the mirror tree: same head GPU, reversed chain and node order
                 chains = [np.concatenate([x[-1:], x[:-1]]) for x in chains]
             heads = [x[0] for x in chains]
-            order = list(range(n_nodes)) if t == 0 else list(range(n_nodes))[::-1]
             edges = [(x[i + 1], x[i]) for x in chains for i in range(len(x) - 1)]
-            edges += [(heads[order[i]], heads[order[(i - 1) // 2]]) for i in range(1, n_nodes)]
+            up = dtree_parents(n_nodes, t)
+            edges += [(heads[k], heads[u]) for k, u in enumerate(up) if u >= 0]
             for child, parent in edges:
                 src += [child, parent]
                 dst += [parent, child]
-    depth = int(np.ceil(np.log2(n_nodes + 1))) + max(len(x) for x in groups) - 1
+    levels = max(_tree_levels(dtree_parents(n_nodes, t)) for t in range(2))
+    depth = levels + max(len(x) for x in groups) - 1
     return Phase(np.array(src), np.array(dst), np.full(len(src), size / (2 * channels)), 2 * depth)
+
+
+def _btree_parent(n: int, r: int) -> int:
+    """Parent of node ``r`` in NCCL's binary tree over ``n`` nodes (-1 for the root, node 0,
+    which has one child).  NVIDIA/nccl src/graph/trees.cc, ncclGetBtree: the lowest set bit of
+    ``r`` gives its level; the parent clears that bit and sets the next one, or only clears it
+    when that would fall outside ``n``."""
+    if r == 0:
+        return -1
+    low = r & -r
+    parent = (r ^ low) | (low << 1)
+    return parent if parent < n else r ^ low
+
+
+def dtree_parents(n: int, tree: int) -> list[int]:
+    """Parents of nodes ``0..n-1`` in tree 0 or 1 of NCCL's double binary tree (trees.cc,
+    ncclGetDtree): tree 0 is :func:`_btree_parent`'s tree; tree 1 its mirror (``r → n-1-r``)
+    when ``n`` is even, or the same tree shifted by one node when ``n`` is odd."""
+    if tree == 0:
+        return [_btree_parent(n, r) for r in range(n)]
+    if n % 2 == 0:
+        back = [_btree_parent(n, n - 1 - r) for r in range(n)]
+        return [-1 if u < 0 else n - 1 - u for u in back]
+    back = [_btree_parent(n, (r - 1) % n) for r in range(n)]
+    return [-1 if u < 0 else (u + 1) % n for u in back]
+
+
+def _tree_levels(parents: list[int]) -> int:
+    """Number of levels of a tree given by its parent list (1 for a lone root)."""
+
+    def level(r: int) -> int:
+        return 1 if parents[r] < 0 else 1 + level(parents[r])
+
+    return max(level(r) for r in range(len(parents)))
 
 
 def tree_all_reduce(cluster, ranks, size, matrix=None):
