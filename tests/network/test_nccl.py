@@ -151,3 +151,13 @@ def test_nvls_pipeline_fill_is_two_loops_and_not_in_the_tuners_view():
     assert simulated == pytest.approx(lat + bw + 2 * loop_s, rel=1e-6)
     ring = schedule(c, "all_reduce", c.gpus, size, "ring")
     assert nccl.pipeline_fill_s(model, nccl.setting(c, ring), "ring", 1.0) == 0.0
+
+
+def test_nvls_tree_keeps_nccls_bus_bandwidth_across_nodes():
+    """NCCL rates NVLS per node and converts bus to algorithm bandwidth by nRanks/nsteps: 16
+    ranks on 2 nodes of 8 reach (16/15)/(8/7) = 0.933 of one node's algbw where the NVLink legs
+    bind (8 GiB on DGX H100); without the conversion the flow model would keep algbw flat."""
+    one = simulate_collective(Cluster.load("dgx_h100", nodes=1), "all_reduce", 8 * 2**30)
+    two = simulate_collective(Cluster.load("dgx_h100", nodes=2), "all_reduce", 8 * 2**30)
+    assert (one.algorithm, two.algorithm) == ("nvls", "nvls_tree")
+    assert two.algbw_GBps / one.algbw_GBps == pytest.approx((16 / 15) / (8 / 7), rel=0.01)
