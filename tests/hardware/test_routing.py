@@ -59,3 +59,16 @@ def test_tied_paths_are_counted_and_picked_in_a_fixed_order():
     assert _path_count(pred, "s", "d", {}) == 2
     assert [_nth_path(pred, "s", "d", k, {}) for k in (0, 1)] == [["s", "a", "d"], ["s", "b", "d"]]
     assert _weight({"bw_Bps": 1e30}) >= 1.0
+
+
+def test_no_gpudirect_rdma_through_a_cpu_stages_in_host_memory():
+    """NCCL enables GPUDirect RDMA only up to PCIe switches (NCCL_NET_GDR_LEVEL=PXB): on Zion
+    the NIC hangs off a CPU, so GPU traffic to the network detours through that CPU's DRAM
+    (GPU writes the host buffer, the NIC reads it); ZionEX's GPU and NIC share a switch."""
+    zion = Cluster.load("zion", nodes=2).router
+    path = zion.path_names(zion.device("n0/gpu3"), zion.device("n1/gpu3"))
+    assert path[:6] == ["n0/gpu3", "n0/pcie1", "n0/cpu2", "n0/dram2", "n0/cpu2", "n0/nic1"]
+    assert path[-5:] == ["n1/cpu2", "n1/dram2", "n1/cpu2", "n1/pcie1", "n1/gpu3"]
+    zionex = Cluster.load("zionex", nodes=2).router
+    direct = zionex.path_names(zionex.device("n0/gpu3"), zionex.device("n1/gpu3"))
+    assert not any("dram" in name or "cpu" in name for name in direct)

@@ -11,7 +11,9 @@ Where several paths still tie, one is chosen per (source, destination) pair by a
 per-flow ECMP does.  Inside a node, routes are computed once on node 0 and shifted to node ``k``
 by edge-id offset.  Between nodes, a device leaves through its nearest NIC (ties broken so that
 GPU ``i`` of ``g`` prefers NIC ``i·nics//g``, which is how NCCL pairs GPUs with NICs), crosses
-the Clos and enters the destination node through the destination device's nearest NIC.
+the Clos and enters the destination node through the destination device's nearest NIC.  A GPU
+that reaches its NIC only through a CPU has no GPUDirect RDMA (NCCL's default GDR level): its
+network traffic is staged in the DRAM of the NIC's CPU (:meth:`Router._staged`).
 """
 
 from __future__ import annotations
@@ -190,8 +192,34 @@ class Router:
             tied = [i for i, j in enumerate(nics) if dist[a, j] <= best * (1 + 1e-12)]
             preferred = rank * len(nics) // total
             self._nic_of[a] = preferred if preferred in tied else tied[rank % len(tied)]
-        self._t_up = np.stack([self._t_intra[a, nics[self._nic_of[a]]] for a in range(n)])
-        self._t_down = np.stack([self._t_intra[nics[self._nic_of[b]], b] for b in range(n)])
+        nic = [nics[self._nic_of[a]] for a in range(n)]
+        up = [self._staged(self._t_intra[a, nic[a]], kinds, up=True) for a in range(n)]
+        down = [self._staged(self._t_intra[nic[b], b], kinds, up=False) for b in range(n)]
+        width = max(len(p) for p in up + down)
+        self._t_up = np.array([p + [-1] * (width - len(p)) for p in up], dtype=np.int64)
+        self._t_down = np.array([p + [-1] * (width - len(p)) for p in down], dtype=np.int64)
+
+    def _staged(self, row: np.ndarray, kinds: dict, up: bool) -> list[int]:
+        """A device's path to (``up``) or from its NIC, staged through host memory where NCCL
+        turns GPUDirect RDMA off: when the GPU reaches the NIC only through a CPU (NCCL's
+        ``PATH_PHB`` or worse, beyond the default ``NCCL_NET_GDR_LEVEL`` of ``PXB``; NVIDIA/nccl
+        src/graph/paths.cc:510-535) the network buffers live in host memory, so the GPU writes
+        into the DRAM of the NIC's CPU and the NIC reads from it (and the reverse on receive):
+        the path gains a CPU → DRAM → CPU detour at that CPU."""
+        edges = [int(e) for e in row if e >= 0]
+        names = [self.edge_names[e] for e in edges]
+        if not names or kinds[names[0][0] if up else names[-1][1]] != "gpu":
+            return edges
+        cpus = [i for i, (u, _) in enumerate(names) if i > 0 and kinds[u] == "cpu"]
+        if not cpus:
+            return edges  # GPU and NIC share a PCIe switch: GPUDirect RDMA
+        i = cpus[-1] if up else cpus[0]  # the CPU next to the NIC
+        cpu = names[i][0]
+        dram = next((v for v in self.graph.out[cpu] if kinds.get(v) == "dram"), None)
+        if dram is None:
+            return edges
+        eid = self.graph.edge_id
+        return edges[:i] + [eid[cpu, dram], eid[dram, cpu]] + edges[i:]
 
     def _fabric(self) -> None:
         spec, g = self.spec, self.graph
