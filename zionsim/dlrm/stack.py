@@ -27,9 +27,11 @@ TensorFlow + SOK.  A stack profile states, as data with sources, what differs be
    time, but wait for no dense work, so the next iteration's lookups and their all-to-all run
    while this iteration's dense backward and all-reduce do (HugeCTR's intra- and
    inter-iteration overlap).
-9. ``planner`` — the sharding planner ``plan: auto`` means under this stack (``name``, one of
-   ``planner.PLANNERS``; default ``greedy``) and its settings: ``hugectr`` is NVIDIA's MLPerf
-   planner with the settings of its configurations (``hugectr_plan.py``).
+9. ``grouped_allreduce`` — one all-reduce of every dense (and replicated-table) gradient once
+   the backward has produced the last of them, instead of DDP's buckets during the backward.
+10. ``planner`` — the sharding planner ``plan: auto`` means under this stack (``name``, one of
+    ``planner.PLANNERS``; default ``greedy``) and its settings: ``hugectr`` is NVIDIA's MLPerf
+    planner with the settings of its configurations (``hugectr_plan.py``).
 
 The fitted field (``step_overhead``) is fitted per stack on the cases marked calibrated in
 ``validation/cases.yaml``; every other number cites its source.
@@ -57,6 +59,7 @@ STACK_KEYS = {
     "fused_embedding",
     "embedding_stream",
     "planner",
+    "grouped_allreduce",
 }
 #: planners a stack may name, with the parser of their settings (``planner:`` mapping)
 STACK_PLANNERS = ("greedy", "hugectr")
@@ -86,6 +89,7 @@ class StackSpec:
     comm_slowdown: float = 0.0
     fused_embedding: bool = True
     embedding_stream: bool = False
+    grouped_allreduce: bool = False
     #: planner ``plan: auto`` runs, and its settings (a ``hugectr_plan.Settings`` for hugectr)
     planner: str = "greedy"
     planner_settings: object = None
@@ -104,6 +108,7 @@ class StackSpec:
             "comm_slowdown": self.comm_slowdown,
             "fused_embedding": self.fused_embedding,
             "embedding_stream": self.embedding_stream,
+            "grouped_allreduce": self.grouped_allreduce,
             "planner": self.planner,
             **(
                 {"planner_settings": self.planner_settings.to_dict()}
@@ -177,6 +182,7 @@ def stack_from_dict(data: dict, file: str = "<stack>") -> StackSpec:
         comm_slowdown=i.quantity("comm_slowdown", "fraction", 0.0, strict=False),
         fused_embedding=f.flag("fused_embedding", True),
         embedding_stream=f.flag("embedding_stream", False),
+        grouped_allreduce=f.flag("grouped_allreduce", False),
         planner=planner,
         planner_settings=settings,
         file=file,
