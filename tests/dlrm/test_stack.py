@@ -132,3 +132,29 @@ def test_embedding_stream_overlaps_but_never_runs_two_kernels_at_once():
     for _, r in kernels.groupby("rank"):
         r = r.sort_values("start_s")
         assert (r.start_s.to_numpy()[1:] >= r.end_s.to_numpy()[:-1] - 1e-15).all()
+
+
+def test_grouped_allreduce_is_one_call_after_the_last_gradient():
+    """``grouped_allreduce``: DCNv2's 64 MB of dense gradients go in one all-reduce (DDP's 25 MiB
+    buckets make several), and it waits for the last gradient of the backward."""
+    import dataclasses
+
+    from zionsim.dlrm.plan import default_plan
+    from zionsim.dlrm.trace import lower
+
+    w = load_workload("mlperf_dlrm_dcnv2", batch_per_gpu=64)
+    plan = default_plan(w, 4)
+    bucketed = lower(w, plan, 4, gpus_per_node=2, stack=BARE)
+    grouped = lower(
+        w, plan, 4, gpus_per_node=2, stack=dataclasses.replace(BARE, grouped_allreduce=True)
+    )
+
+    def allreduces(trace):
+        return [o for o in trace.ops if o.rank == 0 and o.category == "all_reduce"]
+
+    assert len(allreduces(bucketed)) >= 2
+    (one,) = allreduces(grouped)
+    names = {grouped.ops[d].name for d in one.deps}
+    assert {"bottom_wgrad0", "top_wgrad0"} <= names
+    sizes = [c.size_bytes for c in grouped.collectives if c.op == "all_reduce"]
+    assert sizes == [sum(c.size_bytes for c in bucketed.collectives if c.op == "all_reduce")]

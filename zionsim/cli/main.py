@@ -129,8 +129,8 @@ def _add_workload_options(p) -> None:
     p.add_argument(
         "--plan",
         default="auto",
-        help="auto (greedy planner), round_robin, ps (tables on CPU parameter servers), "
-        "or a plan YAML",
+        help="auto (the stack's planner: greedy, or HugeCTR's for --stack hugectr), greedy, "
+        "round_robin, ps (tables on CPU parameter servers), hugectr, or a plan YAML",
     )
     p.add_argument(
         "--batch-per-gpu", type=int, default=None, help="samples per GPU (default: the workload's)"
@@ -349,12 +349,12 @@ def _run_inputs(args):
 
 
 def _plan(args, cluster, w):
-    """The plan named by ``--plan``: a planner (auto = greedy) or a plan YAML file."""
-    from zionsim.dlrm.planner import PLANNERS
+    """The plan named by ``--plan``: a planner (auto = the stack's) or a plan YAML file."""
+    from zionsim.dlrm.planner import PLANNERS, named_plan
+    from zionsim.dlrm.stack import resolve_stack
 
-    name = {"auto": "greedy"}.get(args.plan, args.plan)
-    if name in PLANNERS:
-        return PLANNERS[name](cluster, w)
+    if args.plan == "auto" or args.plan in PLANNERS:
+        return named_plan(args.plan, cluster, w, resolve_stack(getattr(args, "stack", None)))
     from zionsim.io.files import read_plan
 
     return read_plan(args.plan, w, len(cluster.gpus), cluster.spec.gpus_per_node, _servers(cluster))

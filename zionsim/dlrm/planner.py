@@ -363,11 +363,31 @@ def parameter_servers(cluster, w: WorkloadSpec) -> Plan:
     return Plan("parameter_servers", tuple(shards[t.index] for t in w.tables))
 
 
+def hugectr(cluster, w: WorkloadSpec) -> Plan:
+    """HugeCTR's MLPerf planner with NVIDIA's settings (``hugectr_plan.py``)."""
+    from zionsim.dlrm.hugectr_plan import hugectr_plan
+
+    return hugectr_plan(cluster, w)
+
+
 PLANNERS: dict[str, Callable] = {
     "greedy": Planner().plan,
     "round_robin": round_robin,
     "ps": parameter_servers,
+    "hugectr": hugectr,
 }
+
+
+def named_plan(name: str, cluster, w: WorkloadSpec, stack=None) -> Plan:
+    """The plan of planner ``name`` (a key of :data:`PLANNERS`, or ``auto``: the planner of
+    ``stack``, a :class:`~zionsim.dlrm.stack.StackSpec`, with its settings; greedy without one)."""
+    if name == "auto":
+        name = getattr(stack, "planner", "greedy")
+        if name == "hugectr" and stack.planner_settings is not None:
+            from zionsim.dlrm.hugectr_plan import hugectr_plan
+
+            return hugectr_plan(cluster, w, stack.planner_settings)
+    return PLANNERS[name](cluster, w)
 
 
 def plan_costs(cluster, w: WorkloadSpec, plan: Plan) -> tuple[list[dict], dict]:

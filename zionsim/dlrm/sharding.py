@@ -9,8 +9,9 @@ TW     all, on one rank             G·L                   pooled all-to-allv (B
 CW     all, a column slice each     G·L (at dim d/k)      pooled all-to-allv of each slice
 RW     rows/n on every rank         G·L/n                 reduce-scatter / all-gather of G·d
 TWRW   rows/g on one node's GPUs    G·L/g                 intra-node reduce-scatter of G·d, then
-                                                          all-to-allv among same-index GPUs across
-                                                          nodes (backward: the reverse, all-gather)
+       (rows/(k·g) on k nodes)      (G·L/(k·g))           all-to-allv among same-index GPUs across
+                                                          nodes (backward: the reverse, all-gather);
+                                                          on k nodes each does so, k partial sums
 TWCW   all, a column slice each     G·L (at dim d/k)      as CW; the slices on one node's GPUs
 DP     all, on every rank           B·L                   none (gradient joins the all-reduce)
 =====  ===========================  ====================  ======================================
@@ -212,7 +213,9 @@ def _add_row_shard(out: Layout, w: WorkloadSpec, s, n: int, g: int, zipf_alpha, 
     RW over every rank reduce-scatters the partial pooled sums (and all-gathers the gradients);
     RW over a subset of ranks sends each member's partial sums for every sample rank through the
     pooled all-to-allv instead (the receiver adds them up; gradients come back the same way).
-    TWRW reduce-scatters inside its node, then all-to-alls across nodes (module table)."""
+    TWRW reduce-scatters inside its node, then all-to-alls across nodes (module table); a TWRW
+    table on several whole nodes does so on each of them, and the receiver adds the nodes'
+    partial sums (HugeCTR's hierarchical embedding, ``hugectr_plan.py``)."""
     t, idx = w.tables[s.table], w.index_bytes
     B, G = w.batch_per_gpu, w.batch_per_gpu * n
     every = s.kind == "RW" and sorted(s.ranks) == list(range(n))
@@ -226,6 +229,6 @@ def _add_row_shard(out: Layout, w: WorkloadSpec, s, n: int, g: int, zipf_alpha, 
     if every:
         out.rw_bytes += G * t.dim * cb
     elif s.kind == "TWRW":
-        node = s.ranks[0] // g
-        out.twrw_rs[node] = out.twrw_rs.get(node, 0.0) + G * t.dim * cb
-        out.twrw_matrix[node, :] += B * t.dim * cb
+        for node in sorted({r // g for r in s.ranks}):
+            out.twrw_rs[node] = out.twrw_rs.get(node, 0.0) + G * t.dim * cb
+            out.twrw_matrix[node, :] += B * t.dim * cb

@@ -27,6 +27,11 @@ TensorFlow + SOK.  A stack profile states, as data with sources, what differs be
    time, but wait for no dense work, so the next iteration's lookups and their all-to-all run
    while this iteration's dense backward and all-reduce do (HugeCTR's intra- and
    inter-iteration overlap).
+9. ``grouped_allreduce`` — one all-reduce of every dense (and replicated-table) gradient once
+   the backward has produced the last of them, instead of DDP's buckets during the backward.
+10. ``planner`` — the sharding planner ``plan: auto`` means under this stack (``name``, one of
+    ``planner.PLANNERS``; default ``greedy``) and its settings: ``hugectr`` is NVIDIA's MLPerf
+    planner with the settings of its configurations (``hugectr_plan.py``).
 
 The fitted field (``step_overhead``) is fitted per stack on the cases marked calibrated in
 ``validation/cases.yaml``; every other number cites its source.
@@ -53,7 +58,11 @@ STACK_KEYS = {
     "interference",
     "fused_embedding",
     "embedding_stream",
+    "planner",
+    "grouped_allreduce",
 }
+#: planners a stack may name, with the parser of their settings (``planner:`` mapping)
+STACK_PLANNERS = ("greedy", "hugectr")
 PRECISION_KEYS = ("embedding", "dense", "communication")
 #: ``precision.communication`` value: exchange in the dense math's 16-bit type under mixed precision
 FOLLOW_DENSE = "dense"
@@ -80,6 +89,10 @@ class StackSpec:
     comm_slowdown: float = 0.0
     fused_embedding: bool = True
     embedding_stream: bool = False
+    grouped_allreduce: bool = False
+    #: planner ``plan: auto`` runs, and its settings (a ``hugectr_plan.Settings`` for hugectr)
+    planner: str = "greedy"
+    planner_settings: object = None
     file: str = ""
 
     def to_dict(self) -> dict:
@@ -95,6 +108,13 @@ class StackSpec:
             "comm_slowdown": self.comm_slowdown,
             "fused_embedding": self.fused_embedding,
             "embedding_stream": self.embedding_stream,
+            "grouped_allreduce": self.grouped_allreduce,
+            "planner": self.planner,
+            **(
+                {"planner_settings": self.planner_settings.to_dict()}
+                if self.planner_settings is not None
+                else {}
+            ),
         }
 
 
@@ -149,6 +169,7 @@ def stack_from_dict(data: dict, file: str = "<stack>") -> StackSpec:
     i = f.sub("interference") if "interference" in data else Fields({}, file, "interference")
     i.check_keys({"compute_slowdown", "comm_slowdown"})
     launch = data.get("kernel_launch")
+    planner, settings = _planner(f)
     return StackSpec(
         name=str(f.raw("name", Path(file).stem)),
         description=str(f.raw("description", "")),
@@ -161,5 +182,22 @@ def stack_from_dict(data: dict, file: str = "<stack>") -> StackSpec:
         comm_slowdown=i.quantity("comm_slowdown", "fraction", 0.0, strict=False),
         fused_embedding=f.flag("fused_embedding", True),
         embedding_stream=f.flag("embedding_stream", False),
+        grouped_allreduce=f.flag("grouped_allreduce", False),
+        planner=planner,
+        planner_settings=settings,
         file=file,
     )
+
+
+def _planner(f: Fields) -> tuple[str, object]:
+    """The stack's ``planner:`` mapping: its name and validated settings (None for greedy)."""
+    if f.data.get("planner") is None:
+        return "greedy", None
+    p = f.sub("planner")
+    name = p.choice("name", STACK_PLANNERS, "greedy")
+    if name == "greedy":
+        p.check_keys({"name"})
+        return name, None
+    from zionsim.dlrm.hugectr_plan import settings_from_fields
+
+    return name, settings_from_fields(p)

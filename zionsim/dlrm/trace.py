@@ -19,7 +19,8 @@ their gradients after the interaction backward.
 
 6. dense gradients all-reduced in buckets of ``BUCKET_BYTES`` as backward produces them (PyTorch
    DDP: 25 MiB, a tensor larger than that is a bucket of its own); DP tables' gradients join the
-   last bucket; ``dense_opt`` waits for every bucket.
+   last bucket; ``dense_opt`` waits for every bucket.  A stack with ``grouped_allreduce``
+   all-reduces every gradient in one call once the last is done (HugeCTR).
 """
 
 from __future__ import annotations
@@ -152,7 +153,7 @@ def lower(
     lay = layout(w, plan, ranks, g, zipf_alpha)
     b = _Builder(ranks)
     c = _embedding_collectives(b, lay, ranks, g)
-    buckets = _buckets(w, lay.dp_params)
+    buckets = _buckets(w, lay.dp_params, stack.grouped_allreduce)
     cb = DTYPE_BYTES[w.precision["communication"]]
     dense_groups = _dense_groups(sync, ranks, g)
     c_ar = {
@@ -508,8 +509,9 @@ def _stated_width_interaction(b, w, r, B, dt, deps, phase):
     )  # fmt: skip
 
 
-def _buckets(w: WorkloadSpec, dp_params: int) -> list[tuple[int, list[str]]]:
-    """DDP buckets in backward order: (parameters, [layer keys whose gradients fill it])."""
+def _buckets(w: WorkloadSpec, dp_params: int, grouped: bool = False) -> list[tuple[int, list[str]]]:
+    """DDP buckets in backward order: (parameters, [layer keys whose gradients fill it]); one
+    bucket of every gradient when ``grouped`` (a stack's ``grouped_allreduce``)."""
     layers = [(f"top{i}", k * n + n) for i, (k, n) in reversed(list(enumerate(w.top_layers())))]
     if w.interaction_params:
         layers.append(("interaction", w.interaction_params))
@@ -518,7 +520,7 @@ def _buckets(w: WorkloadSpec, dp_params: int) -> list[tuple[int, list[str]]]:
     ]
     if dp_params:
         layers.append(("dp_tables", dp_params))
-    cap = BUCKET_BYTES // 4
+    cap = float("inf") if grouped else BUCKET_BYTES // 4
     out, cur, members = [], 0, []
     for key, params in layers:
         cur += params

@@ -345,7 +345,7 @@ def run_point(options: dict, max_memory_bytes: float | None = None) -> RunResult
     w = load_workload(o["workload"], overrides=work_sets, batch_per_gpu=o["batch_per_gpu"])
     if o["global_batch"] is not None:
         w = with_global_batch(w, o["global_batch"], spec.gpus)
-    stack = resolve_stack(o["stack"])
+    stack = _run_stack(o["stack"], options)
     w = apply_stack(w, stack)
     if max_memory_bytes is not None:
         check_inputs(spec, w, o["iterations"], max_memory_bytes, o["plan"])
@@ -353,7 +353,7 @@ def run_point(options: dict, max_memory_bytes: float | None = None) -> RunResult
     return simulate_run(
         cluster,
         w,
-        _point_plan(o["plan"], cluster, w),
+        _point_plan(o["plan"], cluster, w, stack),
         iterations=o["iterations"],
         warmup=o["warmup"],
         fused=o["fused"],
@@ -431,21 +431,37 @@ def _check_run_options(options: dict) -> None:
         raise InputError(
             f"unknown run option {unknown[0]!r}",
             field=unknown[0],
-            allowed=", ".join(RUN_OPTIONS) + ", topology.PATH, workload.PATH",
+            allowed=", ".join(RUN_OPTIONS) + ", topology.PATH, workload.PATH, stack.PATH",
         )
 
 
-def _point_plan(name: str, cluster, w: WorkloadSpec) -> Plan:
-    """The plan of a run: a planner's (``auto`` is ``greedy``) or a plan file's."""
-    from zionsim.dlrm.planner import PLANNERS
+def _run_stack(stack, options: dict) -> StackSpec:
+    """The run's stack profile, with the run's ``stack.PATH`` overrides applied to its file."""
+    from zionsim.base.errors import InputError
+    from zionsim.dlrm.stack import DEFAULT_STACK, load_stack
 
-    plan_name = {"auto": "greedy"}.get(name, name)
-    if plan_name in PLANNERS:
-        return PLANNERS[plan_name](cluster, w)
+    sets = {k[6:]: v for k, v in options.items() if k.startswith("stack.")}
+    if not sets:
+        return resolve_stack(stack)
+    if isinstance(stack, StackSpec):
+        raise InputError(
+            "stack.PATH overrides need a stack name or file, not a profile object",
+            field=next(iter(sets)),
+        )
+    return load_stack(stack or DEFAULT_STACK, sets)
+
+
+def _point_plan(name: str, cluster, w: WorkloadSpec, stack: StackSpec | None = None) -> Plan:
+    """The plan of a run: a planner's (``auto`` is the stack's, greedy by default) or a plan
+    file's."""
+    from zionsim.dlrm.planner import PLANNERS, named_plan
+
+    if name == "auto" or name in PLANNERS:
+        return named_plan(name, cluster, w, stack)
     from zionsim.dlrm.plan_file import load_plan
 
     return load_plan(
-        plan_name,
+        name,
         w,
         len(cluster.gpus),
         cluster.spec.gpus_per_node,

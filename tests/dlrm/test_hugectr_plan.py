@@ -1,0 +1,134 @@
+"""HugeCTR's MLPerf planner: the logged plans of real submissions, hier_auto as TWRW over whole
+nodes, and the stack that selects it for ``plan: auto``."""
+
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from zionsim.base.errors import InputError
+from zionsim.dlrm.hugectr_plan import Problem, Settings, bucket_tables, hugectr_plan, problem
+from zionsim.dlrm.planner import named_plan
+from zionsim.dlrm.sharding import layout
+from zionsim.dlrm.stack import load_stack
+from zionsim.dlrm.workload import load_workload
+from zionsim.sim.run import run_point
+
+DCNV2 = load_workload("mlperf_dlrm_dcnv2")
+
+
+def _costs(dp, buckets):
+    """Hotness cost and shard count of each bucket, and each table's shard count."""
+    shards = Counter(t for b in buckets for t in b)
+    hot = [t.pooling for t in DCNV2.tables]
+    return [sum(hot[t] / shards[t] for t in b) for b in buckets], [len(b) for b in buckets], shards
+
+
+def test_reproduces_dell_v30_a100_logged_plan():
+    """Dell's MLPerf v3.0 XE9680x8A100 log (auto, ratio 7, no DP threshold): hotness cost per GPU
+    [29 28 28 28 27 25 25 24], shards per GPU [3 2 3 3 3 5 5 5], table 20 on 4 GPUs."""
+    dp, buckets = bucket_tables(
+        problem(
+            DCNV2, 8, 1, "auto", Settings(dp_threshold_bytes=(("auto", 0.0), ("hier_auto", 12.5e6)))
+        )
+    )
+    cost, count, shards = _costs(dp, buckets)
+    assert dp == []
+    assert cost == [29, 28, 28, 28, 27, 25, 25, 24]
+    assert count == [3, 2, 3, 3, 3, 5, 5, 5]
+    assert {t: k for t, k in shards.items() if k > 1} == {20: 4}
+
+
+def test_reproduces_dell_v40_h100_logged_plan():
+    """Dell's MLPerf v4.0 XE9680x8H100 log (auto, 7, DP below 0.008 GB): its 13 DP tables, hotness
+    cost per GPU [26 26 24.5 23.5 23.5 23.5 22.5 21.5], table 20 on all 8 GPUs, table 21 on 2."""
+    dp, buckets = bucket_tables(problem(DCNV2, 8, 1, "auto", Settings()))
+    cost, count, shards = _costs(dp, buckets)
+    assert dp == [3, 5, 6, 7, 8, 12, 13, 15, 16, 17, 18, 24, 25]
+    assert cost == [26, 26, 24.5, 23.5, 23.5, 23.5, 22.5, 21.5]
+    assert count == [2, 2, 2, 3, 3, 3, 3, 3]
+    assert {t: k for t, k in shards.items() if k > 1} == {20: 8, 21: 2}
+
+
+def test_every_table_placed_once_per_shard_and_memory_respected():
+    """Each model-parallel table sits in 1, 2, 4… distinct buckets; no bucket exceeds its cap."""
+    p = Problem((5, 1, 1, 9), (4e9, 1e9, 1e9, 3e9), 4, 1.0, 5e9)
+    dp, buckets = bucket_tables(p)
+    shards = Counter(t for b in buckets for t in b)
+    assert dp == [] and set(shards) == {0, 1, 2, 3}
+    assert all(k in (1, 2, 4) and len(set(b)) == len(b) for b in buckets for k in shards.values())
+    mem = [sum(p.table_bytes[t] / shards[t] for t in b) for b in buckets]
+    assert max(mem) <= p.capacity_bytes
+
+
+def test_whole_tables_when_they_fit_else_every_table_everywhere():
+    """Two 8 GB tables on two buckets: with 9 GB each, one whole table per bucket (cost 2 against
+    3 for both everywhere); with 5 GB no split placement fits and the search ends on its first
+    candidate, every table in every bucket (HugeCTR's most memory-efficient plan)."""
+    _, fits = bucket_tables(Problem((1, 1), (8e9, 8e9), 2, 1.0, 9e9))
+    assert sorted(fits) == [[0], [1]]
+    _, tight = bucket_tables(Problem((1, 1), (8e9, 8e9), 2, 1.0, 5e9))
+    assert tight == [[0, 1], [0, 1]]
+
+
+def test_hier_auto_places_tables_on_whole_nodes(tiny_cluster):
+    """On several nodes NVIDIA's settings give hier_auto: every model-parallel table is TWRW over
+    all GPUs of the nodes holding it; small tables are DP."""
+    w = load_workload("mlperf_dlrm_dcnv2", batch_per_gpu=64)
+    plan = hugectr_plan(tiny_cluster, w)
+    assert plan.name == "hugectr_hier_auto"
+    g = tiny_cluster.spec.gpus_per_node
+    for s in plan.shards:
+        assert s.kind in ("TWRW", "DP")
+        if s.kind == "TWRW":
+            nodes = {r // g for r in s.ranks}
+            assert sorted(s.ranks) == [n * g + i for n in sorted(nodes) for i in range(g)]
+    assert any(len(s.ranks) == 2 * g for s in plan.shards)  # table 20 split over both nodes
+
+
+def test_twrw_over_two_nodes_reduces_on_each_and_sums_partials(tiny_cluster):
+    """A TWRW table on both nodes: each node reduce-scatters G·d and sends B·d to every node; the
+    rows and lookups are split over all four GPUs (nothing lost, nothing doubled)."""
+    from zionsim.dlrm.plan import Plan, Shard
+
+    w = load_workload("tiny", batch_per_gpu=32)
+    n, g = 4, 2
+    shards = [Shard(0, "TWRW", (0, 1, 2, 3))] + [Shard(t.index, "TW", (0,)) for t in w.tables[1:]]
+    lay = layout(w, Plan("p", tuple(shards)), n, g)
+    t = w.tables[0]
+    G, cb = 32 * n, 4
+    assert lay.twrw_rs == {0: G * t.dim * cb, 1: G * t.dim * cb}
+    assert np.allclose(lay.twrw_matrix, 32 * t.dim * cb)
+    tw = sum(x.pooling for x in w.tables[1:]) * G
+    assert lay.lookups.sum() == pytest.approx(G * t.pooling + tw)
+
+
+def test_stack_selects_planner_for_auto(tiny_cluster):
+    """``plan: auto`` under hugectr is HugeCTR's planner; under torchrec it is greedy."""
+    w = load_workload("mlperf_dlrm_dcnv2", batch_per_gpu=64)
+    assert named_plan("auto", tiny_cluster, w, load_stack("hugectr")).name == "hugectr_hier_auto"
+    assert named_plan("auto", tiny_cluster, w, load_stack("torchrec")).name == "greedy"
+
+
+def test_stack_override_of_planner_settings_reaches_the_run():
+    """A run option ``stack.planner.sharding_plan.multi_node: auto`` plans GPUs as buckets."""
+    base = {
+        "topology": "dgx_h100",
+        "nodes": 2,
+        "gpus_per_node": 2,
+        "iterations": 2,
+        "workload": "mlperf_dlrm_dcnv2",
+        "batch_per_gpu": 64,
+        "stack": "hugectr",
+    }
+    assert run_point(base).summary["plan"] == "hugectr_hier_auto"
+    over = run_point({**base, "stack.planner.sharding_plan.multi_node": "auto"})
+    assert over.summary["plan"] == "hugectr_auto"
+
+
+def test_bad_planner_settings_name_the_field():
+    """An unknown plan kind or field is an InputError naming it."""
+    with pytest.raises(InputError, match="multi_node"):
+        load_stack("hugectr", {"planner.sharding_plan.multi_node": "uniform"})
+    with pytest.raises(InputError, match="dp_sharding_threshold"):
+        load_stack("hugectr", {"planner.dp_sharding_threshold.auto": "-1 GB"})
