@@ -185,3 +185,28 @@ def test_double_binary_tree_is_nccls():
     shift = {9: 1, 5: 9, 0: 9, 3: 5, 7: 5, 11: 0, 2: 3, 4: 3, 6: 7, 8: 7, 10: 11, 12: 11}
     assert dtree_parents(13, 1) == [shift.get(r, -1) for r in range(13)]
     assert dtree_parents(4, 0) == [-1, 2, 0, 2]  # on 4 nodes node 2 has a parent and 2 children
+
+
+@pytest.mark.parametrize("order", ["node-major", "shuffled", "subset"])
+def test_pxn_sums_of_an_outer_sum_match_the_dense_matrix(order):
+    """m[i, j] = row[i] + col[j] (peer_bytes.OuterSum, how DLRM layouts keep their all-to-all
+    matrices): PXN's relay, node-pair and sender sums in closed form equal the dense ones."""
+    from zionsim.network.collectives import _pxn_sums
+    from zionsim.network.peer_bytes import OuterSum
+
+    c = Cluster.load("zionex", nodes=3)
+    rng = np.random.default_rng(3)
+    ranks = c.gpus
+    if order == "shuffled":
+        ranks = ranks[rng.permutation(len(ranks))]
+    elif order == "subset":
+        ranks = np.sort(rng.choice(ranks, 17, replace=False))
+    n = len(ranks)
+    row, col = rng.random(n) * 1e6, rng.random(n) * 1e5
+    row[rng.random(n) < 0.4], col[rng.random(n) < 0.5] = 0.0, 0.0
+    m = OuterSum(row=row, col=col)
+    node, local = c.node_of(ranks), c.local_of(ranks)
+    for got, want in zip(_pxn_sums(c, node, local, m), _pxn_sums(c, node, local, m.dense())):
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-6)
+    assert m.sum(axis=1) == pytest.approx(m.dense().sum(axis=1))
+    assert m.T.sum(axis=1) == pytest.approx(m.dense().sum(axis=0))

@@ -7,6 +7,7 @@ import numpy as np
 
 from zionsim.base.errors import InputError
 from zionsim.dlrm.trace import Collective, Op, Trace
+from zionsim.network.peer_bytes import OuterSum, tiled
 
 
 def retarget(trace: Trace, ranks: int) -> Trace:
@@ -68,9 +69,13 @@ def retarget(trace: Trace, ranks: int) -> Trace:
     return Trace(ranks, ops, colls, meta)
 
 
-def _tiled(matrix: np.ndarray, ranks: int) -> np.ndarray:
+def _tiled(matrix, ranks: int):
     """An R×R per-peer byte matrix tiled to ranks×ranks, each row keeping its total."""
     R = len(matrix)
+    if isinstance(matrix, OuterSum):
+        if ranks % R == 0:
+            return tiled(matrix, ranks)
+        matrix = matrix.dense()
     idx = np.arange(ranks) % R
     out = matrix[np.ix_(idx, idx)].astype(float)
     sums = out.sum(axis=1, keepdims=True)

@@ -45,6 +45,7 @@ import numpy as np
 
 from zionsim.dlrm.cache import hit_rate, unique_rows
 from zionsim.dlrm.workload import DTYPE_BYTES, EMBEDDING_OPTIMIZERS, WorkloadSpec, row_bytes
+from zionsim.network.peer_bytes import OuterSum
 
 
 @dataclass
@@ -60,8 +61,8 @@ class Layout:
     hbm_bytes: np.ndarray  # rows (or cache) in HBM
     hbm_state_bytes: np.ndarray
     dram_bytes: np.ndarray  # rows in host DRAM (UVM), per rank
-    input_matrix: np.ndarray  # n×n index bytes
-    pooled_matrix: np.ndarray  # n×n pooled bytes from table owner to sample rank (TW, CW)
+    input_matrix: OuterSum  # n×n index bytes: a column per owner (every sender sends alike)
+    pooled_matrix: OuterSum  # n×n pooled bytes from table owner to sample rank (TW, CW): a row
     rw_bytes: float  # reduce-scatter / all-gather size (G·Σd·bytes) over all ranks
     twrw_rs: dict[int, float]  # node → reduce-scatter size among its GPUs
     twrw_matrix: np.ndarray  # nodes×nodes bytes per same-index GPU pair (after the RS)
@@ -114,8 +115,8 @@ def _empty_layout(n: int, nodes: int, n_ps: int) -> Layout:
         z.copy(),
         z.copy(),
         z.copy(),
-        np.zeros((n, n)),
-        np.zeros((n, n)),
+        OuterSum(n),
+        OuterSum(n),
         0.0,
         {},
         np.zeros((nodes, nodes)),
@@ -187,8 +188,8 @@ def _add_gpu_shard(out: Layout, w: WorkloadSpec, s, n: int, g: int, zipf_alpha: 
         for r, d in zip(s.ranks, shard_widths(s, t.dim), strict=True):
             _serve(out, w, s, r, G * t.pooling, t.rows, d, zipf_alpha)
             out.out_bytes[r] += G * d * cb
-            out.input_matrix[:, r] += B * (t.pooling + 1) * idx
-            out.pooled_matrix[r, :] += B * d * cb
+            out.input_matrix.add_to_column(r, B * (t.pooling + 1) * idx)
+            out.pooled_matrix.add_to_row(r, B * d * cb)
     else:
         _add_row_shard(out, w, s, n, g, zipf_alpha, cb)
 
@@ -223,9 +224,9 @@ def _add_row_shard(out: Layout, w: WorkloadSpec, s, n: int, g: int, zipf_alpha, 
         share = rows / t.rows if t.rows else 0.0
         _serve(out, w, s, r, G * t.pooling * share, rows, t.dim, zipf_alpha)
         out.out_bytes[r] += G * t.dim * cb
-        out.input_matrix[:, r] += B * (t.pooling * share + 1) * idx
+        out.input_matrix.add_to_column(r, B * (t.pooling * share + 1) * idx)
         if s.kind == "RW" and not every:
-            out.pooled_matrix[r, :] += B * t.dim * cb
+            out.pooled_matrix.add_to_row(r, B * t.dim * cb)
     if every:
         out.rw_bytes += G * t.dim * cb
     elif s.kind == "TWRW":
