@@ -38,6 +38,8 @@ CASES = [
     ("neo_model_a", 64, 3, ()),
     ("neo_model_a", 128, 2, ()),
     ("mlperf_dlrm", 16, 3, ("--sync", "shadow-ma")),
+    ("mlperf_dlrm_dcnv2", 128, 2, ("--topology", "dgx_h100")),
+    ("mlperf_dlrm_dcnv2", 512, 2, ("--topology", "dgx_h100")),
     ("neo_model_a", 256, 2, ()),
 ]
 QUICK = 11

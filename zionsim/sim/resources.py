@@ -114,7 +114,9 @@ def sizes_of_inputs(spec, w=None, iterations: int = 1, plan: str | None = "auto"
         ops=n * layers,
         op_runs=n * layers * int(iterations),
         matrix_cells=4 * n,  # two per-peer matrices of two vectors each (peer_bytes.OuterSum)
-        pair_flows=3 * n * n if sharded and n > 1 else 0,
+        # three all-to-alls whose senders each talk to every rank that owns a table part:
+        # at most a node's GPUs per table (column / table-row splits), at most every rank
+        pair_flows=3 * n * min(n, int(spec.gpus_per_node) * len(w.tables)) if sharded else 0,
     )
 
 
@@ -127,7 +129,7 @@ def sizes_of_trace(trace, iterations: int, passes: int = 1, tables: int = 0) -> 
             m = c.matrix
             cells += int(m.stored_cells if hasattr(m, "stored_cells") else m.size)
         if c.op == "all_to_all":
-            pairs += len(c.ranks) ** 2
+            pairs += _pairs_with_bytes(c.matrix, len(c.ranks))
     ops = len(trace.ops)
     return Sizes(
         gpus=trace.ranks,
@@ -171,3 +173,13 @@ def check_trace(
     return check_memory(
         estimate(sizes_of_trace(trace, iterations, passes, tables)), limit_bytes, "simulation"
     )
+
+
+def _pairs_with_bytes(matrix, n: int) -> int:
+    """(sender, receiver) pairs of an all-to-all that carry bytes: every pair of a uniform one,
+    the non-zero cells of a matrix (``row[i] + col[j] > 0`` unless both are 0 for an OuterSum)."""
+    if matrix is None or n < 2:
+        return n * n if n > 1 else 0
+    if hasattr(matrix, "row"):
+        return n * n - int((matrix.row <= 0).sum()) * int((matrix.col <= 0).sum())
+    return int((matrix > 0).sum())
