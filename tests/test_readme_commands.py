@@ -68,7 +68,7 @@ def test_named_inputs_ship():
     assert sorted(n for n in named if not (ROOT / n).is_file()) == []
 
 
-@pytest.mark.parametrize("doc", _documents())
+@pytest.mark.parametrize("doc", list(_documents()))
 def test_documented_commands_run(doc, tmp_path, monkeypatch, capsys):
     """Each command of the document exits with status 0."""
     (tmp_path / "examples").symlink_to(ROOT / "examples", target_is_directory=True)
