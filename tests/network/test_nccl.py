@@ -161,3 +161,32 @@ def test_nvls_tree_keeps_nccls_bus_bandwidth_across_nodes():
     two = simulate_collective(Cluster.load("dgx_h100", nodes=2), "all_reduce", 8 * 2**30)
     assert (one.algorithm, two.algorithm) == ("nvls", "nvls_tree")
     assert two.algbw_GBps / one.algbw_GBps == pytest.approx((16 / 15) / (8 / 7), rel=0.01)
+
+
+@pytest.mark.parametrize(
+    "nodes, size, chunk",
+    [(2, 16 * 2**20, 65536), (2, 256 * 2**20, 131072), (4, 64 * 2**20, 65536),
+     (4, 4 * 2**20, 32768)],
+)  # fmt: skip
+def test_nvls_tree_chunk_size_follows_nccl(nodes, size, chunk):
+    """NVLSTree chunks (enqueue.cc:2276-2285, nvls.cc:226-231 at 5067397c): at most 128 KiB, 64
+    KiB from 4 nodes on, halved below 4 and 1 x (16 channels x 8 heads x chunk)."""
+    c = Cluster.load("dgx_h100", nodes=nodes)
+    model = nccl.cluster_model(c, None)
+    st = nccl.setting(c, schedule(c, "all_reduce", c.gpus, size, "nvls_tree"))
+    assert nccl.nvls_chunk_bytes(model.table, st, "nvls_tree") == chunk
+
+
+def test_nvls_tree_fill_is_three_loops():
+    """NVLSTree's four warp groups (scatter, reduce + send up, receive down + multicast,
+    gather) leave three loop-times of fill beyond the fluid time; absent from the tuner's view."""
+    c = Cluster.load("dgx_h100", nodes=2)
+    model = nccl.cluster_model(c, None)
+    size = 256 * 2**20
+    sched = schedule(c, "all_reduce", c.gpus, size, "nvls_tree")
+    st = nccl.setting(c, sched)
+    bw = nccl.bandwidth_s(c, sched, "Simple", model)
+    loop_s = 16 * 8 * 131072 / size * bw
+    lat = nccl.latency_s(model, st, "nvls_tree", "Simple")
+    assert nccl.estimate_s(c, sched, "Simple", model) == pytest.approx(lat + bw + 3 * loop_s)
+    assert nccl.estimate_s(c, sched, "Simple", model, tuning=True) == pytest.approx(lat + bw)

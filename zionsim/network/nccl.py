@@ -478,31 +478,43 @@ def bandwidth_s(
     return bw_s
 
 
-def nvls_chunk_bytes(t: dict, st: Setting) -> int:
-    """NCCL's chunk size of a one-node NVLS all_reduce: ``NCCL_NVLS_CHUNKSIZE`` (128 KiB,
-    src/transport/nvls.cc:160) halved for smaller buffers relative to the ``nChannels x nHeads``
-    concurrent chunks (src/enqueue.cc:2258-2275 at 5067397c)."""
+def nvls_chunk_bytes(t: dict, st: Setting, algorithm: str = "nvls") -> int:
+    """NCCL's chunk size of an NVLS (one node) or NVLSTree all_reduce, at NVIDIA/nccl 5067397c.
+
+    NVLS: ``NCCL_NVLS_CHUNKSIZE`` (128 KiB, src/transport/nvls.cc:160) halved for smaller
+    buffers relative to the ``nChannels x nHeads`` concurrent chunks (src/enqueue.cc:2258-2275).
+    NVLSTree: at most the tree's maximum chunk (the NVLS chunk, 64 KiB from 4 nodes on;
+    nvls.cc:226-231), halved the same way with its own thresholds (enqueue.cc:2276-2285)."""
     chunk = int(t["nvls_chunk_bytes"])
     ops = t["nvls_channels"] * st.ppn  # channels x heads: every GPU heads its slice
-    for factor, floor in ((64, 65536), (8, 32768), (2, 16384)):
+    if algorithm == "nvls_tree":
+        chunk = min(chunk, 65536 if st.nodes >= 4 else chunk)
+        steps = ((32, 262144), (16, 131072), (4, 65536), (1, 32768))
+    else:
+        steps = ((64, 65536), (8, 32768), (2, 16384))
+    for factor, floor in steps:
         if st.nbytes < factor * ops * chunk and chunk > floor:
             chunk = floor
     return chunk
 
 
 def pipeline_fill_s(model: CollectiveModel, st: Setting, algorithm: str, bw_s: float) -> float:
-    """Time the chunk pipeline of a one-node NVLS all_reduce takes to fill, on top of the fluid
-    time ``bw_s`` of its bytes: the kernel's scatter, reduce-multicast and gather warp groups are
-    three stages that each work on one loop of ``nChannels x nHeads x chunk`` bytes at a time
-    (src/device/all_reduce.h:410-457, ``loopCount = nHeads * chunkSize`` per channel), so the
-    last loop leaves the gather stage two loop-times after the fluid model would have it done.
-    A loop-time is the loop's share of ``bw_s``.  0 for other algorithms (their per-step
-    pipelining is in NCCL's per-hop latencies) and for NVLS across nodes (not modelled)."""
-    if algorithm != "nvls" or st.nodes != 1 or st.nbytes <= 0 or bw_s <= 0:
+    """Time the chunk pipeline of an NVLS all_reduce (one node) or NVLSTree all_reduce takes to
+    fill, on top of the fluid time ``bw_s`` of its bytes.  The kernel's warp groups are pipeline
+    stages that each work on one loop of ``nChannels x nHeads x chunk`` bytes at a time
+    (``loopCount = nHeads * chunkSize`` per channel): NVLS has three (scatter to the NVLS buffer,
+    multimem reduce + multicast, gather; src/device/all_reduce.h:410-457), NVLSTree four
+    (scatter, reduce and send up the tree, receive down the tree and multicast, gather;
+    all_reduce.h:527-640).  The last loop leaves the last stage ``stages - 1`` loop-times after
+    the fluid model would have it done; a loop-time is the loop's share of ``bw_s``.  The
+    network hops between NVLSTree's stages add no fill of their own here (a lower bound).  0 for
+    other algorithms (their per-step pipelining is in NCCL's per-hop latencies) and for NVLS
+    across nodes (in-network reduction)."""
+    stages = int(model.table["nvls_pipeline_stages"].get(algorithm, 0))
+    if stages < 2 or st.nbytes <= 0 or bw_s <= 0 or (algorithm == "nvls" and st.nodes != 1):
         return 0.0
     t = model.table
-    loop = t["nvls_channels"] * st.ppn * nvls_chunk_bytes(t, st)
-    stages = int(t["nvls_pipeline_stages"])
+    loop = t["nvls_channels"] * st.ppn * nvls_chunk_bytes(t, st, algorithm)
     return (stages - 1) * min(1.0, loop / st.nbytes) * bw_s
 
 
@@ -606,7 +618,7 @@ def prepare(
     routes = choice.routes if choice.routes is not None else _phase_routes(cluster, sched)
     st = setting(cluster, sched)
     start = latency_s(model, st, sched.algorithm, proto)
-    if sched.algorithm == "nvls":  # the chunk pipeline's fill, paid once before the flows end
+    if sched.algorithm in ("nvls", "nvls_tree"):  # the chunk pipeline's fill, paid once
         bw_s = bandwidth_s(cluster, sched, proto, model, routes)
         start += pipeline_fill_s(model, st, sched.algorithm, bw_s)
     phases = []
