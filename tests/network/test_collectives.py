@@ -206,7 +206,8 @@ def test_pxn_sums_of_an_outer_sum_match_the_dense_matrix(order):
     row[rng.random(n) < 0.4], col[rng.random(n) < 0.5] = 0.0, 0.0
     m = OuterSum(row=row, col=col)
     node, local = c.node_of(ranks), c.local_of(ranks)
-    for got, want in zip(_pxn_sums(c, node, local, m), _pxn_sums(c, node, local, m.dense())):
+    dense = _pxn_sums(c, node, local, m.dense())
+    for got, want in zip(_pxn_sums(c, node, local, m), dense, strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-6)
     assert m.sum(axis=1) == pytest.approx(m.dense().sum(axis=1))
     assert m.T.sum(axis=1) == pytest.approx(m.dense().sum(axis=0))
