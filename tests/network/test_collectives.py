@@ -191,7 +191,7 @@ def test_double_binary_tree_is_nccls():
 def test_pxn_sums_of_an_outer_sum_match_the_dense_matrix(order):
     """m[i, j] = row[i] + col[j] (peer_bytes.OuterSum, how DLRM layouts keep their all-to-all
     matrices): PXN's relay, node-pair and sender sums in closed form equal the dense ones."""
-    from zionsim.network.collectives import _pxn_sums
+    from zionsim.network.point_to_point import _pxn_sums
     from zionsim.network.peer_bytes import OuterSum
 
     c = Cluster.load("zionex", nodes=3)

@@ -134,21 +134,26 @@ def test_nvls_chunk_size_follows_nccls_thresholds(size, chunk):
     assert nccl.nvls_chunk_bytes(model.table, st) == chunk
 
 
-def test_nvls_pipeline_fill_is_two_loops_and_not_in_the_tuners_view():
-    """One-node NVLS: the run takes two loop-times (16 ch x 8 heads x chunk) more than latency +
-    fluid time; the tuner's view (which picks algorithms) has no fill; ring has none."""
-    c = Cluster.load("dgx_h100", nodes=1)
+@pytest.mark.parametrize(
+    "nodes, algorithm, size, chunk, loops",
+    [(1, "nvls", 64 * 2**20, 65536, 2), (2, "nvls_tree", 256 * 2**20, 131072, 3)],
+)
+def test_nvls_pipeline_fill_and_not_in_the_tuners_view(nodes, algorithm, size, chunk, loops):
+    """NVLS (three warp groups) and NVLSTree (four) take two and three loop-times (16 ch x 8
+    heads x chunk) more than latency + fluid time, in the estimate and in the simulation; the
+    tuner's view (which picks algorithms) has no fill; ring has none."""
+    c = Cluster.load("dgx_h100", nodes=nodes)
     model = nccl.cluster_model(c, None)
-    size = 64 * 2**20
-    sched = schedule(c, "all_reduce", c.gpus, size, "nvls")
+    sched = schedule(c, "all_reduce", c.gpus, size, algorithm)
     st = nccl.setting(c, sched)
     bw = nccl.bandwidth_s(c, sched, "Simple", model)
-    loop_s = 16 * 8 * 65536 / size * bw
-    lat = nccl.latency_s(model, st, "nvls", "Simple")
-    assert nccl.estimate_s(c, sched, "Simple", model) == pytest.approx(lat + bw + 2 * loop_s)
-    assert nccl.estimate_s(c, sched, "Simple", model, tuning=True) == pytest.approx(lat + bw)
-    simulated = simulate_collective(c, "all_reduce", size, algorithm="nvls").time_s
-    assert simulated == pytest.approx(lat + bw + 2 * loop_s, rel=1e-6)
+    run_s = nccl.latency_s(model, st, algorithm, "Simple") + bw + loops * 16 * 8 * chunk / size * bw
+    assert nccl.estimate_s(c, sched, "Simple", model) == pytest.approx(run_s)
+    assert nccl.estimate_s(c, sched, "Simple", model, tuning=True) == pytest.approx(
+        run_s - loops * 16 * 8 * chunk / size * bw
+    )
+    simulated = simulate_collective(c, "all_reduce", size, algorithm=algorithm).time_s
+    assert simulated == pytest.approx(run_s, rel=1e-6)
     ring = schedule(c, "all_reduce", c.gpus, size, "ring")
     assert nccl.pipeline_fill_s(model, nccl.setting(c, ring), "ring", 1.0) == 0.0
 
@@ -175,18 +180,3 @@ def test_nvls_tree_chunk_size_follows_nccl(nodes, size, chunk):
     model = nccl.cluster_model(c, None)
     st = nccl.setting(c, schedule(c, "all_reduce", c.gpus, size, "nvls_tree"))
     assert nccl.nvls_chunk_bytes(model.table, st, "nvls_tree") == chunk
-
-
-def test_nvls_tree_fill_is_three_loops():
-    """NVLSTree's four warp groups (scatter, reduce + send up, receive down + multicast,
-    gather) leave three loop-times of fill beyond the fluid time; absent from the tuner's view."""
-    c = Cluster.load("dgx_h100", nodes=2)
-    model = nccl.cluster_model(c, None)
-    size = 256 * 2**20
-    sched = schedule(c, "all_reduce", c.gpus, size, "nvls_tree")
-    st = nccl.setting(c, sched)
-    bw = nccl.bandwidth_s(c, sched, "Simple", model)
-    loop_s = 16 * 8 * 131072 / size * bw
-    lat = nccl.latency_s(model, st, "nvls_tree", "Simple")
-    assert nccl.estimate_s(c, sched, "Simple", model) == pytest.approx(lat + bw + 3 * loop_s)
-    assert nccl.estimate_s(c, sched, "Simple", model, tuning=True) == pytest.approx(lat + bw)

@@ -37,7 +37,7 @@ def fit_from_nccl_logs(
     :func:`fitting.fit_protocols` fits it with ``algorithm``, then :func:`_refine` searches
     the same objective exactly (see there) and the better of the two is kept.  Every other log
     is *held out*: predicted with the fitted model and reported, not fitted.  all_to_all runs
-    NCCL's point-to-point kernels, which in zionsim's model (``nccl.fixed_latency_s``) depend
+    NCCL's point-to-point kernels, which in zionsim's model (``nccl.latency_s``) depend
     only on the Simple efficiency and the LL overhead (the launch floor); it is evaluated with
     ``pxn`` when the cluster spans nodes and ``direct`` inside one, and fitted (those two
     parameters only) when no ring-family log is given.  Operations zionsim does not model are

@@ -5,7 +5,10 @@ flows go.  A :class:`Schedule` is a sequence of :class:`Phase` s; phases run one
 the flows inside a phase run together (NCCL pipelines chunks, so a pipelined ring is one phase
 whose flows stream for the whole operation).  Sizes follow nccl-tests (DESIGN §9): all_reduce the
 buffer, all_gather the total output, reduce_scatter the total input, all_to_all the per-rank send
-buffer.
+buffer.  This module holds ring, tree, hierarchical, NVLS and CollNet algorithms, the table of
+all of them (:data:`ALGORITHMS`) and :func:`schedule`; :class:`Phase` and :class:`Schedule` live
+in ``phases.py`` and the point-to-point ones (all_to_all, send/recv) in ``point_to_point.py``,
+both re-exported here.
 
 Modelling assumptions:
 
@@ -25,9 +28,7 @@ Modelling assumptions:
    and receives the same (multimem load-reduce of its slice + multicast store).  Across nodes the
    ``S/g`` shards are all-reduced among same-index GPUs: in the network (NVLS with SHARP,
    assumption 6) or by double binary trees (NVLSTree), pipelined with the intra-node legs.
-5. all_to_all(v) direct: one flow per ordered pair with its bytes.  PXN (rail-aligned): data for
-   GPU ``(b, m)`` first crosses NVLink to GPU ``(a, m)`` on the sender's node, which sends the
-   aggregate of its node over its own rail; both legs stream together (pipelined relay).
+5. all_to_all and send/recv: ``point_to_point.py``.
 6. In-network reduction (CollNet with SHARP): a device's slice goes once up the fabric's
    reduction tree — to its leaf, whose reduced stream goes to its parent, up to the lowest
    switch above all participants — and the result comes back down the same legs, so a NIC
@@ -40,48 +41,17 @@ Modelling assumptions:
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from functools import lru_cache
 
 import numpy as np
 
 from zionsim.base.errors import InputError
 from zionsim.network.peer_bytes import OuterSum
+from zionsim.network.phases import Phase, Schedule, busbw_factor, merge  # noqa: F401 - re-exported
+from zionsim.network.point_to_point import direct_all_to_all, pxn_all_to_all, send_recv
 
 OPS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "send_recv")
-
-
-@dataclass(frozen=True)
-class Phase:
-    """Flows that run together: device ids, payload bytes, merge weights and ring steps."""
-
-    src: np.ndarray
-    dst: np.ndarray
-    nbytes: np.ndarray
-    steps: int
-    weight: np.ndarray | None = None
-    #: each flow's edge ids (padded with -1) where the algorithm routes it itself (legs that
-    #: end in a fabric switch, as in-network reduction); None: the router's path src → dst
-    routes: np.ndarray | None = None
-
-
-@dataclass(frozen=True)
-class Schedule:
-    """A collective as it runs: ``op`` with ``algorithm`` on ``ranks`` (GPU device ids),
-    ``size_bytes`` as nccl-tests counts it, and its phases in order."""
-
-    op: str
-    algorithm: str
-    ranks: np.ndarray
-    size_bytes: float
-    phases: tuple[Phase, ...]
-
-
-def busbw_factor(op: str, n: int) -> float:
-    """nccl-tests' bus-bandwidth factor: busbw = algbw × factor."""
-    if n <= 1:
-        return 0.0 if op != "send_recv" else 1.0
-    return {"all_reduce": 2 * (n - 1) / n, "send_recv": 1.0}.get(op, (n - 1) / n)
 
 
 # ------------------------------------------------------------------------------ ring orders
@@ -243,12 +213,10 @@ def hierarchical_all_reduce(cluster, ranks, size, matrix=None):
     g = min(len(x) for x in groups)
     if len(groups) == 1 or g == 1:
         return ring_all_reduce(cluster, ranks, size)
-    intra_rs = _merge([_ring_phase(cluster, x, (g - 1) / g * size, g - 1) for x in groups])
+    intra_rs = merge([_ring_phase(cluster, x, (g - 1) / g * size, g - 1) for x in groups])
     rails = [np.array([x[i] for x in groups]) for i in range(g)]
     n = len(groups)
-    inter = _merge(
-        [_ring_phase(cluster, r, 2 * (n - 1) / n * size / g, 2 * (n - 1)) for r in rails]
-    )
+    inter = merge([_ring_phase(cluster, r, 2 * (n - 1) / n * size / g, 2 * (n - 1)) for r in rails])
     return (intra_rs, inter, intra_rs)
 
 
@@ -297,14 +265,14 @@ def _nvls_multinode(cluster, groups, switch, size, inter: str):
     rails = [np.array([x[i] for x in groups]) for i in range(g)]
     intra = leg(size + size / g, size / g + size)
     if inter == "sharp":
-        return (_merge([_routed(cluster, intra), _sharp_phase(cluster, rails, size / g)]),)
+        return (merge([_routed(cluster, intra), _sharp_phase(cluster, rails, size / g)]),)
     if inter == "tree":
-        across = _merge([_tree_phase(cluster, r, size / g) for r in rails])
+        across = merge([_tree_phase(cluster, r, size / g) for r in rails])
     else:
-        across = _merge(
+        across = merge(
             [_ring_phase(cluster, r, 2 * (n - 1) / n * size / g, 2 * (n - 1)) for r in rails]
         )
-    return (_merge([intra, across]),)
+    return (merge([intra, across]),)
 
 
 def nvls_tree_all_reduce(cluster, ranks, size, matrix=None):
@@ -338,7 +306,7 @@ def collnet_direct_all_reduce(cluster, ranks, size, matrix=None):
     src = np.concatenate(src)
     intra = Phase(src, np.concatenate(dst), np.full(len(src), size / h), 2)
     rails = [np.array([hd[c] for hd in heads]) for c in range(h)]
-    return (_merge([_routed(cluster, intra), _sharp_phase(cluster, rails, size / h)]),)
+    return (merge([_routed(cluster, intra), _sharp_phase(cluster, rails, size / h)]),)
 
 
 def _nvls_check(cluster):
@@ -350,146 +318,6 @@ def _nvls_check(cluster):
             field="--algorithm",
             allowed="ring, tree, hierarchical",
         )
-
-
-def _uniform_matrix(ranks, size):
-    n = len(ranks)
-    return OuterSum(row=np.full(n, size / n), col=np.zeros(n))
-
-
-def direct_all_to_all(cluster, ranks, size, matrix=None):
-    """all_to_all(v) (assumption 5): one flow per ordered pair with bytes, ``matrix[i, j]`` from
-    rank ``i`` to ``j`` (default ``size/n`` each)."""
-    m = np.asarray(_uniform_matrix(ranks, size) if matrix is None else matrix)
-    i, j = np.nonzero(~np.eye(len(ranks), dtype=bool) & (m > 0))
-    return (Phase(ranks[i], ranks[j], m[i, j], 1),)
-
-
-def pxn_all_to_all(cluster, ranks, size, matrix=None):
-    """Rail-aligned all_to_all(v) (PXN, assumption 5): an NVLink relay to the same-rail GPU of the
-    sender's node and one aggregated flow per rail and node pair, both in one phase; direct inside
-    a node or without a scale-up fabric."""
-    m = _uniform_matrix(ranks, size) if matrix is None else matrix
-    if cluster.spec.scale_up.kind == "none" or len(np.unique(cluster.node_of(ranks))) == 1:
-        return direct_all_to_all(cluster, ranks, size, m)
-    node, local = cluster.node_of(ranks), cluster.local_of(ranks)
-    g = cluster.spec.gpus_per_node
-    relay, agg, senders = _pxn_sums(cluster, node, local, m)
-    # relay leg: sender (a, l) → (a, m) carries everything for GPUs with local index m
-    s_idx, m_idx = np.nonzero(relay)
-    per = cluster.router.per_node
-    gpu_slot = np.array([cluster.router.local("gpu", 0, int(x)) for x in range(g)])
-    proxy = node[s_idx] * per + gpu_slot[m_idx]
-    keep = proxy != ranks[s_idx]
-    intra = Phase(ranks[s_idx][keep], proxy[keep], relay[s_idx, m_idx][keep], 1)
-    # network leg: (a, m) → (b, m) carries the data of every sender on node a (assumption 5);
-    # its weight is the number of senders merged into it (network.flows assumption 3)
-    a, b, r = np.nonzero(agg)
-    net = Phase(
-        a * per + gpu_slot[r], b * per + gpu_slot[r], agg[a, b, r], 1, weight=senders[a, b, r]
-    )
-    return (_merge([intra, net]),)
-
-
-def _pxn_sums(cluster, node, local, m):
-    """PXN's per-leg byte sums of matrix ``m`` among ranks on ``node``/``local``: ``relay[i,
-    l]``, what rank ``i`` sends to the GPUs of local index ``l`` (itself excluded);
-    ``agg[a, b, l]`` and ``senders[a, b, l]``, the bytes from node ``a`` to GPU ``(b, l)`` of
-    another node and how many of ``a``'s ranks send them.  Sums run over senders, then
-    destination nodes, in rank order."""
-    n, n_nodes, g = len(node), cluster.spec.nodes, cluster.spec.gpus_per_node
-    if isinstance(m, OuterSum):
-        return _pxn_sums_outer(node, local, m, n_nodes, g)
-    nodes_in = np.unique(node)
-    k = len(nodes_in)
-    whole = n == k * g and (node == np.repeat(nodes_in, g)).all()
-    if whole and (local == np.tile(np.arange(g), k)).all():
-        # whole nodes in node-major order (every DLRM group and full-cluster collective): the
-        # sums are reductions over axes of the (node, local, node, local) view of ``m`` itself,
-        # no copy and no index arrays (a 16,384-rank matrix is 2 GiB)
-        m4 = m.reshape(k, g, k, g)
-        relay = m4.sum(axis=2).reshape(n, g)
-        relay[np.arange(n), local] -= np.diagonal(m)  # a rank sends nothing to itself
-        agg_k = m4.sum(axis=1)
-        cnt_k = (m4 > 0).sum(axis=1, dtype=float)
-        same = np.arange(k)
-        agg_k[same, same] = 0.0  # same-node pairs go over the relay leg only
-        cnt_k[same, same] = 0.0
-        agg = np.zeros((n_nodes, n_nodes, g))
-        senders = np.zeros((n_nodes, n_nodes, g))
-        agg[np.ix_(nodes_in, nodes_in)] = agg_k
-        senders[np.ix_(nodes_in, nodes_in)] = cnt_k
-        return relay, agg, senders
-    m_off = m.copy()
-    np.fill_diagonal(m_off, 0.0)
-    relay = np.zeros((n, g))
-    np.add.at(relay, (np.repeat(np.arange(n), n), np.tile(local, n)), m_off.ravel())
-    cross = node[:, None] != node[None, :]
-    agg = np.zeros((n_nodes, n_nodes, g))
-    senders = np.zeros((n_nodes, n_nodes, g))
-    ii, jj = np.nonzero(cross & (m > 0))
-    np.add.at(agg, (node[ii], node[jj], local[jj]), m[ii, jj])
-    np.add.at(senders, (node[ii], node[jj], local[jj]), 1.0)
-    return relay, agg, senders
-
-
-def _pxn_sums_outer(node, local, m: OuterSum, n_nodes: int, g: int):
-    """:func:`_pxn_sums` of ``m[i, j] = row[i] + col[j]`` in closed form, O(ranks + nodes² g):
-    ``relay[i, l] = cnt_l row_i + C_l - [l_i = l](row_i + col_i)`` with ``cnt_l`` ranks of local
-    index ``l`` and ``C_l`` their ``col`` sum; ``agg[a, b, l] = R_a cnt_bl + n_a C_bl`` (a ≠ b)
-    with ``R_a``/``n_a`` node ``a``'s ``row`` sum and rank count; ``senders[a, b, l]`` counts
-    the pairs with bytes: all ``n_a`` for a destination with ``col > 0``, else ``a``'s ranks
-    with ``row > 0`` (bytes are never negative)."""
-    r, c = m.row, m.col
-    cnt_l = np.bincount(local, minlength=g).astype(float)
-    col_l = np.bincount(local, weights=c, minlength=g)
-    relay = r[:, None] * cnt_l[None, :] + col_l[None, :]
-    relay[np.arange(len(r)), local] -= r + c
-    np.maximum(relay, 0.0, out=relay)  # rounding of the subtraction never leaves bytes < 0
-    n_a = np.bincount(node, minlength=n_nodes).astype(float)
-    row_a = np.bincount(node, weights=r, minlength=n_nodes)
-    pos_a = np.bincount(node, weights=(r > 0).astype(float), minlength=n_nodes)
-    cnt_bl = np.zeros((n_nodes, g))
-    col_bl = np.zeros((n_nodes, g))
-    live_bl = np.zeros((n_nodes, g))  # destinations (b, l) whose col > 0
-    np.add.at(cnt_bl, (node, local), 1.0)
-    np.add.at(col_bl, (node, local), c)
-    np.add.at(live_bl, (node, local), (c > 0).astype(float))
-    agg = row_a[:, None, None] * cnt_bl[None] + n_a[:, None, None] * col_bl[None]
-    senders = n_a[:, None, None] * live_bl[None] + pos_a[:, None, None] * (cnt_bl - live_bl)[None]
-    senders = np.where(agg > 0, senders, 0.0)
-    same = np.arange(n_nodes)
-    agg[same, same] = 0.0  # same-node pairs go over the relay leg only
-    senders[same, same] = 0.0
-    return relay, agg, senders
-
-
-def send_recv(cluster, ranks, size, matrix=None):
-    """One flow of ``size`` bytes from ``ranks[0]`` to ``ranks[1]`` (exactly two ranks)."""
-    if len(ranks) != 2:
-        raise InputError(f"send_recv needs 2 ranks, got {len(ranks)}", field="ranks")
-    return (Phase(ranks[:1], ranks[1:], np.array([float(size)]), 1),)
-
-
-def _merge(phases: list[Phase]) -> Phase:
-    """Phases that run together as one (their flows share the network); explicit routes are
-    kept if every phase has them (see :func:`_routed`)."""
-    weights = [p.weight if p.weight is not None else np.ones(len(p.src)) for p in phases]
-    routes = None
-    if all(p.routes is not None for p in phases):
-        width = max(p.routes.shape[1] for p in phases)
-        routes = np.concatenate(
-            [np.pad(p.routes, ((0, 0), (0, width - p.routes.shape[1])), constant_values=-1)
-             for p in phases]
-        )  # fmt: skip
-    return Phase(
-        np.concatenate([p.src for p in phases]),
-        np.concatenate([p.dst for p in phases]),
-        np.concatenate([p.nbytes for p in phases]),
-        max(p.steps for p in phases),
-        np.concatenate(weights),
-        routes,
-    )
 
 
 def _routed(cluster, phase: Phase) -> Phase:

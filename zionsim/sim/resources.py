@@ -36,6 +36,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from zionsim.base.errors import ResourceError
+from zionsim.network.peer_bytes import OuterSum
 
 MODEL_FILE = Path(__file__).resolve().parent.parent / "data" / "resource_model.yaml"
 
@@ -127,7 +128,7 @@ def sizes_of_trace(trace, iterations: int, passes: int = 1, tables: int = 0) -> 
     for c in trace.collectives:
         if c.matrix is not None:
             m = c.matrix
-            cells += int(m.stored_cells if hasattr(m, "stored_cells") else m.size)
+            cells += m.stored_cells if isinstance(m, OuterSum) else int(m.size)
         if c.op == "all_to_all":
             pairs += _pairs_with_bytes(c.matrix, len(c.ranks))
     ops = len(trace.ops)
@@ -180,6 +181,6 @@ def _pairs_with_bytes(matrix, n: int) -> int:
     the non-zero cells of a matrix (``row[i] + col[j] > 0`` unless both are 0 for an OuterSum)."""
     if matrix is None or n < 2:
         return n * n if n > 1 else 0
-    if hasattr(matrix, "row"):
+    if isinstance(matrix, OuterSum):
         return n * n - int((matrix.row <= 0).sum()) * int((matrix.col <= 0).sum())
     return int((matrix > 0).sum())

@@ -1,0 +1,234 @@
+"""NCCL's cost-model constants and the system it sees: the model (``zionsim/data/nccl_model.yaml``
+with a topology's fitted overrides), what NCCL's tuner knows of a collective (:class:`Setting`),
+and NCCL's latency formula and channel count (``src/graph/tuning.cc``, ``src/enqueue.cc``).
+
+The bandwidth part of a collective's time is in ``nccl_wire``; the tuner and the execution of a
+chosen collective in ``nccl``, which re-exports the names of this module that callers use.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+from zionsim.base.config import safe_load
+from zionsim.base.errors import InputError
+from zionsim.network.collectives import Schedule
+
+PROTOCOLS = ("LL", "LL128", "Simple")
+FAMILY = {
+    "ring": "ring",
+    "hierarchical": "ring",
+    "tree": "tree",
+    "nvls": "nvls",
+    "nvls_tree": "nvls_tree",
+    "collnet_direct": "collnet",
+    "direct": "p2p",
+    "pxn": "p2p",
+}
+MODEL_FILE = Path(__file__).resolve().parent.parent / "data" / "nccl_model.yaml"
+GENERATIONS = ("volta", "ampere", "hopper")
+
+
+@dataclass(frozen=True)
+class CollectiveModel:
+    """NCCL's cost-model constants and the fitted parameters (SI units; see the YAML)."""
+
+    base_s: dict[str, dict[str, float]]
+    step_s: dict[str, dict[str, dict[str, float]]]
+    overhead_s: dict[str, float]
+    efficiency: dict[str, float]
+    table: dict = field(default_factory=dict, compare=False, repr=False)
+    launch_s: dict[str, float] = field(default_factory=dict)
+    latency_scale: float = 1.0
+
+    def protocols(self, algorithm: str) -> tuple[str, ...]:
+        """The protocols (of LL, LL128, Simple) that ``algorithm``'s family has latencies for."""
+        return tuple(p for p in PROTOCOLS if p in self.base_s[FAMILY[algorithm]])
+
+    def with_fit(self, overhead_s: dict[str, float], efficiency: dict[str, float]):
+        """The same latencies with other per-protocol overheads (s) and efficiencies (0–1]."""
+        return CollectiveModel(
+            self.base_s,
+            self.step_s,
+            dict(overhead_s),
+            dict(efficiency),
+            self.table,
+            self.launch_s,
+            self.latency_scale,
+        )
+
+    def with_launch(self, launch_s: dict[str, float]) -> CollectiveModel:
+        """The same model with other kernel-launch times (s) per GPU generation."""
+        return CollectiveModel(
+            self.base_s,
+            self.step_s,
+            self.overhead_s,
+            self.efficiency,
+            self.table,
+            dict(launch_s),
+            self.latency_scale,
+        )
+
+    def scaled(self, factor: float) -> CollectiveModel:
+        """Every software latency × ``factor`` (the topology's ``collectives.latency_scale``)."""
+        if factor == 1.0:
+            return self
+        return CollectiveModel(
+            {a: {p: v * factor for p, v in d.items()} for a, d in self.base_s.items()},
+            {
+                a: {hw: {p: v * factor for p, v in d.items()} for hw, d in t.items()}
+                for a, t in self.step_s.items()
+            },
+            {p: v * factor for p, v in self.overhead_s.items()},
+            self.efficiency,
+            self.table,
+            {g: v * factor for g, v in self.launch_s.items()},
+            self.latency_scale * factor,
+        )
+
+    def launch(self, generation: str) -> float:
+        """Kernel launch time of ``generation`` (the Ampere fit where none is fitted)."""
+        return self.launch_s.get(generation, self.launch_s.get("ampere", 0.0))
+
+
+@lru_cache(maxsize=4)
+def load_model(path: str | None = None) -> CollectiveModel:
+    """The collective model in ``path`` (default: the built-in one)."""
+    data = safe_load(Path(path or MODEL_FILE).read_text())
+    us = 1e-6
+    return CollectiveModel(
+        base_s={a: {p: v * us for p, v in d.items()} for a, d in data["base_latency_us"].items()},
+        step_s={
+            a: {hw: {p: v * us for p, v in d.items()} for hw, d in t.items()}
+            for a, t in data["step_latency_us"].items()
+        },
+        overhead_s={p: v * us for p, v in data["fitted"]["overhead_us"].items()},
+        efficiency=dict(data["fitted"]["efficiency"]),
+        table=data,
+        launch_s={g: v * us for g, v in data["fitted"]["launch_us"].items()},
+    )
+
+
+def fitted_model(cluster, model: CollectiveModel | None = None) -> CollectiveModel:
+    """``model`` (default: the built-in one) with the topology's ``collectives.protocols``."""
+    m, spec = model or load_model(), cluster.spec
+    if not (spec.collective_overhead_s or spec.collective_efficiency):
+        return m
+    return m.with_fit(
+        {**m.overhead_s, **spec.collective_overhead_s},
+        {**m.efficiency, **spec.collective_efficiency},
+    )
+
+
+def cluster_model(cluster, model: CollectiveModel | None = None) -> CollectiveModel:
+    """``model`` as ``cluster`` runs it: :func:`fitted_model`, latencies × ``latency_scale``."""
+    return fitted_model(cluster, model).scaled(cluster.spec.collective_latency_scale)
+
+
+@dataclass(frozen=True)
+class Setting:
+    """What NCCL's model needs to know of a collective's system."""
+
+    op: str
+    n: int
+    nodes: int
+    ppn: int
+    generation: str
+    vendor: str
+    intra: str  # nvlink or pcie
+    nbytes: float  # NCCL's nBytes: the buffer (all_reduce) or the total (gather, scatter)
+
+
+def setting(cluster, sched: Schedule) -> Setting:
+    """What NCCL's tuner sees of a collective: op, ranks, nodes, GPUs per node, GPU generation,
+    CPU vendor, intra-node link kind and bytes."""
+    nodes = cluster.node_of(sched.ranks)
+    n_nodes = len(np.unique(nodes))
+    su = cluster.spec.scale_up
+    return Setting(
+        sched.op,
+        len(sched.ranks),
+        n_nodes,
+        max(1, len(sched.ranks) // max(1, n_nodes)),
+        generation(cluster),
+        cluster.spec.collective_cpu_vendor,
+        "pcie" if su.kind == "none" else "nvlink",
+        sched.size_bytes,
+    )
+
+
+def generation(cluster) -> str:
+    """The cluster GPU's architecture (``volta``/``ampere``/``hopper``); Ampere if unknown."""
+    from zionsim.hardware.compute import architecture
+
+    try:
+        return architecture(cluster.spec.gpu)
+    except InputError:
+        return "ampere"
+
+
+def table_column(nodes: int) -> int:
+    """NCCL's bandwidth-table column: 1 node, 2 nodes, 3 or more (tuning.cc:267)."""
+    return 0 if nodes <= 1 else (1 if nodes == 2 else 2)
+
+
+def log2i(x: int) -> int:
+    """``floor(log2(x))`` for ``x >= 1``, 0 below (NCCL's ``log2i``)."""
+    return max(0, int(x).bit_length() - 1)
+
+
+def latency_s(model: CollectiveModel, st: Setting, algorithm: str, protocol: str) -> float:
+    """NCCL's latency of ``algorithm``/``protocol`` (tuning.cc:384-435), overhead included."""
+    fam = FAMILY[algorithm]
+    # a fitted overhead of point-to-point kernels is the LL one (their launch floor)
+    base = model.base_s[fam][protocol] + model.overhead_s.get(
+        "LL" if fam == "p2p" else protocol, 0.0
+    )
+    step = model.step_s[fam]
+    intra = step[st.intra][protocol]
+    if fam == "p2p":
+        return base + (step["net"][protocol] if st.nodes > 1 else intra)
+    t = model.table
+    scale = model.latency_scale
+    net_family = "tree" if (st.ppn == 1 and fam == "ring") else fam
+    inter = model.step_s[net_family]["net"][protocol]
+    if fam == "ring":
+        steps = 2 * (st.n - 1) if st.op == "all_reduce" else st.n - 1
+        if algorithm == "hierarchical" and st.nodes > 1:
+            n_inter = 2 * (st.nodes - 1)
+            return base + 2 * (st.ppn - 1) * intra + n_inter * inter
+        if st.nodes == 1:
+            return base + steps * intra
+        n_inter = 2 * (st.nodes - 1) if st.op == "all_reduce" else st.nodes - 1
+        post = t["net_overhead_us"][st.vendor] * 1e-6 * scale * (3 if protocol == "Simple" else 1)
+        lat = base + (steps - n_inter) * max(intra, post) + n_inter * inter
+        channels = t["channels"].get(st.generation, 12)
+        if protocol == "Simple" and st.op == "all_reduce" and st.nbytes / (channels * st.n) >= 64:
+            lat *= t["ring_plateau_factor"] if st.generation != "volta" else 1.9
+        return lat
+    if fam == "tree":
+        return base + 2 * ((st.ppn - 1) * intra + log2i(st.nodes) * inter)
+    if fam == "nvls":
+        return base + intra + (inter if st.nodes > 1 else 0.0)
+    if fam == "nvls_tree":
+        return base + intra + 2 * log2i(st.nodes) * inter
+    if fam == "collnet":  # CollNet Direct, with its 0.4 us arity serialisation
+        arity = t["collnet_arity_us"] * 1e-6 * scale
+        return base + 2 * (min(1, st.ppn - 1) * intra + (st.ppn - 1) * arity) + inter
+    raise InputError(f"no latency model for {algorithm!r}", field="--algorithm")
+
+
+def channels_for(model: CollectiveModel, st: Setting, algorithm: str, protocol: str) -> int:
+    """Channels NCCL runs for this size (enqueue.cc:2093-2096) out of the graph's channels."""
+    t = model.table
+    nc = int(t["channels"].get(st.generation, 12))
+    thr = t["max_threads"][protocol] * t["thread_threshold"][protocol]
+    if FAMILY[algorithm] == "ring" and protocol == "LL":
+        thr *= st.n
+    while nc >= 2 and st.nbytes < nc * thr:
+        nc -= 1
+    return nc

@@ -1,0 +1,249 @@
+"""The bandwidth part of an NCCL collective: how its bytes go on the wire.
+
+Wire bytes = payload / protocol efficiency, per-flow rate caps from NCCL's channels (the channels
+in use for this size, the per-channel caps of LL128 and tree, LL's total cap, NVLS's switch
+rate and NVLSTree's per-channel cap), the many-connection efficiency of a NIC for point-to-point
+traffic (:func:`p2p_net_efficiency`), the fluid time of a collective alone
+(:func:`bandwidth_s`) and the fill of NVLS chunk pipelines (:func:`pipeline_fill_s`).  Constants
+and their sources: ``zionsim/data/nccl_model.yaml``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from zionsim.base.errors import InputError
+from zionsim.network.collectives import Schedule
+from zionsim.network.nccl_model import (
+    FAMILY,
+    CollectiveModel,
+    Setting,
+    channels_for,
+    log2i,
+    setting,
+    table_column,
+)
+
+
+def phase_routes(cluster, sched: Schedule) -> list:
+    """Each phase's routes: its own where the algorithm routes it, else the router's."""
+    return [
+        p.routes if p.routes is not None else cluster.router.routes(p.src, p.dst)
+        for p in sched.phases
+    ]
+
+
+@dataclass(frozen=True)
+class _Wire:
+    wire: np.ndarray  # bytes on the wire per flow
+    cap: np.ndarray  # each flow's own rate cap (wire bytes/s)
+
+
+def phase_wire(
+    cluster, model, st: Setting, algorithm: str, protocol: str, phase, routes, tuning=False
+) -> _Wire:
+    """Wire bytes and per-flow rate caps of one phase (NCCL's protocol and channel limits).
+
+    ``tuning``: as NCCL's tuner sees it, with every channel of the graph (its bandwidth table
+    does not know that fewer channels will run small sizes: enqueue.cc drops them after the
+    algorithm is chosen)."""
+    t = model.table
+    fam = FAMILY[algorithm]
+    gen = st.generation
+    col = table_column(st.nodes)
+    extra = model.efficiency.get(protocol, 1.0)
+    n_flows = len(phase.nbytes)
+    cap_link = np.append(cluster.router.capacity_Bps, np.inf)
+    bottleneck = (
+        cap_link[np.where(routes >= 0, routes, len(cap_link) - 1)].min(axis=1)
+        if routes.shape[1]
+        else np.full(n_flows, np.inf)
+    )
+    cap = np.full(n_flows, np.inf)
+    if fam == "p2p":
+        eff = t["protocol_efficiency"]["other"][protocol] * extra
+        return _Wire(phase.nbytes / (eff * p2p_net_efficiency(cluster, t, phase, routes)), cap)
+    # flows per sending rank: a rank's payload rate (bus bandwidth) is shared by its flows
+    per_src = np.bincount(np.searchsorted(np.unique(phase.src), phase.src))[
+        np.searchsorted(np.unique(phase.src), phase.src)
+    ].astype(float)
+    if fam == "collnet":  # CollNet Direct's derating on sm90+ (T:340-350)
+        eff = t["protocol_efficiency"]["other"][protocol] * extra
+        return _Wire(phase.nbytes / (eff * t["collnet_efficiency"].get(gen, 1.0)), cap)
+    if fam in ("nvls", "nvls_tree"):
+        return _nvls_wire(cluster, t, st, fam, phase, extra, per_src)
+    nc_max = int(t["channels"].get(gen, 12))
+    nc = nc_max if tuning else channels_for(model, st, algorithm, protocol)
+    cap = bottleneck * nc / nc_max  # the channels in use for this size
+    if fam == "ring":
+        eff = t["protocol_efficiency"]["ring"][protocol]
+        if protocol == "LL":
+            busbw = _ll_max(t, st) * 1e9
+        elif protocol == "LL128":
+            busbw = nc * t["per_channel_ring_ll128_bw"].get(gen, 20.0) * 1e9
+        else:
+            busbw = np.inf
+    else:  # tree
+        eff = t["protocol_efficiency"]["tree"][protocol]
+        if protocol == "LL128" and st.nodes > 1:
+            eff = t["protocol_efficiency"]["tree_multinode_LL128"]
+        if protocol == "LL":
+            busbw = _ll_max(t, st) * 1e9
+        elif protocol == "LL128":
+            busbw = nc * t["per_channel_tree_ll128_bw"].get(gen, [20.0] * 3)[col] * 1e9
+        else:
+            busbw = nc * t["per_channel_tree_bw"].get(gen, [24.0] * 3)[col] * 1e9
+    eff *= extra
+    cap = np.minimum(cap, busbw / per_src / eff)
+    return _Wire(phase.nbytes / eff, cap)
+
+
+def p2p_net_efficiency(cluster, t: dict, phase, routes: np.ndarray) -> np.ndarray:
+    """Fraction of its fair network rate each point-to-point flow of ``phase`` reaches: 1 for
+    flows that stay inside a node, ``1 / (1 + c·(1 − 1/k))`` for flows that cross the scale-out
+    fabric, where ``k`` is the number of sender→receiver connections (a PXN flow's ``weight``)
+    that share the busier of the flow's sending and receiving NIC, and ``c`` is
+    ``p2p_net_peer_overhead`` (nccl_model.yaml).  One connection per NIC (send/recv) runs at the
+    link's rate; an all-to-all's many connections per NIC lose up to ``c/(1+c)`` of it."""
+    ones = np.ones(len(phase.nbytes))
+    c = float(t.get("p2p_net_peer_overhead", 0.0))
+    if c == 0.0 or routes.shape[1] == 0 or not len(ones):
+        return ones
+    router = cluster.router
+    # fabric edges, and False at index -1 for the routes' padding
+    on_net = np.append(router.edge_kind == cluster.spec.scale_out.kind, False)[routes]
+    crosses = on_net.any(axis=1)
+    if not crosses.any():
+        return ones
+    rows = np.arange(len(routes))
+    egress = routes[rows, np.argmax(on_net, axis=1)]  # NIC → fabric: the first fabric edge
+    ingress = routes[rows, routes.shape[1] - 1 - np.argmax(on_net[:, ::-1], axis=1)]
+    pairs = ones if phase.weight is None else np.asarray(phase.weight, dtype=float)
+    n_edges = len(router.capacity_Bps)
+    k_out = np.bincount(egress[crosses], weights=pairs[crosses], minlength=n_edges)[egress]
+    k_in = np.bincount(ingress[crosses], weights=pairs[crosses], minlength=n_edges)[ingress]
+    k = np.maximum(np.maximum(k_out, k_in), 1.0)
+    return np.where(crosses, 1.0 / (1.0 + c * (1.0 - 1.0 / k)), 1.0)
+
+
+def _nvls_wire(cluster, t: dict, st: Setting, fam: str, phase, extra: float, per_src) -> _Wire:
+    """NVLS legs (to and from an NVSwitch) at nvlsEfficiency; NVLSTree's flows across nodes
+    capped at its per-channel bus bandwidth (T:306-318).
+
+    Across nodes the NVLS legs keep NCCL's bus bandwidth, not its algorithm bandwidth: NCCL
+    rates NVLS and NVLSTree per node and converts bus to algorithm bandwidth by ``nRanks /
+    nsteps`` = ``n / 2(n-1)`` (T:306-322, T:379), so ``n`` ranks over nodes of ``g`` GPUs get
+    ``(n/(n-1)) / (g/(g-1))`` of the one-node algorithm bandwidth (0.933 on 2 nodes of 8;
+    nccl-tests 309 and the OCI runs measure 0.90-0.91)."""
+    gen, cap = st.generation, np.full(len(phase.nbytes), np.inf)
+    switches = _switch_devices(cluster)
+    leg = np.isin(phase.src, switches) | np.isin(phase.dst, switches)
+    nvls_eff = t["nvls_efficiency"].get(gen, 0.0) or 1.0
+    if st.nodes > 1 and st.ppn > 1 and st.n > st.ppn:
+        nvls_eff *= (st.n / (st.n - 1)) / (st.ppn / (st.ppn - 1))
+    eff = np.where(leg, nvls_eff, 1.0) * extra
+    if fam == "nvls_tree" and st.nodes > 1:
+        per_ch = t["per_channel_nvls_tree_bw"].get(gen, [0, 0, 0])[table_column(st.nodes)] * 1e9
+        if per_ch > 0:
+            busbw = per_ch * min(t["nvls_channels"], t["channels"].get(gen, 16))
+            cap = np.where(~leg, busbw / per_src, cap)
+    return _Wire(phase.nbytes / eff, cap)
+
+
+def _ll_max(t: dict, st: Setting) -> float:
+    if st.nodes <= 1:
+        return t["ll_max_bw"].get(st.generation, t["ll_max_bw"]["ampere"])[0]
+    return t["ll_max_bw_multinode"][st.vendor][table_column(st.nodes)]
+
+
+def _switch_devices(cluster) -> np.ndarray:
+    nodes = cluster.spec.nodes
+    try:
+        return np.array([cluster.router.local("nvswitch", k) for k in range(nodes)])
+    except (KeyError, InputError, ValueError, IndexError):
+        return np.zeros(0, dtype=np.int64)
+
+
+def bandwidth_s(
+    cluster,
+    sched: Schedule,
+    protocol: str,
+    model: CollectiveModel,
+    routes: list[np.ndarray] | None = None,
+    tuning: bool = False,
+) -> float:
+    """Fluid time of a collective alone: each phase's wire bytes over its most loaded link or
+    its flows' own rate cap, summed over phases (``tuning``: see :func:`estimate_s`)."""
+    routes = routes if routes is not None else phase_routes(cluster, sched)
+    st = setting(cluster, sched)
+    cap = cluster.router.capacity_Bps
+    slow = _tree_correction(model, st, sched.algorithm, protocol) if tuning else 1.0
+    bw_s = 0.0
+    for phase, r in zip(sched.phases, routes, strict=True):
+        w = phase_wire(cluster, model, st, sched.algorithm, protocol, phase, r, tuning)
+        valid = r >= 0
+        worst = 0.0
+        if valid.any():
+            load = np.bincount(
+                r[valid],
+                weights=np.broadcast_to(w.wire[:, None], r.shape)[valid],
+                minlength=len(cap),
+            )
+            worst = float((load / cap).max())
+        with np.errstate(divide="ignore", invalid="ignore"):
+            own = np.where(w.wire > 0, w.wire / w.cap, 0.0)
+        bw_s += max(worst, float(own.max()) if len(own) else 0.0) / slow
+    return bw_s
+
+
+def nvls_chunk_bytes(t: dict, st: Setting, algorithm: str = "nvls") -> int:
+    """NCCL's chunk size of an NVLS (one node) or NVLSTree all_reduce, at NVIDIA/nccl 5067397c.
+
+    NVLS: ``NCCL_NVLS_CHUNKSIZE`` (128 KiB, src/transport/nvls.cc:160) halved for smaller
+    buffers relative to the ``nChannels x nHeads`` concurrent chunks (src/enqueue.cc:2258-2275).
+    NVLSTree: at most the tree's maximum chunk (the NVLS chunk, 64 KiB from 4 nodes on;
+    nvls.cc:226-231), halved the same way with its own thresholds (enqueue.cc:2276-2285)."""
+    chunk = int(t["nvls_chunk_bytes"])
+    ops = t["nvls_channels"] * st.ppn  # channels x heads: every GPU heads its slice
+    if algorithm == "nvls_tree":
+        chunk = min(chunk, 65536 if st.nodes >= 4 else chunk)
+        steps = ((32, 262144), (16, 131072), (4, 65536), (1, 32768))
+    else:
+        steps = ((64, 65536), (8, 32768), (2, 16384))
+    for factor, floor in steps:
+        if st.nbytes < factor * ops * chunk and chunk > floor:
+            chunk = floor
+    return chunk
+
+
+def pipeline_fill_s(model: CollectiveModel, st: Setting, algorithm: str, bw_s: float) -> float:
+    """Time the chunk pipeline of an NVLS all_reduce (one node) or NVLSTree all_reduce takes to
+    fill, on top of the fluid time ``bw_s`` of its bytes.  The kernel's warp groups are pipeline
+    stages that each work on one loop of ``nChannels x nHeads x chunk`` bytes at a time
+    (``loopCount = nHeads * chunkSize`` per channel): NVLS has three (scatter to the NVLS buffer,
+    multimem reduce + multicast, gather; src/device/all_reduce.h:410-457), NVLSTree four
+    (scatter, reduce and send up the tree, receive down the tree and multicast, gather;
+    all_reduce.h:527-640).  The last loop leaves the last stage ``stages - 1`` loop-times after
+    the fluid model would have it done; a loop-time is the loop's share of ``bw_s``.  The
+    network hops between NVLSTree's stages add no fill of their own here (a lower bound).  0 for
+    other algorithms (their per-step pipelining is in NCCL's per-hop latencies) and for NVLS
+    across nodes (in-network reduction)."""
+    stages = int(model.table["nvls_pipeline_stages"].get(algorithm, 0))
+    if stages < 2 or st.nbytes <= 0 or bw_s <= 0 or (algorithm == "nvls" and st.nodes != 1):
+        return 0.0
+    t = model.table
+    loop = t["nvls_channels"] * st.ppn * nvls_chunk_bytes(t, st, algorithm)
+    return (stages - 1) * min(1.0, loop / st.nbytes) * bw_s
+
+
+def _tree_correction(model: CollectiveModel, st: Setting, algorithm: str, protocol: str) -> float:
+    """NCCL's tuner derates tree all_reduce bandwidth at medium sizes by a static factor per
+    protocol and power of two of ``nBytes/64`` (treeCorrectionFactor, tuning.cc:620-644); 1 for
+    other algorithms and sizes."""
+    if FAMILY[algorithm] != "tree" or st.op != "all_reduce" or st.nbytes < 64:
+        return 1.0
+    row = model.table["tree_correction_factor"][protocol]
+    log_size = log2i(int(st.nbytes) >> 6)
+    return row[log_size] if log_size < len(row) - 1 else 1.0
