@@ -60,7 +60,8 @@ cluster, w = _run_inputs(args)
 spec = sync_spec(args.sync, base=w.sync)
 trace, _ = build_trace(cluster, w, _plan(args, cluster, w), sync=spec, stack=args.stack)
 passes = 1 if spec.mode == "allreduce" else 2
-print(json.dumps(asdict(sizes_of_trace(trace, args.iterations, passes, len(w.tables)))))
+print(json.dumps(asdict(sizes_of_trace(trace, args.iterations, passes, len(w.tables),
+                                       cluster.spec))))
 """
 
 

@@ -4,6 +4,7 @@ DLRM runs from 128 to 16,384 GPUs.
     python bench/run.py                      # every case, each in its own subprocess
     python bench/run.py --max-gpus 1024      # only the cases up to 1,024 GPUs
     python bench/run.py neo_model_a 16       # one case (workload, nodes), in this process
+    python bench/run.py --compare --max-gpus 4096   # flow classes against one flow each
 
 Cases: neo_model_a on ZionEX and mlperf_dlrm_dcnv2 on DGX H100 (it does not fit 40 GB GPUs),
 16, 128, 512 and 2,048 nodes (128, 1,024, 4,096 and 16,384 GPUs; the fabric's tiers follow the
@@ -15,6 +16,11 @@ time, the figure to trust on a shared machine).  ``write_s`` is writing the resu
 ``--timeout`` seconds (default 3600) is reported as ``timeout``.  One line per case:
 ``case=<name> gpus=<N> wall_s=<x> cpu_s=<c> write_s=<w> write_pct=<p>
 events=<n> peak_rss_MB=<m>``.
+
+``--per-flow`` runs the all-to-alls one flow per node pair and rail (``network.point_to_point
+.CLASSES = False``), the model the flow classes must reproduce; ``--compare`` runs each case
+both ways and prints whether their ``summary.json`` files are byte-identical and the largest
+relative difference of any number in them (``summary_max_rel_diff``), with both CPU times.
 """
 
 from __future__ import annotations
@@ -33,9 +39,12 @@ WORKLOADS = {"neo_model_a": "zionex", "mlperf_dlrm_dcnv2": "dgx_h100"}
 NODES = (16, 128, 512, 2048)
 
 
-def run_case(workload: str, nodes: int) -> str:
-    """Simulate and write one case; its line."""
+def run_case(workload: str, nodes: int, per_flow: bool = False, summary: str | None = None) -> str:
+    """Simulate and write one case; its line (``summary``: copy summary.json there)."""
     from zionsim.base.errors import CapacityError
+    from zionsim.network import point_to_point
+
+    point_to_point.CLASSES = not per_flow
     from zionsim.dlrm.workload import load_workload
     from zionsim.hardware.cluster import Cluster
     from zionsim.io.files import write_run
@@ -58,6 +67,9 @@ def run_case(workload: str, nodes: int) -> str:
         t1 = time.perf_counter()
         write_run(f"{tmp}/run", r, plot=False)
         write = time.perf_counter() - t1
+        if summary:
+            with open(f"{tmp}/run/summary.json", "rb") as src, open(summary, "wb") as dst:
+                dst.write(src.read())
     return (
         f"{name} wall_s={wall / ITERATIONS:.3f} cpu_s={cpu / ITERATIONS:.3f} "
         f"write_s={write:.3f} write_pct={100 * write / (wall + write):.1f} "
@@ -65,21 +77,71 @@ def run_case(workload: str, nodes: int) -> str:
     )
 
 
+def compare(workload: str, nodes: int, timeout: float) -> str:
+    """One case run with flow classes and one flow each, in subprocesses: the line."""
+    import json
+
+    with tempfile.TemporaryDirectory() as tmp:
+        cpu = {}
+        for mode in ("classes", "per_flow"):
+            cmd = [sys.executable, __file__, workload, str(nodes), "--summary", f"{tmp}/{mode}"]
+            out = subprocess.run(
+                cmd + (["--per-flow"] if mode == "per_flow" else []),
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+            )
+            fields = dict(x.split("=", 1) for x in out.stdout.split() if "=" in x)
+            cpu[mode] = fields.get("cpu_s", "?")
+        a, b = (open(f"{tmp}/{m}", "rb").read() for m in ("classes", "per_flow"))
+        worst = _max_rel_diff(json.loads(a), json.loads(b))
+    return (
+        f"case={workload}_{nodes}n gpus={nodes * 8} summary_identical={a == b} "
+        f"summary_max_rel_diff={worst:.2g} cpu_s_classes={cpu['classes']} "
+        f"cpu_s_per_flow={cpu['per_flow']}"
+    )
+
+
+def _max_rel_diff(x, y) -> float:
+    """The largest relative difference between numbers at the same place of two JSON values
+    (inf where their shapes or non-numbers differ)."""
+    if isinstance(x, dict) and isinstance(y, dict) and x.keys() == y.keys():
+        return max((_max_rel_diff(x[k], y[k]) for k in x), default=0.0)
+    if isinstance(x, list) and isinstance(y, list) and len(x) == len(y):
+        return max((_max_rel_diff(u, v) for u, v in zip(x, y, strict=True)), default=0.0)
+    if isinstance(x, (int, float)) and isinstance(y, (int, float)):
+        return abs(x - y) / max(abs(x), abs(y), 1e-300) if x != y else 0.0
+    return 0.0 if x == y else float("inf")
+
+
 def main() -> None:
     """One case from the arguments, or every case (up to ``--max-gpus``) in subprocesses."""
     args = sys.argv[1:]
-    if len(args) == 2:
-        print(run_case(args[0], int(args[1])), flush=True)
+    valued = ("--summary", "--max-gpus", "--timeout")
+    positional = [
+        a
+        for i, a in enumerate(args)
+        if not a.startswith("--") and (i == 0 or args[i - 1] not in valued)
+    ]
+    if len(positional) == 2:
+        summary = args[args.index("--summary") + 1] if "--summary" in args else None
+        line = run_case(positional[0], int(positional[1]), "--per-flow" in args, summary)
+        print(line, flush=True)
         return
+    cmp = "--compare" in args
     max_gpus = int(args[args.index("--max-gpus") + 1]) if "--max-gpus" in args else 16384
     timeout = float(args[args.index("--timeout") + 1]) if "--timeout" in args else 3600.0
     for nodes in NODES:
         if nodes * 8 > max_gpus:
             continue
         for workload in WORKLOADS:
+            if cmp:
+                print(compare(workload, nodes, timeout), flush=True)
+                continue
             try:
                 out = subprocess.run(
-                    [sys.executable, __file__, workload, str(nodes)],
+                    [sys.executable, __file__, workload, str(nodes)]
+                    + (["--per-flow"] if "--per-flow" in args else []),
                     capture_output=True,
                     text=True,
                     timeout=timeout,

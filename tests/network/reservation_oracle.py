@@ -36,13 +36,20 @@ class ReservationNetwork(_Network):
 
     def _start(self, bid, routes, nbytes, latency_s, weight, cap) -> None:
         n_links = len(self.capacity)
+        frac = None
+        if not isinstance(routes, np.ndarray):  # flow classes: a row's links are its members'
+            width = max(routes.plain.shape[1], routes.routes.shape[1])
+            pad = lambda a, fill: np.pad(a, ((0, 0), (0, width - a.shape[1])), constant_values=fill)  # noqa: E731
+            frac = np.concatenate([pad(np.ones(routes.plain.shape), 0.0), pad(routes.frac, 0.0)])
+            routes = np.concatenate([pad(routes.plain, -1), pad(routes.routes, -1)])
         flat = np.where(routes >= 0, routes, n_links)  # padding goes to a dummy link
         hops = routes.shape[1]
         cap_all = np.append(self.capacity, np.inf)
         now = self.env.now
         backlog = np.maximum(self._free_at - now, 0.0)
         backlog[n_links] = 0.0
-        load = np.bincount(flat.ravel(), np.repeat(nbytes, hops), minlength=n_links + 1)
+        per = np.repeat(nbytes, hops) if frac is None else (nbytes[:, None] * frac).ravel()
+        load = np.bincount(flat.ravel(), per, minlength=n_links + 1)
         with np.errstate(divide="ignore", invalid="ignore"):
             drained = backlog + np.where(load > 0, load / cap_all, 0.0)
             own = np.where(nbytes > 0, nbytes / cap, 0.0)
@@ -68,7 +75,8 @@ def run_collective(cluster, choice, model: str, record_spans: bool = False):
     """(time s, network) of the collective ``choice`` (``nccl.choose``) alone on an idle
     network of kind ``model`` (a key of :data:`MODELS`)."""
     env = simpy.Environment()
-    net = MODELS[model](env, cluster.router.capacity_Bps, record_spans=record_spans)
+    extra = {"router": cluster.router} if model == "flow" else {}
+    net = MODELS[model](env, cluster.router.capacity_Bps, record_spans=record_spans, **extra)
     proc = env.process(nccl.run(env, net, cluster, choice))
     env.run()
     return proc.value, net

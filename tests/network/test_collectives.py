@@ -191,8 +191,8 @@ def test_double_binary_tree_is_nccls():
 def test_pxn_sums_of_an_outer_sum_match_the_dense_matrix(order):
     """m[i, j] = row[i] + col[j] (peer_bytes.OuterSum, how DLRM layouts keep their all-to-all
     matrices): PXN's relay, node-pair and sender sums in closed form equal the dense ones."""
-    from zionsim.network.point_to_point import _pxn_sums
     from zionsim.network.peer_bytes import OuterSum
+    from zionsim.network.point_to_point import _pxn_sums
 
     c = Cluster.load("zionex", nodes=3)
     rng = np.random.default_rng(3)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
 import pytest
 
 from tests.conftest import TINY
@@ -72,7 +73,7 @@ def no_expensive_steps(monkeypatch):
     [
         # a billion nodes is outside the input bounds, refused even before the estimate
         (["--workload", "tiny", "--nodes", "1000000000"], "outside the physical bound"),
-        (["--workload", "neo_model_a", "--nodes", "2048"], "the limit is 17.2 GB"),
+        (["--workload", "neo_model_a", "--nodes", "2048"], "the limit is 1.07 GB"),
         (["--workload", "tiny", "--nodes", "2", "--iterations", "1000000000000"], "the limit is"),
     ],
 )
@@ -80,7 +81,8 @@ def test_absurd_runs_are_refused_before_any_expensive_step(no_expensive_steps, a
     """`zionsim run` exits 2 with one line: the bound, or the estimate and the limit."""
     from zionsim.cli.main import main
 
-    assert main(["run", *argv, "--max-memory", "16GiB"]) == 2
+    limit = "1GiB" if "1.07 GB" in says else "16GiB"
+    assert main(["run", *argv, "--max-memory", limit]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and says in err
     if "limit" in says:
@@ -92,7 +94,7 @@ def test_run_point_refuses_before_building(no_expensive_steps):
     from zionsim.sim.run import run_point
 
     with pytest.raises(ResourceError, match="limit is 1.07 GB"):
-        run_point({"topology": "zionex", "workload": "neo_model_a", "nodes": 512}, GIB)
+        run_point({"topology": "zionex", "workload": "neo_model_a", "nodes": 2048}, GIB)
 
 
 def test_activations_alone_decide_before_planning(no_expensive_steps, tmp_path, capsys):
@@ -152,10 +154,18 @@ def test_memory_error_anywhere_is_one_line_exit_2(monkeypatch, capsys):
     assert err.startswith("zionsim: error: out of memory: Unable to allocate") and "\n" not in err
 
 
-def test_collective_all_to_all_counts_its_pairs(capsys):
-    """`zionsim collective --op all_to_all` on 131,072 GPUs is refused before building."""
+def test_collective_all_to_all_counts_its_flows(capsys):
+    """`zionsim collective --op all_to_all` counts the flows it will hold: with a scale-up
+    fabric its node pairs are flow classes and only the ranks' relay flows count; without one,
+    a flow per pair (n²), which refuses 131,072 GPUs before building."""
     from zionsim.cli.main import main
 
-    argv = ["collective", "--op", "all_to_all", "--nodes", "16384", "--max-memory", "64GiB"]
+    spec = load_topology("zionex", nodes=16384)
+    assert rs.all_to_all_flows(spec, spec.gpus) == spec.gpus * 8
+    assert rs.all_to_all_flows(spec, spec.gpus, matrix=np.ones((4, 4))) == 16
+    flat = dataclasses.replace(spec, scale_up=dataclasses.replace(spec.scale_up, kind="none"))
+    assert rs.all_to_all_flows(flat, flat.gpus) == flat.gpus**2
+    assert rs.estimate(rs.Sizes(gpus=flat.gpus, pair_flows=flat.gpus**2)).memory_bytes > 64 * GIB
+    argv = ["collective", "--op", "all_to_all", "--nodes", "16384", "--max-memory", "1GiB"]
     assert main(argv) == 2
-    assert "pair_flows" in capsys.readouterr().err
+    assert "gpus" in capsys.readouterr().err

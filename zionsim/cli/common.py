@@ -61,11 +61,11 @@ def memory_limit_of(args) -> float | None:
 
 def guard_cluster(args, spec) -> None:
     """Refuse (``ResourceError``) a cluster whose graph (and, for ``collective --op
-    all_to_all``, its n² flows) would not fit in memory, before building it."""
-    from zionsim.sim.resources import Sizes, check_memory, estimate
+    all_to_all``, its flows) would not fit in memory, before building it."""
+    from zionsim.sim.resources import Sizes, all_to_all_flows, check_memory, estimate
 
     n = spec.gpus
-    pairs = n * n if getattr(args, "op", None) == "all_to_all" else 0
+    pairs = all_to_all_flows(spec, n) if getattr(args, "op", None) == "all_to_all" else 0
     check_memory(estimate(Sizes(gpus=n, pair_flows=pairs)), memory_limit_of(args), "command")
 
 

@@ -157,7 +157,10 @@ def _protocols(model: CollectiveModel, alg: str, sched: Schedule, cluster) -> tu
     Simple (enqueue.cc:859,931-933); collectives try every protocol of the algorithm."""
     if FAMILY[alg] != "p2p":
         return model.protocols(alg)
-    biggest = max((float(p.nbytes.max()) for p in sched.phases if len(p.nbytes)), default=0.0)
+    biggest = max(
+        (float((p.nbytes / p.members()).max()) for p in sched.phases if len(p.nbytes)),
+        default=0.0,
+    )
     per_peer = model.table["p2p_channels"].get(generation(cluster), 2)
     return ("LL",) if biggest <= model.table["p2p_ll_threshold"] * per_peer else ("Simple",)
 

@@ -28,11 +28,42 @@ from zionsim.network.nccl_model import (
 
 
 def phase_routes(cluster, sched: Schedule) -> list:
-    """Each phase's routes: its own where the algorithm routes it, else the router's."""
+    """Each phase's routes: a ``phases.ClassRoutes`` where it has flow classes, its own where
+    the algorithm routes it, else the router's."""
     return [
-        p.routes if p.routes is not None else cluster.router.routes(p.src, p.dst)
+        p.classes
+        if p.classes is not None
+        else p.routes
+        if p.routes is not None
+        else cluster.router.routes(p.src, p.dst)
         for p in sched.phases
     ]
+
+
+def _min_capacity(cap_link: np.ndarray, routes: np.ndarray) -> np.ndarray:
+    """The smallest capacity along each route row (``cap_link`` ends with ``inf`` for -1)."""
+    if not routes.shape[1]:
+        return np.full(len(routes), np.inf)
+    return cap_link[np.where(routes >= 0, routes, len(cap_link) - 1)].min(axis=1)
+
+
+def _link_load(routes, per_row: np.ndarray, n_links: int) -> np.ndarray:
+    """Σ over rows of ``per_row`` on every link each row crosses (× the fraction of a class
+    row's members that cross it)."""
+    plain = routes if isinstance(routes, np.ndarray) else routes.plain
+    valid = plain >= 0
+    load = np.bincount(
+        plain[valid],
+        weights=np.broadcast_to(per_row[: len(plain), None], plain.shape)[valid],
+        minlength=n_links,
+    ).astype(float, copy=False)  # (an empty bincount is of ints)
+    if not isinstance(routes, np.ndarray) and len(routes.classes):
+        c_valid = routes.routes >= 0
+        c_per = np.broadcast_to(per_row[len(plain) :, None], routes.routes.shape)[c_valid]
+        load += np.bincount(
+            routes.routes[c_valid], weights=c_per * routes.frac[c_valid], minlength=n_links
+        )
+    return load
 
 
 @dataclass(frozen=True)
@@ -56,11 +87,13 @@ def phase_wire(
     extra = model.efficiency.get(protocol, 1.0)
     n_flows = len(phase.nbytes)
     cap_link = np.append(cluster.router.capacity_Bps, np.inf)
-    bottleneck = (
-        cap_link[np.where(routes >= 0, routes, len(cap_link) - 1)].min(axis=1)
-        if routes.shape[1]
-        else np.full(n_flows, np.inf)
-    )
+    if isinstance(routes, np.ndarray):
+        bottleneck = _min_capacity(cap_link, routes)
+    else:  # a class row's members' own caps, summed (phases.Phase)
+        bottleneck = np.concatenate(
+            [_min_capacity(cap_link, routes.plain),
+             _min_capacity(cap_link, routes.routes) * routes.members()]
+        )  # fmt: skip
     cap = np.full(n_flows, np.inf)
     if fam == "p2p":
         eff = t["protocol_efficiency"]["other"][protocol] * extra
@@ -100,32 +133,56 @@ def phase_wire(
     return _Wire(phase.nbytes / eff, cap)
 
 
-def p2p_net_efficiency(cluster, t: dict, phase, routes: np.ndarray) -> np.ndarray:
+def p2p_net_efficiency(cluster, t: dict, phase, routes) -> np.ndarray:
     """Fraction of its fair network rate each point-to-point flow of ``phase`` reaches: 1 for
     flows that stay inside a node, ``1 / (1 + c·(1 − 1/k))`` for flows that cross the scale-out
     fabric, where ``k`` is the number of sender→receiver connections (a PXN flow's ``weight``)
     that share the busier of the flow's sending and receiving NIC, and ``c`` is
     ``p2p_net_peer_overhead`` (nccl_model.yaml).  One connection per NIC (send/recv) runs at the
-    link's rate; an all-to-all's many connections per NIC lose up to ``c/(1+c)`` of it."""
+    link's rate; an all-to-all's many connections per NIC lose up to ``c/(1+c)`` of it.  A flow
+    class's members are alike: the row takes its members' busiest NIC."""
     ones = np.ones(len(phase.nbytes))
     c = float(t.get("p2p_net_peer_overhead", 0.0))
-    if c == 0.0 or routes.shape[1] == 0 or not len(ones):
+    classed = not isinstance(routes, np.ndarray)
+    plain = routes.plain if classed else routes
+    if c == 0.0 or not len(ones) or (plain.shape[1] == 0 and not classed):
         return ones
     router = cluster.router
-    # fabric edges, and False at index -1 for the routes' padding
-    on_net = np.append(router.edge_kind == cluster.spec.scale_out.kind, False)[routes]
-    crosses = on_net.any(axis=1)
-    if not crosses.any():
-        return ones
-    rows = np.arange(len(routes))
-    egress = routes[rows, np.argmax(on_net, axis=1)]  # NIC → fabric: the first fabric edge
-    ingress = routes[rows, routes.shape[1] - 1 - np.argmax(on_net[:, ::-1], axis=1)]
-    pairs = ones if phase.weight is None else np.asarray(phase.weight, dtype=float)
     n_edges = len(router.capacity_Bps)
-    k_out = np.bincount(egress[crosses], weights=pairs[crosses], minlength=n_edges)[egress]
-    k_in = np.bincount(ingress[crosses], weights=pairs[crosses], minlength=n_edges)[ingress]
-    k = np.maximum(np.maximum(k_out, k_in), 1.0)
-    return np.where(crosses, 1.0 / (1.0 + c * (1.0 - 1.0 / k)), 1.0)
+    pairs = ones if phase.weight is None else np.asarray(phase.weight, dtype=float)
+    n_plain = len(plain)
+    k_out, k_in = np.zeros(n_edges), np.zeros(n_edges)
+    crosses = np.zeros(n_plain, dtype=bool)
+    if plain.shape[1]:
+        # fabric edges, and False at index -1 for the routes' padding
+        on_net = np.append(router.edge_kind == cluster.spec.scale_out.kind, False)[plain]
+        crosses = on_net.any(axis=1)
+        rows = np.arange(n_plain)
+        egress = plain[rows, np.argmax(on_net, axis=1)]  # NIC → fabric: the first fabric edge
+        ingress = plain[rows, plain.shape[1] - 1 - np.argmax(on_net[:, ::-1], axis=1)]
+        w = pairs[:n_plain][crosses]
+        k_out += np.bincount(egress[crosses], weights=w, minlength=n_edges)
+        k_in += np.bincount(ingress[crosses], weights=w, minlength=n_edges)
+    c_out = c_in = None
+    if classed and len(routes.classes):
+        r = routes.routes
+        c_out = np.isin(r, router.nic_up_edges())  # a member's NIC → fabric edge
+        c_in = np.isin(r, router.nic_down_edges())
+        row_w = np.broadcast_to(pairs[n_plain:, None], r.shape)
+        k_out += np.bincount(r[c_out], weights=(row_w * routes.frac)[c_out], minlength=n_edges)
+        k_in += np.bincount(r[c_in], weights=(row_w * routes.frac)[c_in], minlength=n_edges)
+    if not crosses.any() and c_out is None:
+        return ones
+    out = ones.copy()
+    if crosses.any():
+        k = np.maximum(np.maximum(k_out[egress], k_in[ingress]), 1.0)
+        out[:n_plain] = np.where(crosses, 1.0 / (1.0 + c * (1.0 - 1.0 / k)), 1.0)
+    if c_out is not None:
+        r = routes.routes
+        k_edge = np.where(c_out, k_out[np.maximum(r, 0)], np.where(c_in, k_in[np.maximum(r, 0)], 0))
+        k = np.maximum(k_edge.max(axis=1), 1.0)
+        out[n_plain:] = 1.0 / (1.0 + c * (1.0 - 1.0 / k))
+    return out
 
 
 def _nvls_wire(cluster, t: dict, st: Setting, fam: str, phase, extra: float, per_src) -> _Wire:
@@ -183,15 +240,9 @@ def bandwidth_s(
     bw_s = 0.0
     for phase, r in zip(sched.phases, routes, strict=True):
         w = phase_wire(cluster, model, st, sched.algorithm, protocol, phase, r, tuning)
-        valid = r >= 0
         worst = 0.0
-        if valid.any():
-            load = np.bincount(
-                r[valid],
-                weights=np.broadcast_to(w.wire[:, None], r.shape)[valid],
-                minlength=len(cap),
-            )
-            worst = float((load / cap).max())
+        if len(w.wire):
+            worst = float((_link_load(r, w.wire, len(cap)) / cap).max())
         with np.errstate(divide="ignore", invalid="ignore"):
             own = np.where(w.wire > 0, w.wire / w.cap, 0.0)
         bw_s += max(worst, float(own.max()) if len(own) else 0.0) / slow

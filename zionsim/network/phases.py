@@ -13,8 +13,44 @@ import numpy as np
 
 
 @dataclass(frozen=True)
+class FlowClass:
+    """Flows that travel as one row (network.flows, assumption 6): every pair ``(s, d)`` of
+    ``src`` × ``dst`` on different nodes at fabric relation ``rel`` (``Router.relation``: 0
+    under one leaf switch, 1 under one tier-2 group, 2 through the core), ``members`` of them,
+    alike in bytes, weight and rate cap and alike by symmetry of the fabric."""
+
+    src: np.ndarray
+    dst: np.ndarray
+    rel: int
+    members: int
+
+
+@dataclass(frozen=True)
+class ClassRoutes:
+    """Routes of a phase whose last ``len(classes)`` rows are :class:`FlowClass` es.
+
+    ``plain``: the other rows' edge ids (padded with -1).  Per class row: ``routes``, every
+    link its members cross (padded with -1); ``frac``, the fraction of its members crossing
+    each; ``group``, the position of that link in a member's own path: each member crosses
+    exactly one link of each group, so ``frac`` sums to 1 over a group."""
+
+    plain: np.ndarray
+    routes: np.ndarray
+    frac: np.ndarray
+    group: np.ndarray
+    classes: tuple
+
+    def members(self) -> np.ndarray:
+        """Flows each class row stands for."""
+        return np.array([c.members for c in self.classes], dtype=float)
+
+
+@dataclass(frozen=True)
 class Phase:
-    """Flows that run together: device ids, payload bytes, merge weights and ring steps."""
+    """Flows that run together: device ids, payload bytes, merge weights and ring steps.
+
+    With ``classes``, the last ``len(classes.classes)`` rows are flow classes: their
+    ``nbytes`` and ``weight`` are the sums over their members, ``src``/``dst`` one member's."""
 
     src: np.ndarray
     dst: np.ndarray
@@ -24,6 +60,15 @@ class Phase:
     #: each flow's edge ids (padded with -1) where the algorithm routes it itself (legs that
     #: end in a fabric switch, as in-network reduction); None: the router's path src → dst
     routes: np.ndarray | None = None
+    #: class rows and every row's routes (None: each row is one flow)
+    classes: ClassRoutes | None = None
+
+    def members(self) -> np.ndarray:
+        """Flows each row stands for."""
+        out = np.ones(len(self.nbytes))
+        if self.classes is not None and len(self.classes.classes):
+            out[len(out) - len(self.classes.classes) :] = self.classes.members()
+        return out
 
 
 @dataclass(frozen=True)

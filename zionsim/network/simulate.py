@@ -74,7 +74,7 @@ def simulate_collective(
         ranks = ranks[[0, -1]]
     choice = nccl.choose(cluster, op, ranks, size_bytes, model, algorithm, protocol, matrix)
     env = CountingEnvironment()
-    net = FlowNetwork(env, cluster.router.capacity_Bps, record_spans=False)
+    net = FlowNetwork(env, cluster.router.capacity_Bps, record_spans=False, router=cluster.router)
     proc = env.process(nccl.run(env, net, cluster, choice, model, launch_gpus=launch_gpus))
     env.run()
     t = proc.value

@@ -121,7 +121,7 @@ def simulate_trace(
     """Run ``iterations`` iterations of ``trace`` on ``cluster``; return the records."""
     check_cluster(cluster, trace)
     env = CountingEnvironment()
-    net = FlowNetwork(env, cluster.router.capacity_Bps)
+    net = FlowNetwork(env, cluster.router.capacity_Bps, router=cluster.router)
     stack = trace.meta.get("stack") or {}
     compute_model = stack_compute_model(cluster, stack, compute_model)
     rec = RunRecords(trace, iterations, op_durations(cluster, trace, compute_model))

@@ -55,7 +55,9 @@ class Sizes:
     op_runs: int = 0
     #: cells of n×n byte matrices (layout and all-to-all(v) collectives)
     matrix_cells: int = 0
-    #: Σ over all-to-all collectives of (group size)²: flows and their routes
+    #: Σ over all-to-all collectives of the flows the network holds: (sender, receiver) pairs
+    #: with bytes, or, where the node pairs travel as flow classes (network.flows assumption 6),
+    #: the senders' NVLink relay flows (:func:`all_to_all_flows`)
     pair_flows: int = 0
 
 
@@ -117,20 +119,50 @@ def sizes_of_inputs(spec, w=None, iterations: int = 1, plan: str | None = "auto"
         matrix_cells=4 * n,  # two per-peer matrices of two vectors each (peer_bytes.OuterSum)
         # three all-to-alls whose senders each talk to every rank that owns a table part:
         # at most a node's GPUs per table (column / table-row splits), at most every rank
-        pair_flows=3 * n * min(n, int(spec.gpus_per_node) * len(w.tables)) if sharded else 0,
+        pair_flows=3 * all_to_all_flows(spec, n, min(n, int(spec.gpus_per_node) * len(w.tables)))
+        if sharded
+        else 0,
     )
 
 
-def sizes_of_trace(trace, iterations: int, passes: int = 1, tables: int = 0) -> Sizes:
+def all_to_all_flows(spec, n: int, peers: int | None = None, matrix=None) -> int:
+    """Flows the network holds for an all-to-all among ``n`` ranks of cluster ``spec`` in
+    which each rank sends to ``peers`` ranks (default: every rank; ``matrix``: those with
+    bytes).  A DLRM's all-to-all (a row + column matrix, or a uniform one) among 3 or more
+    whole nodes with a scale-up fabric travels as PXN flow classes: its node pairs are a few
+    rows, and what it holds is each rank's relay flow to the other GPUs of its node
+    (``network.point_to_point``); other all-to-alls hold a flow per pair."""
+    from zionsim.network import point_to_point
+
+    g = int(spec.gpus_per_node)
+    classes = (
+        point_to_point.CLASSES
+        and spec.scale_up.kind != "none"
+        and (matrix is None or isinstance(matrix, OuterSum))
+        and n % g == 0
+        and n >= 3 * g
+    )
+    if classes:
+        return n * g
+    if matrix is not None:
+        return _pairs_with_bytes(matrix, n)
+    return n * (n if peers is None else peers) if n > 1 else 0
+
+
+def sizes_of_trace(trace, iterations: int, passes: int = 1, tables: int = 0, spec=None) -> Sizes:
     """Sizes of a lowered ``trace`` run for ``iterations`` iterations ``passes`` times (a sync
-    mode other than ``allreduce`` simulates twice: with and without its traffic)."""
+    mode other than ``allreduce`` simulates twice: with and without its traffic) on cluster
+    ``spec`` (None: every all-to-all counted as its pairs with bytes)."""
     cells, pairs = 4 * trace.ranks, 0
     for c in trace.collectives:
         if c.matrix is not None:
             m = c.matrix
             cells += m.stored_cells if isinstance(m, OuterSum) else int(m.size)
         if c.op == "all_to_all":
-            pairs += _pairs_with_bytes(c.matrix, len(c.ranks))
+            if spec is None:
+                pairs += _pairs_with_bytes(c.matrix, len(c.ranks))
+            else:
+                pairs += all_to_all_flows(spec, len(c.ranks), matrix=c.matrix)
     ops = len(trace.ops)
     return Sizes(
         gpus=trace.ranks,
@@ -168,12 +200,16 @@ def check_inputs(
 
 
 def check_trace(
-    trace, iterations: int, limit_bytes: float | None, passes: int = 1, tables: int = 0
+    trace,
+    iterations: int,
+    limit_bytes: float | None,
+    passes: int = 1,
+    tables: int = 0,
+    spec=None,
 ) -> Estimate:
     """Step 2 of the module: refuse a lowered trace whose simulation would not fit."""
-    return check_memory(
-        estimate(sizes_of_trace(trace, iterations, passes, tables)), limit_bytes, "simulation"
-    )
+    sizes = sizes_of_trace(trace, iterations, passes, tables, spec)
+    return check_memory(estimate(sizes), limit_bytes, "simulation")
 
 
 def _pairs_with_bytes(matrix, n: int) -> int:

@@ -118,7 +118,7 @@ def simulate_run(
             sync, sync_every, sync_servers, sync_period_s, sync_trainer, base=workload.sync
         )
         trace, memory = build_trace(cluster, workload, plan, fused, spec, stack)
-    _guard(trace, workload, iterations, max_memory_bytes)
+    _guard(trace, workload, iterations, max_memory_bytes, cluster.spec)
     with _few_gc_passes():
         rec = simulate_trace(cluster, trace, iterations=iterations)
     a = Analysis(rec, warmup)
@@ -157,14 +157,14 @@ def _timing(rec, wall_s: float) -> dict:
     }
 
 
-def _guard(trace: Trace, workload, iterations: int, limit_bytes: float | None) -> None:
+def _guard(trace: Trace, workload, iterations: int, limit_bytes: float | None, spec=None) -> None:
     """Refuse a trace whose simulation would not fit in ``limit_bytes`` (None: no check); a
     sync mode other than ``allreduce`` simulates twice (with and without its traffic)."""
     if limit_bytes is None:
         return
     passes = 1 if (trace.meta.get("sync") or {}).get("mode", "allreduce") == "allreduce" else 2
     tables = len(workload.tables) if workload is not None else 0
-    check_trace(trace, iterations, limit_bytes, passes, tables)
+    check_trace(trace, iterations, limit_bytes, passes, tables, spec)
 
 
 @contextmanager
