@@ -12,6 +12,9 @@ stack runs its embeddings on a stream of their own, a GPU's two compute streams 
 kernel at a time (no two kernels share the SMs); collectives that have been launched progress
 independently of compute (NCCL kernels on their own SMs), slowing it by the stack's interference
 factor.
+
+Ranks that run the same op sequence are stepped once (``templates.py``): one process per
+representative and stream, counted for every member of its class.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from zionsim.hardware import compute
 from zionsim.network import nccl
 from zionsim.network.flows import FlowNetwork, NetworkStats
 from zionsim.network.simulate import CountingEnvironment
+from zionsim.sim.templates import templates
 
 
 @dataclass
@@ -125,14 +129,17 @@ def simulate_trace(
     stack = trace.meta.get("stack") or {}
     compute_model = stack_compute_model(cluster, stack, compute_model)
     rec = RunRecords(trace, iterations, op_durations(cluster, trace, compute_model))
-    run = _Run(env, net, cluster, trace, rec, collective_model, sync_traffic)
-    for rank, ops in enumerate(trace.by_rank()):
+    sync = trace.meta.get("sync") or {}
+    background = sync.get("mode", "allreduce").startswith("shadow") and sync_traffic
+    tpl = templates(trace, rec.durations_s, background)
+    run = _Run(env, net, cluster, trace, rec, collective_model, sync_traffic, tpl)
+    by_rank = trace.by_rank()
+    for rank in tpl.reps:
         for stream in STREAMS:
-            mine = [op for op in ops if op.stream == stream]
+            mine = [op for op in by_rank[rank] if op.stream == stream]
             if mine:
                 env.process(run.stream(rank, mine, iterations))
-    sync = trace.meta.get("sync") or {}
-    if sync.get("mode", "allreduce").startswith("shadow") and sync_traffic:
+    if background:
         for rank in range(trace.ranks):
             env.process(run.background(rank, sync))
     env.run()
@@ -180,9 +187,18 @@ def stack_compute_model(
     return replace(base, arch={**base.arch, arch: replace(base.arch[arch], launch_s=launch)})
 
 
+def _rep_counts(rep_of: np.ndarray, ranks) -> tuple[np.ndarray, np.ndarray]:
+    """The representatives of ``ranks`` and how many of ``ranks`` each stands for."""
+    reps, counts = np.unique(rep_of[np.asarray(ranks, dtype=np.int64)], return_counts=True)
+    return reps, counts
+
+
 class _Run:
-    def __init__(self, env, net, cluster, trace, rec, model, sync_traffic=True):
+    def __init__(self, env, net, cluster, trace, rec, model, sync_traffic=True, tpl=None):
         self.env, self.net, self.cluster, self.trace, self.rec = env, net, cluster, trace, rec
+        self.tpl = tpl or templates(trace, rec.durations_s, True)  # default: every rank alone
+        #: per collective: its members' representatives and how many members each stands for
+        self.coll_reps = [_rep_counts(self.tpl.rep_of, c.ranks) for c in trace.collectives]
         self.model = model or nccl.load_model()
         self.sync_traffic = sync_traffic
         self.iteration = [0] * trace.ranks  # iterations each rank's compute stream finished
@@ -214,6 +230,7 @@ class _Run:
         """Process running one (rank, stream)'s ops in order for ``iterations`` iterations, each
         after its deps; records (iteration, op, free, start, end) per op."""
         env, dur, rows = self.env, self.rec.durations_s, self.rec.ops
+        member_ops = self.tpl.member_ops
         for it in range(iterations):
             for op in ops:
                 free = env.now
@@ -238,11 +255,13 @@ class _Run:
                 elif dur[op.id] > 0:
                     yield from self._compute(rank, op, dur[op.id])
                 rows.append((it, op.id, free, start, env.now))
+                if op.id in member_ops:  # the other members of its class: the same times
+                    rows.extend((it, m, free, start, env.now) for m in member_ops[op.id])
                 self._done(it, op.id).succeed()
             if ops[0].stream == "compute":
                 self.iteration[rank] = it + 1
                 if it + 1 == iterations:
-                    self.computing -= 1
+                    self.computing -= self.tpl.size(rank)
                 ev, self.progress[rank] = self.progress[rank], env.event()
                 ev.succeed()
 
@@ -318,8 +337,8 @@ class _Run:
         cr = self.rec.collectives.get(key)
         if cr is None:
             cr = self.rec.collectives[key] = CollectiveRecord(it, cid, event=self.env.event())
-        cr.arrived += 1
-        cr.last_rank, cr.start_s = rank, self.env.now
+        cr.arrived += self.tpl.size(rank)  # a representative arrives for its whole class
+        cr.last_rank, cr.start_s = self.tpl.members[rank][-1], self.env.now
         if cr.arrived == len(self.trace.collectives[cid].ranks):
             self.env.process(self._run_collective(cr))
         return cr.event
@@ -329,7 +348,8 @@ class _Run:
         cr.algorithm, cr.protocol = prep.algorithm, prep.protocol
         start, busy = self.env.now, 0.0
         if self.slow_comm:  # share of members computing as it begins: their kernels share SMs
-            busy = float(self.compute_busy[self.trace.collectives[cr.coll].ranks].mean())
+            reps, counts = self.coll_reps[cr.coll]
+            busy = float((self.compute_busy[reps] * counts).sum() / counts.sum())
         yield from nccl.execute(self.env, self.net, prep, tag=tag or (cr.iteration, cr.coll))
         if busy:
             yield self.env.timeout((self.env.now - start) * self.slow_comm * busy)
