@@ -18,9 +18,11 @@ time, the figure to trust on a shared machine).  ``write_s`` is writing the resu
 events=<n> peak_rss_MB=<m>``.
 
 ``--per-flow`` runs the all-to-alls one flow per node pair and rail (``network.point_to_point
-.CLASSES = False``), the model the flow classes must reproduce; ``--compare`` runs each case
-both ways and prints whether their ``summary.json`` files are byte-identical and the largest
-relative difference of any number in them (``summary_max_rel_diff``), with both CPU times.
+.CLASSES = False``), the model the flow classes must reproduce; ``--per-rank`` steps every rank
+on its own (``sim.templates.ENABLED = False``), the engine the rank templates must reproduce.
+``--compare`` runs each case both ways (default, and ``--per-flow --per-rank``) and prints
+whether their ``summary.json`` files are byte-identical and the largest relative difference of
+any number in them (``summary_max_rel_diff``), with both CPU times.
 """
 
 from __future__ import annotations
@@ -39,12 +41,16 @@ WORKLOADS = {"neo_model_a": "zionex", "mlperf_dlrm_dcnv2": "dgx_h100"}
 NODES = (16, 128, 512, 2048)
 
 
-def run_case(workload: str, nodes: int, per_flow: bool = False, summary: str | None = None) -> str:
+def run_case(
+    workload: str, nodes: int, per_flow: bool = False, per_rank: bool = False, summary=None
+) -> str:
     """Simulate and write one case; its line (``summary``: copy summary.json there)."""
     from zionsim.base.errors import CapacityError
     from zionsim.network import point_to_point
+    from zionsim.sim import templates
 
     point_to_point.CLASSES = not per_flow
+    templates.ENABLED = not per_rank
     from zionsim.dlrm.workload import load_workload
     from zionsim.hardware.cluster import Cluster
     from zionsim.io.files import write_run
@@ -78,7 +84,8 @@ def run_case(workload: str, nodes: int, per_flow: bool = False, summary: str | N
 
 
 def compare(workload: str, nodes: int, timeout: float) -> str:
-    """One case run with flow classes and one flow each, in subprocesses: the line."""
+    """One case run as built and with one flow each and every rank alone, in subprocesses:
+    the line."""
     import json
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -86,7 +93,7 @@ def compare(workload: str, nodes: int, timeout: float) -> str:
         for mode in ("classes", "per_flow"):
             cmd = [sys.executable, __file__, workload, str(nodes), "--summary", f"{tmp}/{mode}"]
             out = subprocess.run(
-                cmd + (["--per-flow"] if mode == "per_flow" else []),
+                cmd + (["--per-flow", "--per-rank"] if mode == "per_flow" else []),
                 capture_output=True,
                 text=True,
                 timeout=timeout,
@@ -97,8 +104,8 @@ def compare(workload: str, nodes: int, timeout: float) -> str:
         worst = _max_rel_diff(json.loads(a), json.loads(b))
     return (
         f"case={workload}_{nodes}n gpus={nodes * 8} summary_identical={a == b} "
-        f"summary_max_rel_diff={worst:.2g} cpu_s_classes={cpu['classes']} "
-        f"cpu_s_per_flow={cpu['per_flow']}"
+        f"summary_max_rel_diff={worst:.2g} cpu_s={cpu['classes']} "
+        f"cpu_s_per_flow_per_rank={cpu['per_flow']}"
     )
 
 
@@ -125,7 +132,8 @@ def main() -> None:
     ]
     if len(positional) == 2:
         summary = args[args.index("--summary") + 1] if "--summary" in args else None
-        line = run_case(positional[0], int(positional[1]), "--per-flow" in args, summary)
+        flags = "--per-flow" in args, "--per-rank" in args
+        line = run_case(positional[0], int(positional[1]), *flags, summary=summary)
         print(line, flush=True)
         return
     cmp = "--compare" in args
@@ -141,7 +149,7 @@ def main() -> None:
             try:
                 out = subprocess.run(
                     [sys.executable, __file__, workload, str(nodes)]
-                    + (["--per-flow"] if "--per-flow" in args else []),
+                    + [a for a in ("--per-flow", "--per-rank") if a in args],
                     capture_output=True,
                     text=True,
                     timeout=timeout,

@@ -52,6 +52,7 @@ def _run(cluster, matrix, classes: bool, other: str | None, monkeypatch):
     """(finish time of each collective, bytes per link, class rows split) of an all-to-all,
     with ``other`` (a ring all_reduce, or a send/recv between two nodes) started part-way."""
     monkeypatch.setattr(point_to_point, "CLASSES", classes)
+    monkeypatch.setattr(point_to_point, "CLASSES_FROM", 0)  # classes however small
     env = simpy.Environment()
     net = FlowNetwork(env, cluster.router.capacity_Bps, router=cluster.router)
     ends = {}
@@ -115,6 +116,7 @@ def test_other_traffic_did_split_rows():
 def test_an_all_to_all_alone_travels_as_a_few_rows(monkeypatch):
     """A uniform all-to-all on 16 ZionEX nodes (4 leaves): 8 rails × 2 relations, no split."""
     c = Cluster.load("zionex", nodes=16)
+    monkeypatch.setattr(point_to_point, "CLASSES_FROM", 0)
     sched = nccl.choose(c, "all_to_all", c.gpus, 2**26).schedule
     (phase,) = sched.phases
     assert phase.classes is not None and len(phase.classes.classes) == 16

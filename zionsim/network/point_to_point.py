@@ -22,6 +22,10 @@ from zionsim.network.phases import ClassRoutes, FlowClass, Phase, merge
 #: PXN's node-pair flows as flow classes where they are alike (module docstring); False: one
 #: flow each, the per-flow model the classes must reproduce (bench/run.py ``--per-flow``)
 CLASSES = True
+#: ... from this many node-pair flows on (measured, bench/run.py --compare: at 16 ZionEX nodes,
+#: 1,920 flows, checking and splitting classes when an all-reduce overlaps costs more than the
+#: flows themselves; at 128 nodes, 130 k flows, classes are faster)
+CLASSES_FROM = 20_000
 
 
 def _uniform_matrix(ranks, size):
@@ -128,6 +132,8 @@ def _pxn_classes(cluster, ranks, node, local, m: OuterSum) -> Phase | None:
     whole = len(node) == k * g and (node == np.repeat(nodes_in, g)).all()
     if not whole or not (local == np.tile(np.arange(g), k)).all() or k < 3:
         return None
+    if k * (k - 1) * g < CLASSES_FROM:
+        return None  # few flows: one each is cheaper
     sums = _outer_node_sums(node, local, m, n_nodes, g)
     router = cluster.router
     gpu_slot = np.array([router.local("gpu", 0, int(x)) for x in range(g)])

@@ -128,19 +128,21 @@ def sizes_of_inputs(spec, w=None, iterations: int = 1, plan: str | None = "auto"
 def all_to_all_flows(spec, n: int, peers: int | None = None, matrix=None) -> int:
     """Flows the network holds for an all-to-all among ``n`` ranks of cluster ``spec`` in
     which each rank sends to ``peers`` ranks (default: every rank; ``matrix``: those with
-    bytes).  A DLRM's all-to-all (a row + column matrix, or a uniform one) among 3 or more
-    whole nodes with a scale-up fabric travels as PXN flow classes: its node pairs are a few
-    rows, and what it holds is each rank's relay flow to the other GPUs of its node
+    bytes).  A DLRM's all-to-all (a row + column matrix, or a uniform one) among enough whole
+    nodes (``point_to_point.CLASSES_FROM``) with a scale-up fabric travels as PXN flow classes:
+    its node pairs are a few rows, and what it holds is each rank's relay flow to the other GPUs of its node
     (``network.point_to_point``); other all-to-alls hold a flow per pair."""
     from zionsim.network import point_to_point
 
     g = int(spec.gpus_per_node)
+    k = n // g  # nodes
     classes = (
         point_to_point.CLASSES
         and spec.scale_up.kind != "none"
         and (matrix is None or isinstance(matrix, OuterSum))
         and n % g == 0
-        and n >= 3 * g
+        and k >= 3
+        and k * (k - 1) * g >= point_to_point.CLASSES_FROM
     )
     if classes:
         return n * g
