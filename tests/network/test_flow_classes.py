@@ -48,7 +48,7 @@ def _matrix(rng, n: int, g: int) -> OuterSum:
     return OuterSum(row=row, col=col)
 
 
-def _run(cluster, matrix, classes: bool, other: str | None, monkeypatch):
+def _run(cluster, matrix, classes: bool, other: str | None, monkeypatch, ranks=None):
     """(finish time of each collective, bytes per link, class rows split) of an all-to-all,
     with ``other`` (a ring all_reduce, or a send/recv between two nodes) started part-way."""
     monkeypatch.setattr(point_to_point, "CLASSES", classes)
@@ -62,7 +62,8 @@ def _run(cluster, matrix, classes: bool, other: str | None, monkeypatch):
         yield from nccl.execute(env, net, prep)
         ends[name] = env.now
 
-    choice = nccl.choose(cluster, "all_to_all", cluster.gpus, 0, matrix=matrix)
+    ranks = cluster.gpus if ranks is None else ranks
+    choice = nccl.choose(cluster, "all_to_all", ranks, 0, matrix=matrix)
     used = choice.schedule.phases[0].classes is not None
     assert classes or not used
     USED[used] = USED.get(used, 0) + 1
@@ -97,6 +98,30 @@ def test_classes_give_the_per_flow_answer(seed, other, monkeypatch):
     np.testing.assert_allclose(link_bytes, link_bytes_f, rtol=1e-9, atol=1e-3)
     assert flows == flows_f
     SPLITS[other] = SPLITS.get(other, 0) + splits
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_rail_groups_give_the_per_flow_answer(seed, monkeypatch):
+    """The same GPUs of every node (one rail, as TWRW's all-to-alls; or two of them): classes
+    give the per-flow answer, next to a ring all_reduce."""
+    rng = np.random.default_rng(100 + seed)
+    c = _cluster(rng, nodes=int(rng.choice([9, 12])), tiers=int(rng.choice([2, 3])))
+    g = c.spec.gpus_per_node
+    lanes = [0] if seed % 2 == 0 or g < 2 else [0, g - 1]
+    ranks = c.gpus.reshape(-1, g)[:, lanes].ravel()
+    k = len(ranks) // len(lanes)
+    row = np.full(len(ranks), 2e5)
+    row[: len(lanes)] = 5e5  # node 0's GPUs send more
+    m = OuterSum(row=row, col=np.zeros(len(ranks)))
+    got = _run(c, m, True, "ring", monkeypatch, ranks)
+    want = _run(c, m, False, "ring", monkeypatch, ranks)
+    for k_ in want[0]:
+        assert got[0][k_] == pytest.approx(want[0][k_], rel=1e-9), k_
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-9, atol=1e-3)
+    assert got[3] == want[3] and k >= 9
+    monkeypatch.setattr(point_to_point, "CLASSES", True)
+    (phase,) = nccl.choose(c, "all_to_all", ranks, 0, matrix=m).schedule.phases
+    assert phase.classes is not None  # the classes ran, not one flow each
 
 
 SPLITS: dict = {}

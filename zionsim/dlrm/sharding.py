@@ -65,7 +65,7 @@ class Layout:
     pooled_matrix: OuterSum  # n×n pooled bytes from table owner to sample rank (TW, CW): a row
     rw_bytes: float  # reduce-scatter / all-gather size (G·Σd·bytes) over all ranks
     twrw_rs: dict[int, float]  # node → reduce-scatter size among its GPUs
-    twrw_matrix: np.ndarray  # nodes×nodes bytes per same-index GPU pair (after the RS)
+    twrw_matrix: OuterSum  # nodes×nodes bytes per same-index GPU pair (after the RS): rows
     dp_params: int  # parameters of replicated tables (their gradients join the all-reduce)
     #: parameter-server traffic, rank × server bytes: indices sent, rows gathered from DRAM,
     #: pooled values returned (= gradients pushed), rows + state read and written by the update
@@ -119,7 +119,7 @@ def _empty_layout(n: int, nodes: int, n_ps: int) -> Layout:
         OuterSum(n),
         0.0,
         {},
-        np.zeros((nodes, nodes)),
+        OuterSum(nodes),
         0,
     )
     out.ps_index, out.ps_gather, out.ps_pooled, out.ps_update = (
@@ -232,4 +232,4 @@ def _add_row_shard(out: Layout, w: WorkloadSpec, s, n: int, g: int, zipf_alpha, 
     elif s.kind == "TWRW":
         for node in sorted({r // g for r in s.ranks}):
             out.twrw_rs[node] = out.twrw_rs.get(node, 0.0) + G * t.dim * cb
-            out.twrw_matrix[node, :] += B * t.dim * cb
+            out.twrw_matrix.add_to_row(node, B * t.dim * cb)

@@ -114,9 +114,10 @@ def _pxn_sums(cluster, node, local, m):
 
 
 def _pxn_classes(cluster, ranks, node, local, m: OuterSum) -> Phase | None:
-    """PXN all-to-all of an :class:`OuterSum` among whole nodes in node-major order, its
-    node-pair flows as classes (module docstring); None where that is not the case or would
-    not halve the rows.
+    """PXN all-to-all of an :class:`OuterSum` among the same GPUs of every node in node-major
+    order (whole nodes, or one rail), its node-pair flows as classes (module docstring); None
+    where that is not the case, where there are too few flows to gain (:data:`CLASSES_FROM`) or
+    where the colours would not halve the rows.
 
     The flow from node ``a`` to GPU ``(b, l)`` carries ``R_a cnt_bl + n_a C_bl`` bytes from
     ``senders`` ranks (:func:`_pxn_sums_outer`): it depends on ``a`` through ``(R_a, n_a,
@@ -129,16 +130,17 @@ def _pxn_classes(cluster, ranks, node, local, m: OuterSum) -> Phase | None:
     n_nodes, g = cluster.spec.nodes, cluster.spec.gpus_per_node
     nodes_in = np.unique(node)
     k = len(nodes_in)
-    whole = len(node) == k * g and (node == np.repeat(nodes_in, g)).all()
-    if not whole or not (local == np.tile(np.arange(g), k)).all() or k < 3:
+    per = len(node) // k  # ranks per node: the same local indices on every node, node-major
+    alike = len(node) == k * per and (node == np.repeat(nodes_in, per)).all()
+    if not alike or not (local.reshape(k, per) == local[:per]).all() or k < 3:
         return None
-    if k * (k - 1) * g < CLASSES_FROM:
+    if k * (k - 1) * per < CLASSES_FROM:
         return None  # few flows: one each is cheaper
     sums = _outer_node_sums(node, local, m, n_nodes, g)
     router = cluster.router
     gpu_slot = np.array([router.local("gpu", 0, int(x)) for x in range(g)])
     rows = []  # (FlowClass, route, frac, group, bytes per member, weight per member, src, dst)
-    for lane in range(g):
+    for lane in np.sort(local[:per]).tolist():
         devs = nodes_in * router.per_node + gpu_slot[lane]
         lane_rows = _pxn_lane_classes(router, nodes_in, devs, lane, sums)
         if lane_rows is None:

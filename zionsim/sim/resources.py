@@ -35,6 +35,8 @@ from dataclasses import dataclass, fields
 from functools import lru_cache
 from pathlib import Path
 
+import numpy as np
+
 from zionsim.base.errors import ResourceError
 from zionsim.network.peer_bytes import OuterSum
 
@@ -125,27 +127,33 @@ def sizes_of_inputs(spec, w=None, iterations: int = 1, plan: str | None = "auto"
     )
 
 
-def all_to_all_flows(spec, n: int, peers: int | None = None, matrix=None) -> int:
-    """Flows the network holds for an all-to-all among ``n`` ranks of cluster ``spec`` in
-    which each rank sends to ``peers`` ranks (default: every rank; ``matrix``: those with
-    bytes).  A DLRM's all-to-all (a row + column matrix, or a uniform one) among enough whole
-    nodes (``point_to_point.CLASSES_FROM``) with a scale-up fabric travels as PXN flow classes:
-    its node pairs are a few rows, and what it holds is each rank's relay flow to the other GPUs of its node
+def all_to_all_flows(spec, n: int, peers: int | None = None, matrix=None, ranks=None) -> int:
+    """Flows the network holds for an all-to-all among ``n`` ranks (``ranks``: which; default
+    whole nodes) of cluster ``spec`` in which each rank sends to ``peers`` ranks (default:
+    every rank; ``matrix``: those with bytes).  A DLRM's all-to-all (a row + column matrix, or
+    a uniform one) among the same GPUs of enough nodes (``point_to_point.CLASSES_FROM``) with a
+    scale-up fabric travels as PXN flow classes: its node pairs are a few rows, and what it
+    holds is each rank's relay flows to the group's other GPUs of its node
     (``network.point_to_point``); other all-to-alls hold a flow per pair."""
     from zionsim.network import point_to_point
 
     g = int(spec.gpus_per_node)
-    k = n // g  # nodes
+    if ranks is None:
+        k, per = n // g, g if n % g == 0 else 0
+    else:
+        node = np.asarray(ranks) // g
+        k = len(np.unique(node))
+        per = n // k if n % k == 0 and (np.bincount(node)[np.unique(node)] == n // k).all() else 0
     classes = (
         point_to_point.CLASSES
         and spec.scale_up.kind != "none"
         and (matrix is None or isinstance(matrix, OuterSum))
-        and n % g == 0
+        and per > 0
         and k >= 3
-        and k * (k - 1) * g >= point_to_point.CLASSES_FROM
+        and k * (k - 1) * per >= point_to_point.CLASSES_FROM
     )
     if classes:
-        return n * g
+        return n * per
     if matrix is not None:
         return _pairs_with_bytes(matrix, n)
     return n * (n if peers is None else peers) if n > 1 else 0
@@ -164,7 +172,7 @@ def sizes_of_trace(trace, iterations: int, passes: int = 1, tables: int = 0, spe
             if spec is None:
                 pairs += _pairs_with_bytes(c.matrix, len(c.ranks))
             else:
-                pairs += all_to_all_flows(spec, len(c.ranks), matrix=c.matrix)
+                pairs += all_to_all_flows(spec, len(c.ranks), matrix=c.matrix, ranks=c.ranks)
     ops = len(trace.ops)
     return Sizes(
         gpus=trace.ranks,

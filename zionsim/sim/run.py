@@ -270,11 +270,15 @@ def _path_summary(segs) -> list[dict]:
 def _collectives(rec, trace: Trace) -> list[dict]:
     it = rec.iterations - 1
     out = []
+    names: dict[int, str] = {}  # each collective's name: its first op's (one pass over the ops)
+    for o in trace.ops:
+        if o.kind == "collective":
+            names.setdefault(o.args["coll"], o.name)
     for c in trace.collectives:
         cr = rec.collectives.get((it, c.id))
         if cr is None:
             continue
-        name = next(o.name for o in trace.ops if o.kind == "collective" and o.args["coll"] == c.id)
+        name = names[c.id]
         out.append(
             {
                 "name": name,
