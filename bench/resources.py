@@ -41,6 +41,7 @@ CASES = [
     ("mlperf_dlrm_dcnv2", 128, 2, ("--topology", "dgx_h100")),
     ("mlperf_dlrm_dcnv2", 512, 2, ("--topology", "dgx_h100")),
     ("neo_model_a", 256, 2, ()),
+    ("neo_model_a", 2048, 2, ()),
 ]
 QUICK = 11
 #: memory coefficients held fixed in the fit: a float64 matrix cell; the cluster graph, router

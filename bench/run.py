@@ -5,6 +5,7 @@ DLRM runs from 128 to 16,384 GPUs.
     python bench/run.py --max-gpus 1024      # only the cases up to 1,024 GPUs
     python bench/run.py neo_model_a 16       # one case (workload, nodes), in this process
     python bench/run.py --compare --max-gpus 4096   # flow classes against one flow each
+    python bench/run.py --plan greedy        # with zionsim run's default planner
 
 Cases: neo_model_a on ZionEX and mlperf_dlrm_dcnv2 on DGX H100 (it does not fit 40 GB GPUs),
 16, 128, 512 and 2,048 nodes (128, 1,024, 4,096 and 16,384 GPUs; the fabric's tiers follow the
@@ -17,9 +18,12 @@ time, the figure to trust on a shared machine).  ``write_s`` is writing the resu
 ``case=<name> gpus=<N> wall_s=<x> cpu_s=<c> write_s=<w> write_pct=<p>
 events=<n> peak_rss_MB=<m>``.
 
-``--per-flow`` runs the all-to-alls one flow per node pair and rail (``network.point_to_point
-.CLASSES = False``), the model the flow classes must reproduce; ``--per-rank`` steps every rank
-on its own (``sim.templates.ENABLED = False``), the engine the rank templates must reproduce.
+The plan is ``simulate_run``'s default (table-wise round robin by size) unless ``--plan NAME``
+names a planner (``greedy`` is what ``zionsim run`` uses by default; its planning time is part
+of the case's time).  ``--per-flow`` runs the all-to-alls one flow per node pair and rail
+(``network.point_to_point.CLASSES = False``), the model the flow classes must reproduce;
+``--per-rank`` steps every rank on its own (``sim.templates.ENABLED = False``), the engine the
+rank templates must reproduce.
 ``--compare`` runs each case both ways (default, and ``--per-flow --per-rank``) and prints
 whether their ``summary.json`` files are byte-identical and the largest relative difference of
 any number in them (``summary_max_rel_diff``), with both CPU times.
@@ -42,7 +46,12 @@ NODES = (16, 128, 512, 2048)
 
 
 def run_case(
-    workload: str, nodes: int, per_flow: bool = False, per_rank: bool = False, summary=None
+    workload: str,
+    nodes: int,
+    per_flow: bool = False,
+    per_rank: bool = False,
+    summary=None,
+    plan: str | None = None,
 ) -> str:
     """Simulate and write one case; its line (``summary``: copy summary.json there)."""
     from zionsim.base.errors import CapacityError
@@ -51,6 +60,7 @@ def run_case(
 
     point_to_point.CLASSES = not per_flow
     templates.ENABLED = not per_rank
+    from zionsim.dlrm.planner import named_plan
     from zionsim.dlrm.workload import load_workload
     from zionsim.hardware.cluster import Cluster
     from zionsim.io.files import write_run
@@ -58,11 +68,15 @@ def run_case(
 
     topology = WORKLOADS[workload]
     name = f"case={workload}_{topology}_{nodes}n gpus={nodes * 8}"
+    if plan:
+        name += f" plan={plan}"
     t0, c0 = time.perf_counter(), time.process_time()
     try:
+        cluster, w = Cluster.load(topology, nodes=nodes), load_workload(workload)
         r = simulate_run(
-            Cluster.load(topology, nodes=nodes),
-            load_workload(workload),
+            cluster,
+            w,
+            plan=named_plan(plan, cluster, w) if plan else None,
             iterations=ITERATIONS,
             warmup=1,
         )
@@ -124,7 +138,7 @@ def _max_rel_diff(x, y) -> float:
 def main() -> None:
     """One case from the arguments, or every case (up to ``--max-gpus``) in subprocesses."""
     args = sys.argv[1:]
-    valued = ("--summary", "--max-gpus", "--timeout")
+    valued = ("--summary", "--max-gpus", "--timeout", "--plan")
     positional = [
         a
         for i, a in enumerate(args)
@@ -133,7 +147,8 @@ def main() -> None:
     if len(positional) == 2:
         summary = args[args.index("--summary") + 1] if "--summary" in args else None
         flags = "--per-flow" in args, "--per-rank" in args
-        line = run_case(positional[0], int(positional[1]), *flags, summary=summary)
+        plan = args[args.index("--plan") + 1] if "--plan" in args else None
+        line = run_case(positional[0], int(positional[1]), *flags, summary=summary, plan=plan)
         print(line, flush=True)
         return
     cmp = "--compare" in args
@@ -149,7 +164,8 @@ def main() -> None:
             try:
                 out = subprocess.run(
                     [sys.executable, __file__, workload, str(nodes)]
-                    + [a for a in ("--per-flow", "--per-rank") if a in args],
+                    + [a for a in ("--per-flow", "--per-rank") if a in args]
+                    + (["--plan", args[args.index("--plan") + 1]] if "--plan" in args else []),
                     capture_output=True,
                     text=True,
                     timeout=timeout,
