@@ -70,6 +70,34 @@ def test_templates_write_the_per_rank_results(
         assert on[name] == off[name], name
 
 
+@pytest.mark.parametrize("equal", [True, False])
+def test_copies_of_node_collectives_run_as_a_class(equal, tmp_path, monkeypatch):
+    """Table-row-wise shards, one table per node: each node's reduce-scatter and all-gather are
+    copies of the others'.  With equal tables the nodes' ranks are alike and the copies form a
+    class (stepped once); with unequal ones (other lookups, other kernel times) they do not.
+    Either way the result files are the per-rank ones."""
+    from zionsim.dlrm.plan import Plan, Shard
+
+    d = yaml.safe_load(
+        (Path(__file__).resolve().parents[2] / "workloads" / "tiny.yaml").read_text()
+    )
+    if equal:
+        d["tables"] = [{"name": f"t{i}", "rows": 1000, "dim": 16, "pooling": 2} for i in range(4)]
+    path = tmp_path / "tiny4.yaml"
+    path.write_text(yaml.safe_dump(d))
+    cluster = Cluster.load("zionex", nodes=4)
+    w = load_workload(str(path))
+    plan = Plan("twrw", tuple(Shard(t, "TWRW", tuple(range(8 * t, 8 * t + 8))) for t in range(4)))
+    trace, _ = build_trace(cluster, w, plan)
+    t = templates.templates(trace, op_durations(cluster, trace), background=False, g=8)
+    copied = [c for c in t.copies.values() if len(c) > 1]
+    assert bool(copied) == equal and (len(t.members) < 32) == equal
+    on = _files(tmp_path, "twrw", cluster, w, monkeypatch, True, plan=plan)
+    off = _files(tmp_path, "twrw", cluster, w, monkeypatch, False, plan=plan)
+    for name in on:
+        assert on[name] == off[name], name
+
+
 def test_alike_ranks_share_a_class_and_uneven_ones_do_not():
     """neo_model_a's table-wise plan gives every rank the same sequence: one class; a DCNv2
     plan on 16 nodes gives 112 ranks one sequence and 16 ranks holding other shards their own."""

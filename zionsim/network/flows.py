@@ -228,8 +228,12 @@ class _Network:
         weight: np.ndarray | None = None,
         tag: object = None,
         cap: np.ndarray | None = None,
+        coalesce: bool = False,
     ) -> simpy.Event:
         """Start a batch of flows now; the event fires (value: finish time) when all arrived.
+
+        ``coalesce``: solve the rates once for every batch started at this instant (after the
+        others queued for it) instead of at once; the rates are the same.
 
         ``routes``: (F, H) edge ids, or a ``phases.ClassRoutes`` whose last rows are flow
         classes (assumption 6).  ``cap`` is each flow's own rate limit in bytes/s (default:
@@ -253,6 +257,7 @@ class _Network:
             self._account(routes.routes, nbytes[n_plain:], routes.frac)
         else:
             self._account(routes, nbytes)
+        self._coalesce = coalesce
         self._start(bid, routes, nbytes, latency_s, weight, cap)
         return event
 
@@ -298,6 +303,7 @@ class FlowNetwork(_Network):
         self._cls: list = []
         self._last = env.now
         self._generation = 0
+        self._pending = False  # a coalesced solve is queued at this instant
 
     def _start(self, bid, routes, nbytes, latency_s, weight, cap) -> None:
         n = len(nbytes)
@@ -324,6 +330,11 @@ class FlowNetwork(_Network):
         self._batch = np.concatenate([self._batch, np.full(n, bid)])
         self._rate = np.concatenate([self._rate, np.zeros(n)])
         self._cap = np.concatenate([self._cap, cap])
+        if getattr(self, "_coalesce", False):
+            if not self._pending:  # one solve for every batch started at this instant
+                self._pending = True
+                self.env.timeout(0).callbacks.append(lambda _e: self._pending and self._settle())
+            return
         self._settle()
 
     def _add_classes(self, rows, routes, frac, group, classes) -> None:
@@ -348,6 +359,7 @@ class FlowNetwork(_Network):
 
     def _settle(self) -> None:
         """Retire arrived flows, re-solve rates, and schedule the next completion."""
+        self._pending = False
         done = (self._left <= np.maximum(self._rate * 1e-13, 1e-6)) | ~np.isfinite(self._rate)
         done &= (self._left <= 1e-6) | (self._rate > 0)
         if done.any():

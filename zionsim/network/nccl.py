@@ -216,13 +216,18 @@ def prepare(
     return Prepared(start, tuple(phases), sched.algorithm, proto, floor)
 
 
-def execute(env: simpy.Environment, net, prepared: Prepared, tag: object = None):
-    """simpy process: run a prepared collective on ``net``; returns its end time."""
+def execute(
+    env: simpy.Environment, net, prepared: Prepared, tag: object = None, coalesce: bool = False
+):
+    """simpy process: run a prepared collective on ``net``; returns its end time.
+    ``coalesce``: its transfers share a rate solve with others started at the same instant
+    (copies of a collective on other nodes, ``sim/templates.py``)."""
     t0 = env.now
     if prepared.start_s > 0:
         yield env.timeout(prepared.start_s)
+    extra = {"coalesce": True} if coalesce else {}
     for routes, wire, lat, weight, cap in prepared.phases:
-        yield net.transfer(routes, wire, lat, weight=weight, tag=tag, cap=cap)
+        yield net.transfer(routes, wire, lat, weight=weight, tag=tag, cap=cap, **extra)
     if env.now < t0 + prepared.floor_s:
         yield env.timeout(t0 + prepared.floor_s - env.now)
     return env.now

@@ -31,7 +31,7 @@ from zionsim.hardware import compute
 from zionsim.network import nccl
 from zionsim.network.flows import FlowNetwork, NetworkStats
 from zionsim.network.simulate import CountingEnvironment
-from zionsim.sim.templates import templates
+from zionsim.sim.templates import TemplateBroken, templates
 
 
 @dataclass
@@ -124,14 +124,31 @@ def simulate_trace(
 ) -> RunRecords:
     """Run ``iterations`` iterations of ``trace`` on ``cluster``; return the records."""
     check_cluster(cluster, trace)
-    env = CountingEnvironment()
-    net = FlowNetwork(env, cluster.router.capacity_Bps, router=cluster.router)
     stack = trace.meta.get("stack") or {}
     compute_model = stack_compute_model(cluster, stack, compute_model)
-    rec = RunRecords(trace, iterations, op_durations(cluster, trace, compute_model))
+    durations = op_durations(cluster, trace, compute_model)
+    try:
+        return _simulate(cluster, trace, iterations, durations, collective_model, sync_traffic)
+    except (TemplateBroken, _Stalled):  # copies ended apart, or waiting for them stalled
+        return _simulate(
+            cluster, trace, iterations, durations, collective_model, sync_traffic, False
+        )
+
+
+class _Stalled(Exception):
+    """A run with collective classes stalled (``templates.py``)."""
+
+
+def _simulate(
+    cluster, trace, iterations, durations, collective_model, sync_traffic, alike=True
+) -> RunRecords:
+    env = CountingEnvironment()
+    net = FlowNetwork(env, cluster.router.capacity_Bps, router=cluster.router)
+    rec = RunRecords(trace, iterations, durations)
     sync = trace.meta.get("sync") or {}
     background = sync.get("mode", "allreduce").startswith("shadow") and sync_traffic
-    tpl = templates(trace, rec.durations_s, background)
+    g = cluster.spec.gpus_per_node
+    tpl = templates(trace, rec.durations_s, background or not alike, g)
     run = _Run(env, net, cluster, trace, rec, collective_model, sync_traffic, tpl)
     by_rank = trace.by_rank()
     for rank in tpl.reps:
@@ -143,6 +160,8 @@ def simulate_trace(
         for rank in range(trace.ranks):
             env.process(run.background(rank, sync))
     env.run()
+    if tpl.copies and len(rec.ops) != rec.iterations * len(trace.ops):
+        raise _Stalled()
     check_complete(rec)
     rec.network, rec.sim_time_s, rec.events = net.stats, env.now, env.events_scheduled
     return rec
@@ -205,6 +224,7 @@ class _Run:
         self.progress = [env.event() for _ in range(trace.ranks)]  # fires at each such end
         self.computing = sum(1 for r in trace.by_rank() if any(o.stream == "compute" for o in r))
         self.rounds: dict[tuple[int, int], CollectiveRecord] = {}
+        self.class_rounds: dict[tuple[int, int], list] = {}  # (iteration, class): copies
         self.n_ops = len(trace.ops)
         self.done: list[simpy.Event | None] = [None] * (rec.iterations * self.n_ops)
         self.prepared: dict[tuple, nccl.Prepared] = {}
@@ -333,6 +353,9 @@ class _Run:
         return self.net.transfer(routes, nbytes, latency, tag=(label, it, rank))
 
     def _arrive(self, it: int, cid: int, rank: int) -> simpy.Event:
+        copies = self.tpl.copies[int(self.tpl.coll_class[cid])] if self.tpl.copies else [cid]
+        if len(copies) > 1:
+            return self._arrive_copies(it, copies, rank)
         key = (it, cid)
         cr = self.rec.collectives.get(key)
         if cr is None:
@@ -343,14 +366,46 @@ class _Run:
             self.env.process(self._run_collective(cr))
         return cr.event
 
-    def _run_collective(self, cr: CollectiveRecord, tag: tuple | None = None):
+    def _arrive_copies(self, it: int, copies: list[int], rank: int) -> simpy.Event:
+        """A representative arrives at a collective class (``templates.py``): once every member
+        of every copy has, the copies start, each as the per-rank engine runs it."""
+        key = (it, copies[0])
+        inst = self.class_rounds.get(key)
+        if inst is None:
+            need = sum(len(self.trace.collectives[c].ranks) for c in copies)
+            inst = self.class_rounds[key] = [0, need, self.env.event()]
+        inst[0] += self.tpl.size(rank)
+        if inst[0] == inst[1]:
+            self.env.process(self._run_copies(it, copies, rank, inst[2]))
+        return inst[2]
+
+    def _run_copies(self, it: int, copies: list[int], last: int, done: simpy.Event):
+        """Run the copies of a collective class together; ``done`` fires when all have ended,
+        which must be at one time (else :class:`~zionsim.sim.templates.TemplateBroken`)."""
+        mine = set(self.tpl.members[last])
+        records = []
+        for cid in copies:
+            cr = self.rec.collectives[it, cid] = CollectiveRecord(it, cid, event=self.env.event())
+            ranks = self.trace.collectives[cid].ranks
+            cr.arrived, cr.start_s = len(ranks), self.env.now
+            cr.last_rank = max(int(r) for r in ranks if int(r) in mine)
+            records.append(cr)
+            self.env.process(self._run_collective(cr, coalesce=True))
+        yield simpy.AllOf(self.env, [cr.event for cr in records])
+        ends = [cr.end_s for cr in records]
+        if max(ends) - min(ends) > 1e-12 * max(abs(max(ends)), 1e-300):
+            raise TemplateBroken(f"copies of collective {copies[0]} ended apart")
+        done.succeed()
+
+    def _run_collective(self, cr: CollectiveRecord, tag: tuple | None = None, coalesce=False):
         prep = self._prepare(cr.coll)
         cr.algorithm, cr.protocol = prep.algorithm, prep.protocol
         start, busy = self.env.now, 0.0
         if self.slow_comm:  # share of members computing as it begins: their kernels share SMs
             reps, counts = self.coll_reps[cr.coll]
             busy = float((self.compute_busy[reps] * counts).sum() / counts.sum())
-        yield from nccl.execute(self.env, self.net, prep, tag=tag or (cr.iteration, cr.coll))
+        tag = tag or (cr.iteration, cr.coll)
+        yield from nccl.execute(self.env, self.net, prep, tag=tag, coalesce=coalesce)
         if busy:
             yield self.env.timeout((self.env.now - start) * self.slow_comm * busy)
         cr.end_s = self.env.now

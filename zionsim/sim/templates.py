@@ -9,6 +9,16 @@ one representative per class and counts it for all members where ranks are count
 collective's arrivals, the share of its members computing), and records each member's op with
 the representative's times.
 
+Collectives that are one another's copies on other nodes (same op, size and no byte matrix; the
+same local GPUs, their nodes shifted alike: the reduce-scatters of table-row-wise shards inside
+each node) form a *collective class*: ranks that differ only in which copy they join are alike
+too.  The copies of a class start together when all their members have arrived and run as the
+per-rank engine runs them, each on the network; the ranks go on when the last copy ends, and
+the copies must end at one time (to 1e-12): where they do not, the fabric has told the nodes
+apart, and the run is done again with every rank on its own (:class:`TemplateBroken`), as it
+is when waiting for every copy's members stalls the run (a member that could only arrive after
+another copy ran).
+
 Where something does tell them apart, every rank is its own class (the per-rank engine): host
 transfers (each rank's own flows on the network, which may contend differently) and ShadowSync
 background threads (each trainer's rounds follow its own progress).
@@ -25,14 +35,21 @@ import numpy as np
 ENABLED = True
 
 
+class TemplateBroken(Exception):
+    """The copies of a collective class ended at different times: run every rank alone."""
+
+
 @dataclass(frozen=True)
 class Templates:
     """Classes of alike ranks: each rank's representative, each representative's members
-    (itself first), and each representative op's member ops (other members only)."""
+    (itself first), and each representative op's member ops (other members only); each
+    collective's class (its own id when it has no copies) and each class's collectives."""
 
     rep_of: np.ndarray
     members: dict[int, list[int]]
     member_ops: dict[int, list[int]]
+    coll_class: np.ndarray | None = None
+    copies: dict[int, list[int]] | None = None
 
     @property
     def reps(self) -> list[int]:
@@ -44,16 +61,11 @@ class Templates:
         return len(self.members[rank])
 
 
-def templates(trace, durations_s: np.ndarray, background: bool) -> Templates:
-    """The rank classes of ``trace`` with op ``durations_s`` (module docstring); every rank on
-    its own when templates are off, with ``background`` sync threads or with host transfers."""
-    by_rank = trace.by_rank()
-    n = trace.ranks
-    alone = not ENABLED or background or any(op.kind == "transfer" for op in trace.ops)
-    if alone:
-        return Templates(np.arange(n), {r: [r] for r in range(n)}, {})
+def _rank_classes(by_rank, durations_s: np.ndarray, coll_class) -> np.ndarray:
+    """Each rank's representative: the first rank with the same op sequence (module
+    docstring), collectives named by their class (``coll_class``; None: by their id)."""
     first: dict[tuple, int] = {}
-    rep_of = np.empty(n, dtype=np.int64)
+    rep_of = np.empty(len(by_rank), dtype=np.int64)
     for rank, ops in enumerate(by_rank):
         base = ops[0].id if ops else 0
         key = tuple(
@@ -63,13 +75,72 @@ def templates(trace, durations_s: np.ndarray, background: bool) -> Templates:
                 op.category,
                 op.stream,
                 tuple(d - base for d in op.deps),
-                op.args.get("coll"),
+                op.args.get("coll")
+                if coll_class is None or op.kind != "collective"
+                else int(coll_class[op.args["coll"]]),
                 op.args.get("every"),
                 float(durations_s[op.id]),
             )
             for op in ops
         )
         rep_of[rank] = first.setdefault(key, rank)
+    return rep_of
+
+
+def _drop_unaligned(trace, rep_of, coll_class, copies) -> bool:
+    """Make each collective a class of its own where its class's copies are not joined by
+    the same rank classes in the same numbers (then their members need not arrive together);
+    whether any was."""
+    dropped = False
+    for cids in copies.values():
+        if len(cids) < 2:
+            continue
+        joined = {tuple(np.sort(rep_of[trace.collectives[c].ranks]).tolist()) for c in cids}
+        if len(joined) > 1:
+            coll_class[cids] = cids
+            dropped = True
+    return dropped
+
+
+def collective_classes(trace, g: int) -> tuple[np.ndarray, dict[int, list[int]]]:
+    """Each collective's class (module docstring), numbered by its first collective's id, and
+    each class's collectives in id order; ``g`` GPUs per node."""
+    first: dict[tuple, int] = {}
+    seen: dict[tuple, int] = {}  # collectives of one shape already met on one set of nodes
+    cls = np.empty(len(trace.collectives), dtype=np.int64)
+    for c in trace.collectives:
+        ranks = np.asarray(c.ranks, dtype=np.int64)
+        key: tuple = (c.id,)
+        if c.matrix is None and len(ranks):
+            shift = (int(ranks.min()) // g) * g  # the group moved to node 0
+            shape = (c.op, float(c.size_bytes), tuple((ranks - shift).tolist()))
+            # the k-th collective of a shape on these nodes copies the k-th on other nodes
+            k = seen[shape, shift] = seen.get((shape, shift), -1) + 1
+            key = (shape, k)
+        cls[c.id] = first.setdefault(key, c.id)
+    copies: dict[int, list[int]] = {}
+    for cid, k in enumerate(cls.tolist()):
+        copies.setdefault(k, []).append(cid)
+    return cls, copies
+
+
+def templates(trace, durations_s: np.ndarray, background: bool, g: int = 0) -> Templates:
+    """The rank classes of ``trace`` with op ``durations_s`` (module docstring) on nodes of
+    ``g`` GPUs (0: no collective classes); every rank on its own when templates are off, with
+    ``background`` sync threads or with host transfers."""
+    by_rank = trace.by_rank()
+    n = trace.ranks
+    alone = not ENABLED or background or any(op.kind == "transfer" for op in trace.ops)
+    if alone:
+        return Templates(np.arange(n), {r: [r] for r in range(n)}, {})
+    coll_class, copies = collective_classes(trace, g) if g else (None, None)
+    while True:
+        rep_of = _rank_classes(by_rank, durations_s, coll_class)
+        if not copies or not _drop_unaligned(trace, rep_of, coll_class, copies):
+            break
+        copies = {}
+        for cid, k in enumerate(coll_class.tolist()):
+            copies.setdefault(k, []).append(cid)
     members: dict[int, list[int]] = {}
     for rank in range(n):
         members.setdefault(int(rep_of[rank]), []).append(rank)
@@ -79,4 +150,4 @@ def templates(trace, durations_s: np.ndarray, background: bool) -> Templates:
             continue
         for pos, op in enumerate(by_rank[rep]):
             member_ops[op.id] = [by_rank[m][pos].id for m in ranks[1:]]
-    return Templates(rep_of, members, member_ops)
+    return Templates(rep_of, members, member_ops, coll_class, copies)
