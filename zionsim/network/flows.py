@@ -196,6 +196,7 @@ class _Network:
         self.record_spans = record_spans
         self._batches: dict[int, _Batch] = {}
         self._next_batch = 0
+        self._coalesce = False  # the batch being started shares its instant's rate solve
 
     def _new_batch(
         self, n: int, nbytes: float, tag: object, members: int | None = None
@@ -330,7 +331,7 @@ class FlowNetwork(_Network):
         self._batch = np.concatenate([self._batch, np.full(n, bid)])
         self._rate = np.concatenate([self._rate, np.zeros(n)])
         self._cap = np.concatenate([self._cap, cap])
-        if getattr(self, "_coalesce", False):
+        if self._coalesce:
             if not self._pending:  # one solve for every batch started at this instant
                 self._pending = True
                 self.env.timeout(0).callbacks.append(lambda _e: self._pending and self._settle())
