@@ -89,7 +89,7 @@ def test_copies_of_node_collectives_run_as_a_class(equal, tmp_path, monkeypatch)
     w = load_workload(str(path))
     plan = Plan("twrw", tuple(Shard(t, "TWRW", tuple(range(8 * t, 8 * t + 8))) for t in range(4)))
     trace, _ = build_trace(cluster, w, plan)
-    t = templates.templates(trace, op_durations(cluster, trace), background=False, g=8)
+    t = templates.templates(trace, op_durations(cluster, trace), alone=False, g=8)
     copied = [c for c in t.copies.values() if len(c) > 1]
     assert bool(copied) == equal and (len(t.members) < 32) == equal
     on = _files(tmp_path, "twrw", cluster, w, monkeypatch, True, plan=plan)
@@ -107,7 +107,7 @@ def test_alike_ranks_share_a_class_and_uneven_ones_do_not():
     ):
         cluster = Cluster.load(topology, nodes=nodes)
         trace, _ = build_trace(cluster, load_workload(workload))
-        t = templates.templates(trace, op_durations(cluster, trace), background=False)
+        t = templates.templates(trace, op_durations(cluster, trace), alone=False)
         sizes = sorted(len(m) for m in t.members.values())
         assert sum(sizes) == nodes * 8 and sizes[-1] == most
         assert (t.rep_of <= np.arange(nodes * 8)).all()  # a class's lowest rank represents it

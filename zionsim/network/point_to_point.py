@@ -6,9 +6,9 @@ GPU ``(a, m)`` on the sender's node, which sends the aggregate of its node over 
 both legs stream together (pipelined relay).  Per-peer byte matrices may be dense or
 ``peer_bytes.OuterSum`` (a DLRM layout's); the sums PXN needs have a closed form for the latter.
 For the latter, PXN's node-pair flows also travel as flow classes (``network.flows``
-assumption 6): one row per rail and pair of node *colours*, where a colour is a node's leaf
-switches and its sums, so the members of a row are interchangeable in the fabric and in the
-matrix (:func:`_pxn_classes`).
+assumption 6): one row per rail, pair of node *colours* and fabric relation, where a colour
+is a node's byte sums and the shape of the fabric around its NIC, so the members of a row are
+alike in the matrix and, by the fabric's symmetries, in the network (:func:`_pxn_classes`).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from zionsim.network.phases import ClassRoutes, FlowClass, Phase, merge
 #: PXN's node-pair flows as flow classes where they are alike (module docstring); False: one
 #: flow each, the per-flow model the classes must reproduce (bench/run.py ``--per-flow``)
 CLASSES = True
-#: ... from this many node-pair flows on (measured, bench/run.py --compare: at 16 ZionEX nodes,
+#: ... from this many node-pair flows on (measured with bench/run.py: at 16 ZionEX nodes,
 #: 1,920 flows, checking and splitting classes when an all-reduce overlaps costs more than the
 #: flows themselves; at 128 nodes, 130 k flows, classes are faster)
 CLASSES_FROM = 20_000

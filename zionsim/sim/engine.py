@@ -148,7 +148,7 @@ def _simulate(
     sync = trace.meta.get("sync") or {}
     background = sync.get("mode", "allreduce").startswith("shadow") and sync_traffic
     g = cluster.spec.gpus_per_node
-    tpl = templates(trace, rec.durations_s, background or not alike, g)
+    tpl = templates(trace, rec.durations_s, alone=background or not alike, g=g)
     run = _Run(env, net, cluster, trace, rec, collective_model, sync_traffic, tpl)
     by_rank = trace.by_rank()
     for rank in tpl.reps:
@@ -215,7 +215,7 @@ def _rep_counts(rep_of: np.ndarray, ranks) -> tuple[np.ndarray, np.ndarray]:
 class _Run:
     def __init__(self, env, net, cluster, trace, rec, model, sync_traffic=True, tpl=None):
         self.env, self.net, self.cluster, self.trace, self.rec = env, net, cluster, trace, rec
-        self.tpl = tpl or templates(trace, rec.durations_s, True)  # default: every rank alone
+        self.tpl = tpl or templates(trace, rec.durations_s, alone=True)
         #: per collective: its members' representatives and how many members each stands for
         self.coll_reps = [_rep_counts(self.tpl.rep_of, c.ranks) for c in trace.collectives]
         self.model = model or nccl.load_model()

@@ -124,13 +124,14 @@ def collective_classes(trace, g: int) -> tuple[np.ndarray, dict[int, list[int]]]
     return cls, copies
 
 
-def templates(trace, durations_s: np.ndarray, background: bool, g: int = 0) -> Templates:
+def templates(trace, durations_s: np.ndarray, alone: bool, g: int = 0) -> Templates:
     """The rank classes of ``trace`` with op ``durations_s`` (module docstring) on nodes of
-    ``g`` GPUs (0: no collective classes); every rank on its own when templates are off, with
-    ``background`` sync threads or with host transfers."""
+    ``g`` GPUs (0: no collective classes); every rank on its own when ``alone`` (the caller's:
+    ShadowSync background threads, or a redone run), when templates are off or with host
+    transfers."""
     by_rank = trace.by_rank()
     n = trace.ranks
-    alone = not ENABLED or background or any(op.kind == "transfer" for op in trace.ops)
+    alone = alone or not ENABLED or any(op.kind == "transfer" for op in trace.ops)
     if alone:
         return Templates(np.arange(n), {r: [r] for r in range(n)}, {})
     coll_class, copies = collective_classes(trace, g) if g else (None, None)
