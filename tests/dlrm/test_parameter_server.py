@@ -15,7 +15,7 @@ from zionsim.hardware.cluster import Cluster
 from zionsim.io.files import read_plan
 from zionsim.sim.run import simulate_run
 
-N, G = 4, 2  # the tiny world: 2 nodes × 2 GPUs, 2 host sockets per node
+N, G = 4, 2  # the tiny world: 2 nodes × 2 GPUs (16 service hosts on its front-end network)
 
 
 def _ps_plan(w, servers):
@@ -59,31 +59,33 @@ def test_network_carries_the_ps_bytes():
     assert r.summary["busy_s"]["parameter_server"] > 0
 
 
-def test_remote_servers_load_the_network_local_ones_do_not():
-    """All tables on node 0's sockets: node 1's trainers reach them over RoCE; on one node, no
-    byte of parameter-server traffic leaves the host."""
+def test_servers_are_reached_over_the_front_end_not_the_training_fabric():
+    """Parameter servers are service hosts: their bytes cross the front-end links and the
+    servers' DRAM, never the RoCE back-end, on one node or two."""
     w = load_workload("tiny")
-    two = Cluster.load(TINY)
-    remote = simulate_run(two, w, _ps_plan(w, [0, 1, 0, 1]), iterations=2, warmup=1)
-    one = Cluster.load(TINY, nodes=1)
-    local = simulate_run(one, w, _ps_plan(w, [0, 1, 0, 1]), iterations=2, warmup=1)
-    assert remote.links[remote.links["kind"] == "roce"]["bytes"].sum() > 0
-    assert "roce" not in set(local.links[local.links["bytes"] > 0]["kind"])
+    for c in (Cluster.load(TINY), Cluster.load(TINY, nodes=1)):
+        r = simulate_run(c, w, _ps_plan(w, [0, 1, 0, 1]), iterations=2, warmup=1)
+        lay = layout(w, _ps_plan(w, [0, 1, 0, 1]), c.spec.gpus, G)
+        into_servers = r.links[r.links["src"] == "fe"]["bytes"].sum()
+        out_of_servers = r.links[r.links["dst"] == "fe"]["bytes"].sum()
+        assert into_servers == out_of_servers  # the switch conserves bytes
+        assert into_servers >= (lay.ps_index + lay.ps_pooled).sum() * (1 - 1e-9)
+    assert "roce" not in set(r.links[r.links["bytes"] > 0]["kind"])  # one node: no fabric use
 
 
-def test_faster_host_dram_never_slows_ps_lookups():
-    """Doubling host-DRAM bandwidth never lengthens an iteration served by parameter servers."""
+def test_faster_server_dram_never_slows_ps_lookups():
+    """Doubling the servers' DRAM bandwidth never lengthens an iteration they serve."""
     w = load_workload("tiny")
-    slow = Cluster.load(TINY, overrides=["host.dram_bw=1GB/s"])
-    fast = Cluster.load(TINY, overrides=["host.dram_bw=2GB/s"])
+    slow = Cluster.load(TINY, overrides=["front_end.server.dram_bw=1GB/s"])
+    fast = Cluster.load(TINY, overrides=["front_end.server.dram_bw=2GB/s"])
     plan = _ps_plan(w, [0, 1, 2, 3])
     t_slow = simulate_run(slow, w, plan, iterations=2).summary["iteration_time_s"]
     t_fast = simulate_run(fast, w, plan, iterations=2).summary["iteration_time_s"]
     assert t_fast <= t_slow
 
 
-def test_ps_planner_spreads_tables_over_host_sockets():
-    """The ``ps`` planner places every table on a server and uses every socket it can."""
+def test_ps_planner_spreads_tables_over_service_hosts():
+    """The ``ps`` planner places every table on a server and uses every server it can."""
     c = Cluster.load(TINY)
     w = load_workload("tiny")
     plan = PLANNERS["ps"](c, w)
@@ -101,7 +103,7 @@ def test_ps_plan_file_round_trips(tmp_path):
 
 
 def test_unknown_server_is_a_clear_error(tmp_path):
-    """A server beyond the cluster's host sockets names the field and the range."""
+    """A server beyond the cluster's service hosts names the field and the range."""
     w = load_workload("tiny")
     d = plan_to_dict(_ps_plan(w, [0, 1, 2, 9]), w)
     path = tmp_path / "plan.yaml"
@@ -110,11 +112,11 @@ def test_unknown_server_is_a_clear_error(tmp_path):
         read_plan(path, w, N, G, servers=4)
 
 
-def test_ps_tables_must_fit_host_dram():
-    """Parameter-server tables larger than a node's DRAM are a capacity error naming the node."""
-    c = Cluster.load(TINY, overrides=["host.dram=100KiB"])
+def test_ps_tables_must_fit_server_dram():
+    """Tables larger than a parameter server's DRAM are a capacity error naming the server."""
+    c = Cluster.load(TINY, overrides=["front_end.server.dram=100KiB"])
     w = load_workload("tiny")
-    with pytest.raises(CapacityError, match="node n0 needs"):
+    with pytest.raises(CapacityError, match="parameter server 0 needs"):
         simulate_run(c, w, _ps_plan(w, [0, 0, 0, 0]), iterations=1, warmup=0)
 
 

@@ -1,5 +1,7 @@
 """Sync modes: ShadowSync never blocks training; foreground pauses; bytes and hot spots add up."""
 
+import dataclasses
+
 import pytest
 
 from tests.conftest import TINY
@@ -77,7 +79,8 @@ def test_model_averaging_bytes_at_least_a_ring():
 
 
 def test_easgd_traffic_converges_on_the_servers(tmp_path):
-    """EASGD with one server: the link into that server's DRAM carries every push."""
+    """EASGD with one server: the link into that server host carries every push (a service
+    host by default; the DRAM of a training host with ``placement: trainers``)."""
     from zionsim.hardware.cluster import Cluster as C
     from zionsim.sim.run import simulate_run as sr
 
@@ -92,10 +95,19 @@ def test_easgd_traffic_converges_on_the_servers(tmp_path):
         sync_servers=1,
     )
     links = r.links.set_index(["src", "dst"])
+    into_server = links.loc[("fe", "svc15/cpu"), "bytes"]  # the last of the 16 service hosts
+    into_other = links.loc[("fe", "svc0/cpu"), "bytes"]
+    assert into_server >= r.summary["sync"]["sync_bytes"] / 2 * 0.999
+    assert into_other == 0
+    w = load_workload("tiny")
+    w = dataclasses.replace(w, sync={"placement": "trainers"})
+    r = sr(c, w, iterations=ITER, warmup=1, sync="foreground-easgd", sync_every=2, sync_servers=1)
+    links = r.links.set_index(["src", "dst"])
     into_server = links.loc[("n0/cpu0", "n0/dram0"), "bytes"]
     into_other = links.loc[("n1/cpu0", "n1/dram0"), "bytes"]
     assert into_server >= r.summary["sync"]["sync_bytes"] / 2 * 0.999
     assert into_other < into_server / 10
+    assert links.loc[("fe", "svc15/cpu"), "bytes"] == 0
 
 
 def test_node_trainers_all_reduce_inside_nodes():

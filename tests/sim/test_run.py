@@ -27,6 +27,10 @@ IDEAL = [
     "links.roce.latency=0",
     "links.upi.latency=0",
     "links.dram.latency=0",
+    "front_end.nic_bw=1e18 B/s",
+    "front_end.latency=0",
+    "front_end.server.nic_bw=1e18 B/s",
+    "front_end.server.dram_bw=1e18 B/s",
 ]
 
 

@@ -361,8 +361,9 @@ def _plan(args, cluster, w):
 
 
 def _servers(cluster) -> int:
-    """Host sockets of the cluster: the parameter servers a plan may name."""
-    return cluster.spec.nodes * cluster.spec.host.sockets
+    """Service hosts of the front-end network: the parameter servers a plan may name."""
+    fe = cluster.spec.front_end
+    return fe.servers if fe is not None else 0
 
 
 def _trace_cluster(args):

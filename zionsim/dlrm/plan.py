@@ -47,7 +47,7 @@ class Shard:
     ranks: tuple[int, ...]
     tier: str = "hbm"
     cache_fraction: float = 0.0
-    #: parameter server (host socket, numbered node-major) holding a ``ps``-tier table
+    #: parameter server (a CPU service host of the front-end network) holding a ``ps``-tier table
     server: int = -1
     #: CW/TWCW: columns of each slice, in ``ranks`` order (None: nearly equal slices)
     widths: tuple[int, ...] | None = None
@@ -150,30 +150,38 @@ def check_host_fits(
     dram_bytes_per_node: float,
     gpus_per_node: int,
     ps_dram: np.ndarray | None = None,
-    sockets: int = 1,
+    servers: int = 0,
+    server_dram_bytes: float = 0.0,
 ) -> None:
-    """Raise :class:`CapacityError` if a node's host DRAM cannot hold its UVM shards and the
-    tables of its parameter servers (``ps_dram``: bytes per server, ``sockets`` per node)."""
+    """Raise :class:`CapacityError` if a node's host DRAM cannot hold its UVM shards, or a
+    parameter server (one of ``servers`` service hosts) the tables placed on it (``ps_dram``:
+    bytes per server)."""
     per_node = host_dram.reshape(-1, gpus_per_node).sum(axis=1)
-    if ps_dram is not None and ps_dram.size:
-        nodes = len(per_node)
-        if ps_dram.size > nodes * sockets:
-            raise CapacityError(
-                f"the plan uses parameter server {ps_dram.size - 1} but the cluster has "
-                f"{nodes * sockets} host sockets",
-                field="plan",
-                allowed=f"servers 0..{nodes * sockets - 1}",
-            )
-        per_node = per_node + np.resize(
-            np.pad(ps_dram, (0, nodes * sockets - ps_dram.size)), (nodes, sockets)
-        ).sum(axis=1)
     worst = int(np.argmax(per_node))
     if per_node[worst] > dram_bytes_per_node:
         raise CapacityError(
-            f"node n{worst} needs {per_node[worst] / 1e9:.1f} GB of host DRAM for UVM and "
-            f"parameter-server tables but has {dram_bytes_per_node / 1e9:.1f} GB",
+            f"node n{worst} needs {per_node[worst] / 1e9:.1f} GB of host DRAM for UVM tables "
+            f"but has {dram_bytes_per_node / 1e9:.1f} GB",
             field="plan",
             allowed="more nodes, fewer host-memory tables, or a smaller embedding precision",
+        )
+    if ps_dram is None or not ps_dram.size:
+        return
+    if ps_dram.size > servers:
+        raise CapacityError(
+            f"the plan uses parameter server {ps_dram.size - 1} but the front-end network has "
+            f"{servers} service hosts",
+            field="plan",
+            allowed=f"servers 0..{servers - 1}, or more with --set front_end.servers=N",
+        )
+    worst = int(np.argmax(ps_dram))
+    if ps_dram[worst] > server_dram_bytes:
+        raise CapacityError(
+            f"parameter server {worst} needs {ps_dram[worst] / 1e9:.1f} GB of DRAM for its "
+            f"tables but has {server_dram_bytes / 1e9:.1f} GB",
+            field="plan",
+            allowed="more parameter servers (front_end.servers) or larger ones "
+            "(front_end.server.dram)",
         )
 
 

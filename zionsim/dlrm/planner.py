@@ -341,14 +341,14 @@ def round_robin(cluster, w: WorkloadSpec) -> Plan:
 
 
 def parameter_servers(cluster, w: WorkloadSpec) -> Plan:
-    """Every table whole on a CPU parameter server (``ps`` tier): the host sockets of all nodes,
-    heaviest lookup traffic first on the least-loaded server with DRAM room.  On one node this is
-    Zion's placement (tables in its own host DRAM, read over PCIe); on several, most trainers
-    reach most tables over the network, as ShadowSync's trainers reach their servers."""
-    spec = cluster.spec
-    servers = spec.nodes * spec.host.sockets
+    """Every table whole on a CPU parameter server (``ps`` tier): the service hosts of the
+    front-end network, heaviest lookup traffic first on the least-loaded server with DRAM room,
+    as ShadowSync's and Big Basin's trainers reach their sparse parameter servers.  (Tables in
+    the training host's own DRAM, Zion's placement, are the ``uvm`` tier.)"""
+    fe = cluster.spec.front_end
+    servers = fe.servers
     per_el, per_row = EMBEDDING_OPTIMIZERS[w.optimizer["embedding"]]
-    room = np.full(servers, spec.host.dram_bytes / spec.host.sockets)
+    room = np.full(servers, fe.server_dram_bytes)
     load = np.zeros(servers)
     shards: dict[int, Shard] = {}
     for t in sorted(w.tables, key=lambda t: (-t.pooling * t.dim, -t.rows, t.index)):

@@ -13,9 +13,12 @@ Modes (DESIGN §6):
 Rounds: model averaging (MA) and BMUF all-reduce the parameters among trainers (BMUF adds block
 momentum: same traffic, different update); EASGD exchanges them point-to-point with ``servers``
 central sync parameter servers, each holding a shard: every trainer pushes its parameters and
-pulls the centre's, ``P / servers`` bytes to and from each server.  A trainer is one GPU rank, or
-one node (``trainer: node``: its GPUs all-reduce every iteration inside the node, and each GPU
-syncs its 1/g shard with the same-index GPUs of the other nodes).
+pulls the centre's, ``P / servers`` bytes to and from each server.  The sync servers are CPU
+service hosts of their own on the front-end network (``placement: service``, the default, as
+ShadowSync ran them: arXiv:2003.03477 trains with separate trainer, sparse-PS and sync-PS
+hosts); ``placement: trainers`` puts them in the host DRAM of the training nodes instead.
+A trainer is one GPU rank, or one node (``trainer: node``: its GPUs all-reduce every iteration
+inside the node, and each GPU syncs its 1/g shard with the same-index GPUs of the other nodes).
 """
 
 from __future__ import annotations
@@ -37,6 +40,8 @@ MODES = (
     "shadow-easgd",
 )
 TRAINERS = ("rank", "node")
+#: where EASGD's sync servers live: dedicated CPU service hosts, or the training hosts' DRAM
+PLACEMENTS = ("service", "trainers")
 
 
 @dataclass(frozen=True)
@@ -48,6 +53,7 @@ class SyncSpec:
     servers: int = 1
     period_s: float = 0.0
     trainer: str = "rank"
+    placement: str = "service"
 
     @property
     def kind(self) -> str:
@@ -67,6 +73,7 @@ class SyncSpec:
             "servers": self.servers,
             "period_s": self.period_s,
             "trainer": self.trainer,
+            "placement": self.placement,
         }
 
 
@@ -87,13 +94,18 @@ def sync_spec(
         "servers": servers if servers is not None else base.get("servers", 1),
         "period_s": period_s if period_s is not None else base.get("period_s", 0.0),
         "trainer": trainer or base.get("trainer", "rank"),
+        "placement": base.get("placement", "service"),
     }
     unknown = sorted(set(base) - set(values))
     if unknown:
         raise InputError(
             "unknown field", file=file, field=f"sync.{unknown[0]}", allowed=", ".join(values)
         )
-    for key, options, noun in (("mode", MODES, "sync mode"), ("trainer", TRAINERS, "trainer")):
+    for key, options, noun in (
+        ("mode", MODES, "sync mode"),
+        ("trainer", TRAINERS, "trainer"),
+        ("placement", PLACEMENTS, "sync server placement"),
+    ):
         if values[key] not in options:
             raise InputError(
                 f"unknown {noun} {values[key]!r}",
@@ -115,11 +127,27 @@ def sync_spec(
         values["servers"],
         float(values["period_s"]),
         values["trainer"],
+        values["placement"],
     )
 
 
+def service_hosts(cluster, servers: int) -> np.ndarray:
+    """Service-host indices of ``servers`` dedicated EASGD sync servers: the last of the
+    front-end pool (parameter-server tables fill it from the first)."""
+    fe = cluster.spec.front_end
+    pool = 0 if fe is None else fe.servers
+    if servers > pool:
+        raise InputError(
+            f"{servers} sync servers but the front-end network has {pool} service hosts",
+            field="sync.servers",
+            allowed=f"1..{pool}, or more hosts with --set front_end.servers=N",
+        )
+    return np.arange(pool - servers, pool)
+
+
 def server_devices(cluster, servers: int) -> np.ndarray:
-    """Device ids of the EASGD sync parameter servers: host DRAM of sockets spread over nodes."""
+    """Device ids of EASGD sync servers placed on the training hosts (``placement: trainers``):
+    host DRAM of sockets spread over nodes."""
     spec = cluster.spec
     out = []
     for i in range(servers):

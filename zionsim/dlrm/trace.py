@@ -431,6 +431,7 @@ def _lower_sync(b, sync: SyncSpec, r: int, g: int, colls: dict, nbytes: float) -
             last = b.op(
                 r, name, "transfer", "sync", "compute", (last,), direction=direction,
                 nbytes=float(share), servers=sync.servers, every=sync.every,
+                placement=sync.placement,
             )  # fmt: skip
     else:
         b.op(

@@ -10,6 +10,7 @@ import numpy as np
 
 from zionsim.base import bounds
 from zionsim.base.errors import InputError
+from zionsim.dlrm.sync import PLACEMENTS
 from zionsim.dlrm.trace import (
     CATEGORIES,
     KINDS,
@@ -219,7 +220,7 @@ OPTIONAL_ARGS = {
     "host": (),
     "embedding_fwd": ("launches", "unique_rows"),
     "embedding_bwd": ("launches", "unique_rows", "state_bytes_per_row"),
-    "transfer": ("servers", "every", "index", "gather", "pooled", "push", "update"),
+    "transfer": ("servers", "every", "placement", "index", "gather", "pooled", "push", "update"),
     "collective": ("every",),
 }
 #: numeric args: (key of the bound in ``base.bounds``, dimension, smallest whole number or None
@@ -299,6 +300,9 @@ def _check_transfer(where: str, args: dict, err) -> None:
         _check_ps_args(args, err, where)
     elif "servers" in args:
         args["servers"] = bounds.count(args["servers"], "servers", field=f"{where}.args.servers")
+    if "placement" in args and args["placement"] not in PLACEMENTS:
+        problem = f"unknown placement {args['placement']!r}"
+        raise err(f"{where}.args.placement", problem, ", ".join(PLACEMENTS))
     stray = [p for parts in PS_PARTS.values() for p in parts if p in args]
     if direction not in PS_PARTS and stray:
         raise err(f"{where}.args.{stray[0]}", "only a ps_lookup or ps_update transfer has it")

@@ -22,6 +22,11 @@ Modelling assumptions:
    spines; per-flow hash collisions are not modelled.  Ports run at the NIC speed.
 5. Edges of every node are created in the same order, so edge ``e`` of node 0 is edge
    ``e + k·edges_per_node`` of node ``k`` (the router relies on this).
+6. The front-end (data-center) network is one non-blocking switch ``fe`` after the fabric: each
+   node's front-end NICs hang off its CPU sockets (NIC ``j`` on socket ``j·sockets//nics``; a
+   socket's NICs are one link of their summed speed), and each CPU service host ``svc<j>`` is a
+   ``server_cpu`` behind one NIC with its DRAM (``server_dram``) behind a ``dram`` link.  The
+   router does not route through it: ``services.py`` builds those paths.
 """
 
 from __future__ import annotations
@@ -81,16 +86,42 @@ def build_graph(spec: ClusterSpec) -> HardwareGraph:
             g.graph["edges_per_node"] = g.number_of_edges()
             g.graph["local_devices"] = [n.split("/", 1)[1] for n in g.nodes]
     _add_fabric(g, spec)
+    if spec.front_end is not None:
+        _add_front_end(g, spec)
     _check_connected(g, spec)
     return g
 
 
-def _link(
-    g: HardwareGraph, spec: ClusterSpec, a: str, b: str, kind: str, bw_Bps: float, count: int = 1
-) -> None:
-    """A full-duplex link ``a``–``b`` of ``kind``: two directed edges at ``bw_Bps`` line rate
-    (capacity derated by the kind's efficiency), with the next edge ids."""
-    link = spec.links[kind]
+def _add_front_end(g: HardwareGraph, spec: ClusterSpec) -> None:
+    """The front-end switch, the training hosts' front-end NICs and the service hosts
+    (assumption 6); their edge ids go to ``g.graph["front_end"]``."""
+    fe, sockets = spec.front_end, spec.host.sockets
+    g.add_node("fe", kind="switch", tier=0.5, node=-1, local=0)
+    per_socket = [0] * sockets
+    for j in range(fe.nics_per_node):
+        per_socket[j * sockets // fe.nics_per_node] += 1
+    up = [[-1] * sockets for _ in range(spec.nodes)]  # edge id socket -> fe (fe -> socket: +1)
+    for k in range(spec.nodes):
+        for s, count in enumerate(per_socket):
+            if count:
+                up[k][s] = g.graph["n_edges"]
+                _edge_pair(g, f"n{k}/cpu{s}", "fe", "frontend", fe.nic_bw_Bps * count, fe, count)
+    servers = []  # per service host: edge ids (cpu -> fe, dram -> cpu); reverses are +1
+    for j in range(fe.servers):
+        cpu, dram = f"svc{j}/cpu", f"svc{j}/dram"
+        g.add_node(cpu, kind="server_cpu", node=-1, local=j)
+        g.add_node(dram, kind="server_dram", node=-1, local=j, dram_bytes=fe.server_dram_bytes)
+        nic = g.graph["n_edges"]
+        _edge_pair(g, cpu, "fe", "frontend", fe.server_nic_bw_Bps, fe)
+        mem = g.graph["n_edges"]
+        _edge_pair(g, dram, cpu, "dram", fe.server_dram_bw_Bps, spec.links["dram"])
+        servers.append((nic, mem))
+    g.graph["front_end"] = {"up": up, "servers": servers, "per_socket": per_socket}
+
+
+def _edge_pair(g: HardwareGraph, a: str, b: str, kind: str, bw_Bps: float, link, count=1) -> None:
+    """A full-duplex link ``a``–``b`` with ``link``'s efficiency and latency (``efficiency`` and
+    ``latency_s`` attributes): ``a → b`` takes the next edge id, ``b → a`` the one after."""
     for u, v in ((a, b), (b, a)):
         g.add_edge(
             u,
@@ -103,6 +134,14 @@ def _link(
             id=g.graph["n_edges"],
         )
         g.graph["n_edges"] += 1
+
+
+def _link(
+    g: HardwareGraph, spec: ClusterSpec, a: str, b: str, kind: str, bw_Bps: float, count: int = 1
+) -> None:
+    """A full-duplex link ``a``–``b`` of ``kind``: two directed edges at ``bw_Bps`` line rate
+    (capacity derated by the kind's efficiency), with the next edge ids."""
+    _edge_pair(g, a, b, kind, bw_Bps, spec.links[kind], count)
 
 
 def _add_node_devices(g: HardwareGraph, spec: ClusterSpec, k: int) -> None:

@@ -38,12 +38,17 @@ def topology_summary(cluster) -> dict:
                 "oversubscription": so.oversubscription,
             }
         )
+    if spec.front_end is not None:
+        fe = spec.front_end
+        out["front_end_per_node_GBps"] = fe.nics_per_node * fe.nic_bw_Bps / 1e9
+        out["service_hosts"] = fe.servers
     out["bisection_GBps"] = bisection_Bps(cluster) / 1e9
     return out
 
 
 def bisection_Bps(cluster) -> float:
-    """Max flow (line rate, one direction) from the first half of the GPUs to the second half.
+    """Max flow (line rate, one direction) from the first half of the GPUs to the second half,
+    over the training fabric (the front-end network is left out).
 
     Halves are by node when there are several nodes, else by GPU index inside the node.
     """
@@ -53,7 +58,9 @@ def bisection_Bps(cluster) -> float:
         return 0.0
     g = nx.DiGraph()
     g.add_edges_from(
-        (u, v, {"capacity": d["bw_Bps"]}) for u, v, d in cluster.graph.edges(data=True)
+        (u, v, {"capacity": d["bw_Bps"]})
+        for u, v, d in cluster.graph.edges(data=True)
+        if d["kind"] != "frontend"
     )
     for x in gpus[:half]:
         g.add_edge("_src", x, capacity=float("inf"))

@@ -29,6 +29,7 @@ LINK_ROLES = {
     "upi": "socket",
     "dram": "memory",
     **{kind: "scale_out" for kind in SCALE_OUT_KINDS},
+    "frontend": "front_end",
 }
 #: GPU generations with compute-model and NCCL parameters (``gpu.architecture``)
 GPU_ARCHITECTURES = ("volta", "ampere", "hopper")
@@ -106,6 +107,23 @@ class LinkSpec:
 
 
 @dataclass(frozen=True)
+class FrontEndSpec:
+    """The data-center (front-end) network beside the training fabric, and its pool of CPU
+    service hosts (EASGD sync servers, embedding parameter servers).  Training hosts reach it
+    through ``nics_per_node`` NICs on their CPU sockets; each service host is one CPU with its
+    DRAM behind one NIC.  The front-end switch is non-blocking (assumption)."""
+
+    nic_bw_Bps: float
+    nics_per_node: int
+    efficiency: float
+    latency_s: float
+    servers: int
+    server_dram_bytes: float
+    server_dram_bw_Bps: float
+    server_nic_bw_Bps: float
+
+
+@dataclass(frozen=True)
 class ClusterSpec:
     """A whole cluster: ``nodes`` identical nodes on one scale-out fabric."""
 
@@ -119,6 +137,7 @@ class ClusterSpec:
     pcie: PcieSpec
     scale_out: ScaleOutSpec
     links: dict[str, LinkSpec]
+    front_end: FrontEndSpec | None = None
     #: multiplies every software latency of the collective model (1 = as calibrated)
     collective_latency_scale: float = 1.0
     #: NCCL protocol parameters fitted for this cluster (``collectives.protocols``), over the
@@ -158,8 +177,32 @@ TOP_KEYS = {
     "pcie",
     "scale_out",
     "links",
+    "front_end",
 }
 
+
+#: ``front_end.*`` fields a file may leave out (so ``--set front_end.servers=16`` reaches them);
+#: docs/topologies.md.  Sources:
+#: [dsi] M. Zhao et al., ISCA 2022 (arXiv:2108.09373), Sec. 2: a ZionEX node's 4 CPUs reach the
+#: front-end network through 100 Gb/s NICs, one per CPU; Meta's CPU hosts use 100 Gb/s NICs.
+#: [nccl209] NVIDIA/nccl issue 209: NCCL over TCP on Ethernet reaches 0.70 of line rate.
+#: [tcp_rtt] Linux TCP round trip on a data-center network is tens of microseconds (Google's
+#: Snap/Pony Express, SOSP 2019, report ~20-30 us kernel TCP round trips): 10 us one way per hop.
+#: [skx] Intel Xeon Scalable (Skylake-SP): 6 DDR4-2666 channels = 128 GB/s per socket.
+#: [shadowsync] Q. Zheng et al., ShadowSync (arXiv:2003.03477): trainers and parameter servers
+#: (sparse PSs for embeddings, dense "sync PSs" for EASGD) are separate CPU hosts.
+FRONT_END_DEFAULTS = {
+    "nic_bw": "100 Gbps",  # per front-end NIC of a training host [dsi]
+    "nics_per_node": "auto",  # auto: one per CPU socket [dsi]
+    "efficiency": 0.70,  # TCP over Ethernet [nccl209]
+    "latency": "10 us",  # per front-end hop [tcp_rtt]
+    "servers": 16,  # assumption: the pool of CPU service hosts a job may use [shadowsync]
+    "server": {
+        "dram": "256 GB",  # assumption: a 2-socket host with 16 x 16 GB DIMMs
+        "dram_bw": "256 GB/s",  # 2 sockets x 128 GB/s peak [skx]
+        "nic_bw": "100 Gbps",  # [dsi]
+    },
+}
 
 #: ``collectives.*`` fields a file may leave out (so ``--set`` can reach them): docs/topologies.md
 COLLECTIVE_DEFAULTS = {"latency_scale": 1.0, "cpu_vendor": "intel", "sharp": False}
@@ -184,7 +227,10 @@ def load_topology(
     overrides = overrides or {}
     first = {k: v for k, v in overrides.items() if k == "gpu"}
     data, file = load_with_overrides(
-        name_or_path, "topologies", first, defaults={"collectives": COLLECTIVE_DEFAULTS}
+        name_or_path,
+        "topologies",
+        first,
+        defaults={"collectives": COLLECTIVE_DEFAULTS, "front_end": FRONT_END_DEFAULTS},
     )
     rest = {k: v for k, v in overrides.items() if k != "gpu"}
     data = apply_overrides(expand_gpu_preset(data, file), rest, file)
@@ -215,6 +261,7 @@ def cluster_from_dict(data: dict, file: str = "<topology>") -> ClusterSpec:
         pcie=_pcie(f.sub("pcie")),
         scale_out=_scale_out(f.sub("scale_out"), f.integer("nodes")),
         links=_links(f.sub("links")),
+        front_end=_front_end(f, _host(f.sub("host")).sockets),
         collective_latency_scale=_collectives(coll),
         collective_overhead_s=_protocols(coll, "overhead"),
         collective_efficiency=_protocols(coll, "efficiency"),
@@ -367,6 +414,28 @@ def leaf_count(
     if rail_optimized:
         return math.ceil(nodes / down) * nics_per_node
     return math.ceil(nodes * nics_per_node / down)
+
+
+def _front_end(top: Fields, sockets: int) -> FrontEndSpec:
+    """``front_end:`` over :data:`FRONT_END_DEFAULTS` (a file may leave out any field)."""
+    from zionsim.base.config import merge_fields
+
+    data = merge_fields(FRONT_END_DEFAULTS, top.sub("front_end", {}).data)
+    f = Fields(data, top.file, "front_end")
+    f.check_keys(set(FRONT_END_DEFAULTS))
+    s = f.sub("server")
+    s.check_keys(set(FRONT_END_DEFAULTS["server"]))
+    nics = sockets if f.raw("nics_per_node") == "auto" else f.integer("nics_per_node")
+    return FrontEndSpec(
+        nic_bw_Bps=f.quantity("nic_bw", "bandwidth"),
+        nics_per_node=nics,
+        efficiency=f.fraction("efficiency"),
+        latency_s=f.quantity("latency", "time", strict=False),
+        servers=f.integer("servers"),
+        server_dram_bytes=s.quantity("dram", "bytes"),
+        server_dram_bw_Bps=s.quantity("dram_bw", "bandwidth"),
+        server_nic_bw_Bps=s.quantity("nic_bw", "bandwidth"),
+    )
 
 
 def _links(f: Fields) -> dict[str, LinkSpec]:

@@ -380,8 +380,8 @@ def write_torchrec_plan(path: str | Path, data: dict, force: bool = False) -> No
 def read_plan(
     path: str | Path, workload, gpus: int, gpus_per_node: int, servers: int | None = None
 ):
-    """Load and validate a plan YAML against the workload and the cluster (``servers``: host
-    sockets that can be parameter servers)."""
+    """Load and validate a plan YAML against the workload and the cluster (``servers``: service
+    hosts that can be parameter servers)."""
     from zionsim.dlrm.plan_file import load_plan
 
     return load_plan(path, workload, gpus, gpus_per_node, servers)

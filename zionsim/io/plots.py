@@ -15,6 +15,8 @@ _COLORS = {
     "pcie_switch": "#ff7f0e",
     "nic": "#d62728",
     "switch": "#7f7f7f",
+    "server_cpu": "#8c564b",
+    "server_dram": "#c49c94",
 }
 _EDGE_COLORS = {
     "nvlink": "#76b900",
@@ -24,6 +26,7 @@ _EDGE_COLORS = {
     "roce": "#d62728",
     "infiniband": "#d62728",
     "ethernet": "#d62728",
+    "frontend": "#8c564b",
 }
 
 
@@ -51,6 +54,8 @@ def plot_topology(cluster, ax=None, max_nodes: int = 2):
         "nvswitch": -2.6,
         "cpu": -3.2,
         "dram": -3.8,
+        "server_cpu": 1.2,
+        "server_dram": 1.8,
     }
     pos, counts = {}, {}
     for n, d in sorted(sub.nodes(data=True), key=lambda x: (x[1].get("node", -1), x[0])):

@@ -25,9 +25,10 @@ import numpy as np
 import simpy
 
 from zionsim.base.errors import InputError
-from zionsim.dlrm.sync import server_devices
+from zionsim.dlrm.sync import server_devices, service_hosts
 from zionsim.dlrm.trace import STREAMS, Trace
 from zionsim.hardware import compute
+from zionsim.hardware.services import service_routes
 from zionsim.network import nccl
 from zionsim.network.flows import FlowNetwork, NetworkStats
 from zionsim.network.simulate import CountingEnvironment
@@ -323,7 +324,11 @@ class _Run:
             start, it0 = env.now, self.iteration[rank]
             last = it0
             if sync["mode"].endswith("easgd"):
-                args = {"nbytes": share, "servers": sync.get("servers", 1)}
+                args = {
+                    "nbytes": share,
+                    "servers": sync.get("servers", 1),
+                    "placement": sync.get("placement", "service"),
+                }
                 yield self._host_transfer(n_round, rank, {**args, "direction": "to_ps"}, "sync")
                 yield self._host_transfer(n_round, rank, {**args, "direction": "from_ps"}, "sync")
             else:  # NCCL kernels of the round hold SMs from launch to end (interference)
@@ -430,7 +435,9 @@ def prepare_collective(cluster, trace: Trace, cid: int, model, cache: dict) -> n
 def transfer_flows(cluster, rank: int, args: dict, label: str = "") -> tuple:
     """(routes, bytes, latency, tag label) of ``rank``'s host traffic: UVM rows between the GPU
     and its nearest DRAM (h2d, d2h), EASGD parameters between the GPU and the sync servers
-    (to_ps, from_ps), one shard each, or embedding parameter-server flows (:func:`_ps_flows`)."""
+    (to_ps, from_ps), one shard each, or embedding parameter-server flows (:func:`_ps_flows`).
+    Sync servers are service hosts on the front-end network (``services.py``) unless the sync
+    places them on the training hosts (``placement: trainers``)."""
     r = cluster.router
     gpu = int(cluster.gpus[rank])
     direction = args["direction"]
@@ -438,9 +445,14 @@ def transfer_flows(cluster, rank: int, args: dict, label: str = "") -> tuple:
         routes, nbytes = _ps_flows(cluster, gpu, args)
         return routes, nbytes, r.latency(routes), "emb_ps"
     if direction in ("to_ps", "from_ps"):
-        hosts = server_devices(cluster, int(args.get("servers", 1)))
-        nbytes = np.full(len(hosts), args["nbytes"] / len(hosts))
+        n = int(args.get("servers", 1))
+        nbytes = np.full(n, args["nbytes"] / n)
         label = label or "ps"
+        if args.get("placement", "service") == "service":
+            part = "to_host" if direction == "to_ps" else "from_host"
+            routes = service_routes(cluster, np.full(n, gpu), service_hosts(cluster, n), part)
+            return routes, nbytes, r.latency(routes), label
+        hosts = server_devices(cluster, n)
     else:
         hosts, nbytes = np.array([_nearest_dram(cluster, gpu)]), np.array([args["nbytes"]])
         label = label or "host"
@@ -450,31 +462,30 @@ def transfer_flows(cluster, rank: int, args: dict, label: str = "") -> tuple:
     return routes, nbytes, r.latency(routes), label
 
 
+#: parameter-server flows by transfer: (service-host path part, byte list of the transfer)
+_PS_PARTS = {
+    "ps_lookup": (("to_host", "index"), ("read", "gather"), ("from_host", "pooled")),
+    "ps_update": (("to_host", "push"), ("read", "update"), ("write", "update")),
+}
+
+
 def _ps_flows(cluster, gpu: int, args: dict) -> tuple[np.ndarray, np.ndarray]:
-    """Embedding parameter servers (``ps`` tier), as flows on the graph: a lookup sends the
-    indices to each server, the server's CPU gathers rows from its DRAM and the pooled values
-    come back; an update pushes gradients and the CPU reads and writes rows and state.  The
-    server's lookup is bound by its DRAM bandwidth (shared by every trainer it serves); CPU
-    cycles are not modelled."""
-    r, sockets = cluster.router, cluster.spec.host.sockets
+    """Embedding parameter servers (``ps`` tier) as flows: a lookup sends the indices to each
+    server host over the front-end network, the server's CPU gathers the rows from its DRAM and
+    the pooled values come back; an update pushes the gradients, and the CPU reads and writes
+    the rows and their optimizer state.  The server's work is bound by its DRAM bandwidth
+    (shared by every trainer it serves) and its NIC; CPU cycles are not modelled."""
     k = np.asarray(args["servers"], dtype=np.int64)
-    if k.size and k.max() >= cluster.spec.nodes * sockets:
-        raise InputError(
-            f"parameter server {int(k.max())} does not exist",
-            field="plan",
-            allowed=f"servers 0..{cluster.spec.nodes * sockets - 1} (host sockets)",
-        )
-    dram = np.array([r.local("dram", s // sockets, s % sockets) for s in k], dtype=np.int64)
-    cpu = np.array([r.local("cpu", s // sockets, s % sockets) for s in k], dtype=np.int64)
     g = np.full(len(k), gpu)
-    if args["direction"] == "ps_lookup":
-        pairs = [(g, dram, "index"), (dram, cpu, "gather"), (dram, g, "pooled")]
-    else:
-        pairs = [(g, dram, "push"), (dram, cpu, "update"), (cpu, dram, "update")]
-    src = np.concatenate([p[0] for p in pairs])
-    dst = np.concatenate([p[1] for p in pairs])
-    nbytes = np.concatenate([np.asarray(args[p[2]], dtype=float) for p in pairs])
-    return r.routes(src, dst), nbytes
+    parts = [service_routes(cluster, g, k, part) for part, _ in _PS_PARTS[args["direction"]]]
+    width = max(p.shape[1] for p in parts)
+    routes = np.concatenate(
+        [np.pad(p, ((0, 0), (0, width - p.shape[1])), constant_values=-1) for p in parts]
+    )
+    nbytes = np.concatenate(
+        [np.asarray(args[key], dtype=float) for _, key in _PS_PARTS[args["direction"]]]
+    )
+    return routes, nbytes
 
 
 def _nearest_dram(cluster, gpu: int) -> int:

@@ -75,8 +75,14 @@ def build_trace(
     mem = memory_by_rank(workload, plan, gpus, g, workload.zipf_alpha)
     names = [cluster.router.device_name(int(d)) for d in cluster.gpus]
     check_fits(mem, cluster.spec.gpu.hbm_bytes, names)
+    fe = cluster.spec.front_end
     check_host_fits(
-        mem["host_dram"], cluster.spec.host.dram_bytes, g, mem["ps_dram"], cluster.spec.host.sockets
+        mem["host_dram"],
+        cluster.spec.host.dram_bytes,
+        g,
+        mem["ps_dram"],
+        fe.servers if fe else 0,
+        fe.server_dram_bytes if fe else 0.0,
     )
     table = pd.DataFrame(
         {"rank": range(gpus), "gpu": names, **{f"{k}_bytes": mem[k] for k in MEMORY_KINDS}}
