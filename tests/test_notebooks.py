@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 NOTEBOOKS = sorted((Path(__file__).parent.parent / "notebooks").glob("*.ipynb"))
-NAMES = ["zion_vs_zionex", "scaling", "whatif_hardware", "shadowsync"]
+NAMES = ["zion_vs_zionex", "scaling", "whatif_hardware", "shadowsync", "seeds"]
 
 
-def test_the_four_study_notebooks_are_committed_with_outputs():
+def test_the_study_notebooks_are_committed_with_outputs():
     """Each notebook exists and its code cells carry outputs from a real execution."""
     assert sorted(p.stem for p in NOTEBOOKS) == sorted(NAMES)
     for path in NOTEBOOKS:

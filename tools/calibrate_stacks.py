@@ -1,24 +1,31 @@
-"""Refit each software stack's one fitted field, ``step_overhead``, on its calibration cases.
+"""Refit each software stack's fitted per-step terms (those of ``host.per_step``,
+``host.per_sample`` and ``gpu_per_step`` its file marks ``[fitted]``) on its calibration cases.
 
-    python tools/calibrate_stacks.py            # fit, print, rewrite `step_overhead:` in stacks/
+    python tools/calibrate_stacks.py            # fit, print, rewrite the `per_step:` /
+                                                # `per_sample:` lines in stacks/
     python tools/calibrate_stacks.py --dry-run  # fit and print only
 
 What it fits on what: for every stack named by an end-to-end case marked ``calibrated: true`` in
-validation/cases.yaml, the host time per step the GPU waits for (``step_overhead``, run at the
-start of each iteration, see zionsim/dlrm/stack.py) that minimises the sum of squared log errors
-of that stack's calibrated cases. Everything else in the stack profile, the topology and the
-workload stays as it is. The calibration cases (chosen before any held-out error was looked at,
-one single-node 8-GPU run per stack, the configuration each source presents as its reference):
+validation/cases.yaml, the host thread's fixed work per step (``host.per_step``) and, for a stack
+whose input pipeline runs on the training thread (``per_sample`` marked ``[fitted]``), its work
+per local sample, minimising the sum of squared log errors of that stack's calibrated cases.
+The host runs on a timeline of its own beside the GPU (zionsim/dlrm/stack.py item 5), so these
+terms are exposed only where the host is slower than the GPU.  Every stack is calibrated on two
+per-GPU batch sizes by one rule: its reference case (the one it was calibrated on before host
+time had a timeline) and the run of the same model on the same GPU type whose per-GPU batch
+differs most from it.
 
-- hugectr: h100x8_dcnv2_hugectr_v40 (MLPerf v4.0 DLRM-DCNv2, NVIDIA eos, 8x H100)
-- nvidia_pytorch_dlrm: a100x8_dle_large_tf32 (DeepLearningExamples PyTorch DLRM, DGX A100, TF32)
-- tensorflow_sok: a100_mlperf_dlrm_fp32 (SOK DLRM benchmark, 8x A100, FP32/TF32)
-- torchrec: p4d_x8_torchrec_gb65536 (TorchRec DLRM example, p4d, 8 GPUs, batch 65536)
+- hugectr: h100x8_dcnv2_hugectr_v40 (6912 per GPU) and h100x4_dcnv2_hugectr_v40 (8192 per GPU);
+  its host work (a replayed CUDA graph) hides behind the GPU, so what it fits is
+  ``gpu_per_step``, GPU work per step that the op list leaves out
+- nvidia_pytorch_dlrm: a100x8_dle_large_tf32 (8192 per GPU), a100x8_dlrm_pytorch_v07 (6912)
+- tensorflow_sok: a100_mlperf_dlrm_fp32 (8192 per GPU), a100_mlperf_dlrm_fp32_gb55296 (6912)
+- torchrec: p4d_x8_torchrec_gb2048 (256 per GPU) and p4d_x8_torchrec_gb65536 (8192 per GPU)
 
-The overhead is bounded to [0, 50 ms]: host time cannot be negative, so a stack whose calibrated
-cases are already simulated slower than measured fits 0 and the tool says so (the gap is then in
-the model, not in the host). Simulated times depend on the NCCL, compute and embedding models:
-rerun this after changing any of them, then `zionsim validate`.
+Each term is bounded below by 0: host time cannot be negative, so a term that fits 0 says the
+model is already slower than measured there (the gap is then in the model, not in the host).
+Simulated times depend on the NCCL, compute and embedding models: rerun this after changing
+any of them, then `zionsim validate`.
 """
 
 from __future__ import annotations
@@ -30,6 +37,8 @@ import re
 import sys
 from pathlib import Path
 
+import numpy as np
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
@@ -37,8 +46,15 @@ from zionsim.dlrm.stack import load_stack  # noqa: E402
 from zionsim.measure.validate import load_cases  # noqa: E402
 from zionsim.sim.run import run_point  # noqa: E402
 
-BOUNDS_S = (0.0, 50e-3)
-TOL_S = 0.5e-6
+#: fitted host terms, their bounds (s) and the unit they are written in
+TERMS = {
+    "per_step": ((0.0, 50e-3), "us", 1e6),
+    "per_sample": ((0.0, 50e-6), "ns", 1e9),
+    "gpu_per_step": ((0.0, 50e-3), "us", 1e6),
+}
+#: StackSpec attribute of each term
+ATTR = {"per_step": "host_per_step_s", "per_sample": "host_per_sample_s",
+        "gpu_per_step": "gpu_per_step_s"}  # fmt: skip
 
 
 def calibration_cases() -> dict[str, list]:
@@ -50,62 +66,69 @@ def calibration_cases() -> dict[str, list]:
     return out
 
 
+def fitted_terms(name: str) -> list[str]:
+    """The host terms stacks/NAME.yaml marks ``[fitted]``."""
+    text = (ROOT / "stacks" / f"{name}.yaml").read_text()
+    return [t for t in TERMS if re.search(rf"^\s*{t}:.*\[fitted\]", text, flags=re.M)]
+
+
 def simulate_ms(case, stack) -> float:
     """The case's simulated step time (ms) under ``stack`` (a StackSpec)."""
     options = dict(case.params["options"], stack=stack)
     return run_point(options).summary["iteration_time_s"] * 1e3
 
 
+def with_terms(base, terms: list[str], x) -> object:
+    """``base`` with the host terms set to ``x`` (seconds), clipped to their bounds."""
+    values = {
+        ATTR[t]: min(max(float(v), TERMS[t][0][0]), TERMS[t][0][1])
+        for t, v in zip(terms, x, strict=True)
+    }
+    return dataclasses.replace(base, **values)
+
+
 def loss(cases, stack) -> float:
     return sum(math.log(simulate_ms(c, stack) / c.measured) ** 2 for c in cases)
 
 
-def fit(name: str, cases) -> tuple[float, list[tuple[str, float, float]]]:
-    """Golden-section search of the step overhead (s) in BOUNDS_S; the loss is unimodal in it
-    (the overhead adds to every step)."""
+def fit(name: str, cases) -> tuple[dict, list[tuple[str, float, float]]]:
+    """Nelder-Mead on the stack's fitted terms (scaled to ms and us), from its file's values."""
+    from scipy.optimize import minimize
+
     base = load_stack(name)
-
-    def f(x: float) -> float:
-        return loss(cases, dataclasses.replace(base, step_overhead_s=x))
-
-    lo, hi = BOUNDS_S
-    g = (math.sqrt(5) - 1) / 2
-    a, b = hi - g * (hi - lo), lo + g * (hi - lo)
-    fa, fb = f(a), f(b)
-    while hi - lo > TOL_S:
-        if fa < fb:
-            hi, b, fb = b, a, fa
-            a = hi - g * (hi - lo)
-            fa = f(a)
-        else:
-            lo, a, fa = a, b, fb
-            b = lo + g * (hi - lo)
-            fb = f(b)
-    best = (lo + hi) / 2
-    if f(0.0) <= f(best):
-        best = 0.0
-    best = round(best * 1e6) * 1e-6
-    spec = dataclasses.replace(base, step_overhead_s=best)
+    terms = fitted_terms(name)
+    scale = np.array([1e-6 if t == "per_sample" else 1e-3 for t in terms])
+    x0 = np.array([getattr(base, ATTR[t]) for t in terms]) / scale
+    res = minimize(
+        lambda y: loss(cases, with_terms(base, terms, y * scale)),
+        x0,
+        method="Nelder-Mead",
+        options={"xatol": 1e-4, "fatol": 1e-10, "maxiter": 400},
+    )
+    spec = with_terms(base, terms, res.x * scale)
+    best = {t: getattr(spec, ATTR[t]) for t in terms}
+    best = {t: round(v * TERMS[t][2]) / TERMS[t][2] for t, v in best.items()}
+    spec = with_terms(base, terms, [best[t] for t in terms])
     return best, [(c.id, c.measured, simulate_ms(c, spec)) for c in cases]
 
 
-def rewrite(name: str, overhead_s: float) -> None:
-    """Replace the value on the `step_overhead:` line of stacks/NAME.yaml, keeping its comment."""
+def rewrite(name: str, values: dict) -> None:
+    """Replace the value on each fitted term's line of stacks/NAME.yaml, keeping its comment."""
     path = ROOT / "stacks" / f"{name}.yaml"
     text = path.read_text()
+    for term, value in values.items():
+        unit, factor = TERMS[term][1], TERMS[term][2]
 
-    def line(m: re.Match) -> str:
-        value = f"{m.group(1)}{overhead_s * 1e6:.0f} us"
-        comment = (m.group(2) or "").strip()
-        if not comment:
-            return value
-        col = m.group(0).index("#")
-        return value.ljust(col - 1) + " " + comment
+        def line(m: re.Match, unit=unit, factor=factor, value=value) -> str:
+            new = f"{m.group(1)}{value * factor:.0f} {unit}"
+            col = m.group(0).index("#")
+            return new.ljust(col - 1) + " " + m.group(2).strip()
 
-    new, n = re.subn(r"^(step_overhead:\s*)\S+ \S+(\s*#.*)?$", line, text, count=1, flags=re.M)
-    if n != 1:
-        raise SystemExit(f"{path}: no `step_overhead:` line")
-    path.write_text(new)
+        pattern = rf"^(\s*{term}:\s*)\S+ \S+(\s*#.*\[fitted\].*)$"
+        text, n = re.subn(pattern, line, text, count=1, flags=re.M)
+        if n != 1:
+            raise SystemExit(f"{path}: no fitted `{term}:` line")
+    path.write_text(text)
 
 
 def main() -> None:
@@ -113,16 +136,22 @@ def main() -> None:
     ap.add_argument("--dry-run", action="store_true", help="print the fit, change no file")
     args = ap.parse_args()
     for name, cases in sorted(calibration_cases().items()):
-        overhead, rows = fit(name, cases)
-        bound = "  (at the lower bound: simulated already >= measured)" if overhead == 0 else ""
-        print(f"{name}: step_overhead {overhead * 1e6:.0f} us{bound}")
+        if not fitted_terms(name):
+            print(f"{name}: nothing marked [fitted] in stacks/{name}.yaml; its cases are skipped")
+            continue
+        values, rows = fit(name, cases)
+        shown = ", ".join(
+            f"{t} {v * TERMS[t][2]:.0f} {TERMS[t][1]}" + (" (at its bound 0)" if v == 0 else "")
+            for t, v in values.items()
+        )
+        print(f"{name}: host {shown}")
         for cid, meas, sim in rows:
             print(
                 f"    {cid:32s} measured {meas:8.3f} ms  simulated {sim:8.3f} ms  "
                 f"{100 * (sim - meas) / meas:+6.1f} %"
             )
         if not args.dry_run:
-            rewrite(name, overhead)
+            rewrite(name, values)
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 
@@ -62,12 +63,45 @@ def _run(stack, workload="tiny"):
     return simulate_run(cluster, load_workload(workload), iterations=2, stack=stack)
 
 
-def test_step_overhead_adds_its_time_to_a_bare_run():
-    """A stack that only adds host time per step adds exactly that to the iteration."""
+def test_serial_host_work_adds_its_time_to_a_bare_run():
+    """Host work of a stack whose steps synchronise adds exactly its time to the iteration."""
     bare = _run(BARE).summary["iteration_time_s"]
-    slow = _run(stack_from_dict({"name": "s", "step_overhead": "1 ms"}))
+    host = {"per_step": "1 ms", "overlap": False}
+    slow = _run(stack_from_dict({"name": "s", "host": host}))
     assert slow.summary["iteration_time_s"] == pytest.approx(bare + 1e-3, rel=1e-9)
     assert slow.summary["breakdown_s"]["framework"] == pytest.approx(1e-3)
+
+
+def test_overlapped_host_work_costs_only_what_exceeds_the_gpu():
+    """A host that runs ahead hides behind a longer GPU step, and sets the pace when longer."""
+    bare = _run(BARE).summary["iteration_time_s"]
+    short = _run(stack_from_dict({"name": "s", "host": {"per_step": f"{bare / 4} s"}}))
+    assert short.summary["iteration_time_s"] == pytest.approx(bare, rel=1e-9)
+    long = _run(stack_from_dict({"name": "s", "host": {"per_step": f"{3 * bare} s"}}))
+    assert long.summary["iteration_time_s"] == pytest.approx(3 * bare, rel=0.05)
+    assert long.summary["breakdown_s"]["framework"] > 2 * bare
+
+
+def test_eager_dispatch_and_per_sample_work_scale_as_stated():
+    """Per-kernel dispatch and per-sample host work never speed a run up, and a host-bound step
+    grows with the batch by the per-sample time."""
+    w = load_workload("tiny")
+    c = Cluster.load(TINY)
+    host = {"per_step": "5 ms", "per_sample": "1 us", "dispatch": "10 us"}
+    s = stack_from_dict({"name": "s", "host": host})
+    t = [
+        simulate_run(c, dataclasses.replace(w, batch_per_gpu=b), iterations=3, stack=s)
+        for b in (64, 128)
+    ]
+    step = [r.summary["iteration_time_s"] for r in t]
+    assert step[1] - step[0] == pytest.approx(64e-6, rel=1e-6)  # host-bound: 64 more samples
+    assert step[0] > 5e-3 and t[0].summary["breakdown_s"]["framework"] > 5e-3
+
+
+def test_step_overhead_is_refused_with_its_replacement():
+    """The old serial ``step_overhead`` field names what replaced it."""
+    with pytest.raises(InputError, match="host.per_step"):
+        stack_from_dict({"name": "s", "step_overhead": "1 ms"})
 
 
 def test_more_kernels_and_interference_never_speed_up():

@@ -159,6 +159,13 @@ def test_end_to_end_cases_name_a_stack_and_every_fitted_stack_has_calibration_ca
     calibrated = {stacks[c.id] for c in e2e if c.calibrated}
     held_out = {stacks[c.id] for c in e2e if not c.calibrated}
     fitted = {"hugectr", "nvidia_pytorch_dlrm", "tensorflow_sok", "torchrec"}
-    assert fitted <= calibrated  # every shipped stack's step_overhead is fitted on its own cases
+    assert fitted == calibrated  # every fitted stack's host terms are fitted on its own cases
+    for s in fitted:  # on two per-GPU batch sizes each
+        per_gpu = {
+            c.params["options"]["global_batch"] // c.params["options"].get("gpus_per_node", 8)
+            for c in e2e
+            if c.calibrated and stacks[c.id] == s
+        }
+        assert len(per_gpu) >= 2, s
     assert all(load_stack(s).name == s for s in calibrated | held_out)
     assert len(held_out) >= 3 and sum(not c.calibrated for c in e2e) >= 12

@@ -39,9 +39,10 @@ def _tw_plan(w, ranks):
 
 
 def _run(overrides=(), workload="tiny", **kw):
+    """A run of the model's own work (the ``bare`` stack: no host time unless asked)."""
     c = Cluster.load(TINY, overrides=list(overrides))
     w = load_workload(workload)
-    return simulate_run(c, w, _tw_plan(w, len(c.gpus)), **kw)
+    return simulate_run(c, w, _tw_plan(w, len(c.gpus)), **{"stack": "bare", **kw})
 
 
 def test_breakdown_sums_to_iteration_time():

@@ -16,8 +16,21 @@ TensorFlow + SOK.  A stack profile states, as data with sources, what differs be
    bias and activation in the GEMM; eager PyTorch runs them as separate kernels).
 4. ``dense_optimizer_kernels_per_tensor`` — kernels the dense optimizer launches per parameter
    tensor (0: one fused multi-tensor kernel for all of them).
-5. ``step_overhead`` — host time per iteration that the GPU waits for (data-loader hand-off,
-   framework bookkeeping, a CUDA graph's launch), run at the start of each iteration.
+5. ``host`` — the host thread that feeds the GPU, as a timeline of its own (the ``host`` stream
+   of every rank): each iteration it first prepares the batch (``per_step`` seconds of fixed
+   work — data-loader hand-off, pipeline bookkeeping, a CUDA graph's launch — plus
+   ``per_sample`` seconds per local sample of input-pipeline work), then launches the
+   iteration's kernels in program order, ``dispatch`` seconds per kernel launched eagerly (0
+   under a CUDA graph, whose launch is in ``per_step``).  A GPU op starts only once the host has
+   launched it (under a graph: once the host has prepared the batch).  With ``overlap: true``
+   the host runs ahead of the GPU (asynchronous launches, a pipeline that prepares the next
+   batch during this step), so host time is exposed only where the host is the slower of the
+   two; with ``overlap: false`` each step's host work starts when the previous step has ended
+   on the GPU (a training loop that synchronises every step).
+5b. ``gpu_per_step`` — GPU time per step of work the op list leaves out (the loss and metric
+   kernels, casts, the reader's scatter of a batch into its device buffers), run on the compute
+   stream at the start of each iteration: serial with the GPU's other work, whatever the host
+   does.  Fitted where the host cannot explain a stack's fixed cost (a replayed CUDA graph).
 6. ``interference`` — while a rank's NCCL kernels are in flight, its compute kernels run
    ``compute_slowdown`` slower (NCCL takes SMs and HBM bandwidth) and its collectives
    ``comm_slowdown`` slower while its compute stream is busy.
@@ -33,8 +46,9 @@ TensorFlow + SOK.  A stack profile states, as data with sources, what differs be
     ``planner.PLANNERS``; default ``greedy``) and its settings: ``hugectr`` is NVIDIA's MLPerf
     planner with the settings of its configurations (``hugectr_plan.py``).
 
-The fitted field (``step_overhead``) is fitted per stack on the cases marked calibrated in
-``validation/cases.yaml``; every other number cites its source.
+The fitted fields (``host.per_step``, ``host.per_sample``, ``gpu_per_step``) are fitted per stack on the cases
+marked calibrated in ``validation/cases.yaml`` (two per-GPU batch sizes per stack); every other
+number cites its source.
 """
 
 from __future__ import annotations
@@ -54,7 +68,8 @@ STACK_KEYS = {
     "kernel_launch",
     "mlp_kernels",
     "dense_optimizer_kernels_per_tensor",
-    "step_overhead",
+    "host",
+    "gpu_per_step",
     "interference",
     "fused_embedding",
     "embedding_stream",
@@ -64,6 +79,7 @@ STACK_KEYS = {
 #: planners a stack may name, with the parser of their settings (``planner:`` mapping)
 STACK_PLANNERS = ("greedy", "hugectr")
 PRECISION_KEYS = ("embedding", "dense", "communication")
+HOST_KEYS = ("dispatch", "per_step", "per_sample", "overlap")
 #: ``precision.communication`` value: exchange in the dense math's 16-bit type under mixed precision
 FOLLOW_DENSE = "dense"
 
@@ -82,8 +98,13 @@ class StackSpec:
     mlp_kernels: tuple[int, int] = (1, 2)
     #: dense-optimizer kernels per parameter tensor (0: one fused kernel)
     optimizer_kernels_per_tensor: int = 0
-    #: host seconds per iteration the GPU waits for
-    step_overhead_s: float = 0.0
+    #: host thread: seconds per kernel launched, fixed seconds per step, seconds per local sample
+    host_dispatch_s: float = 0.0
+    host_per_step_s: float = 0.0
+    host_per_sample_s: float = 0.0
+    host_overlap: bool = True
+    #: GPU seconds per step of work the op list leaves out
+    gpu_per_step_s: float = 0.0
     #: fractional slowdown of compute under in-flight NCCL kernels, and of NCCL under compute
     compute_slowdown: float = 0.0
     comm_slowdown: float = 0.0
@@ -103,7 +124,11 @@ class StackSpec:
             "kernel_launch_s": self.kernel_launch_s,
             "mlp_kernels": list(self.mlp_kernels),
             "optimizer_kernels_per_tensor": self.optimizer_kernels_per_tensor,
-            "step_overhead_s": self.step_overhead_s,
+            "host_dispatch_s": self.host_dispatch_s,
+            "host_per_step_s": self.host_per_step_s,
+            "host_per_sample_s": self.host_per_sample_s,
+            "host_overlap": self.host_overlap,
+            "gpu_per_step_s": self.gpu_per_step_s,
             "compute_slowdown": self.compute_slowdown,
             "comm_slowdown": self.comm_slowdown,
             "fused_embedding": self.fused_embedding,
@@ -158,7 +183,15 @@ def stack_from_dict(data: dict, file: str = "<stack>") -> StackSpec:
     from zionsim.dlrm.workload import COMM_DTYPES, DENSE_DTYPES, EMBEDDING_DTYPES
 
     f = Fields(data, file)
+    if "step_overhead" in data:
+        raise f.error(
+            "step_overhead",
+            "replaced by host.per_step (host work on a timeline of its own, docs/stacks.md)",
+            allowed="host: {dispatch, per_step, per_sample, overlap}",
+        )
     f.check_keys(STACK_KEYS)
+    h = f.sub("host") if data.get("host") is not None else Fields({}, file, "host")
+    h.check_keys(set(HOST_KEYS))
     p = f.sub("precision") if data.get("precision") is not None else Fields({}, file, "precision")
     p.check_keys(set(PRECISION_KEYS))
     comm = (*COMM_DTYPES, FOLLOW_DENSE)
@@ -177,7 +210,11 @@ def stack_from_dict(data: dict, file: str = "<stack>") -> StackSpec:
         kernel_launch_s=None if launch is None else f.quantity("kernel_launch", "time"),
         mlp_kernels=(m.integer("forward", 1), m.integer("backward", 2)),
         optimizer_kernels_per_tensor=f.integer("dense_optimizer_kernels_per_tensor", 0, minimum=0),
-        step_overhead_s=f.quantity("step_overhead", "time", 0.0, strict=False),
+        host_dispatch_s=h.quantity("dispatch", "time", 0.0, strict=False),
+        host_per_step_s=h.quantity("per_step", "time", 0.0, strict=False),
+        host_per_sample_s=h.quantity("per_sample", "time", 0.0, strict=False),
+        host_overlap=h.flag("overlap", True),
+        gpu_per_step_s=f.quantity("gpu_per_step", "time", 0.0, strict=False),
         compute_slowdown=i.quantity("compute_slowdown", "fraction", 0.0, strict=False),
         comm_slowdown=i.quantity("comm_slowdown", "fraction", 0.0, strict=False),
         fused_embedding=f.flag("fused_embedding", True),

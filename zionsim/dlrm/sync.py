@@ -6,9 +6,10 @@ Modes (DESIGN §6):
   the optimizer waits for them (Neo's default).
 * ``foreground-ma|bmuf|easgd`` with ``every: K`` — trainers train on their own replica of the
   dense parameters and stop every K iterations for one sync round.
-* ``shadow-ma|bmuf|easgd`` (ShadowSync) — a background process per trainer runs sync rounds back
-  to back (or no more often than ``period``) without blocking training; its traffic shares the
-  links with the foreground.
+* ``shadow-ma|bmuf|easgd`` (ShadowSync) — a background sync thread per trainer runs rounds
+  without blocking training, paced by its own period: a round starts once the trainer has run
+  ``every`` iterations since the last one began (default 1: back to back) and no sooner than
+  ``period`` after it; its traffic shares the links with the foreground.
 
 Rounds: model averaging (MA) and BMUF all-reduce the parameters among trainers (BMUF adds block
 momentum: same traffic, different update); EASGD exchanges them point-to-point with ``servers``

@@ -41,10 +41,11 @@ from zionsim.dlrm.workload import (
 
 SCHEMA = "zionsim.trace/1"
 #: in-order streams of a rank: the GPU's compute stream, two NCCL streams, the host threads
-#: that talk to embedding parameter servers (``ps`` tier), and the embedding stream of a stack
-#: that runs its lookups on a stream of their own (``embedding_stream``)
-STREAMS = ("compute", "a2a", "allreduce", "ps", "embedding")
-#: ``host``: a fixed span of host work the GPU waits for (a stack's per-step overhead)
+#: that talk to embedding parameter servers (``ps`` tier), the embedding stream of a stack
+#: that runs its lookups on a stream of their own (``embedding_stream``), and the host thread
+#: that prepares each batch and launches the kernels (a stack's ``host``)
+STREAMS = ("compute", "a2a", "allreduce", "ps", "embedding", "host")
+#: ``host``: a span of host-thread work (a stack's batch preparation and kernel launches)
 COMPUTE_KINDS = ("gemm", "embedding_fwd", "embedding_bwd", "memory", "host")
 KINDS = COMPUTE_KINDS + ("collective", "transfer")
 CATEGORIES = (
@@ -116,24 +117,54 @@ class Trace:
 
 
 class _Builder:
-    """Accumulates the ops and collectives of a trace under construction."""
+    """Accumulates the ops and collectives of a trace under construction.
 
-    def __init__(self, ranks: int):
+    With a host timeline (a stack's ``host``, ``stack.py`` item 5) every GPU op waits for the
+    host op that launches it: its own ``launch`` op on the rank's ``host`` stream when the stack
+    dispatches eagerly, else (a CUDA graph) the rank's batch preparation."""
+
+    def __init__(self, ranks: int, dispatch_s: float = 0.0):
         self.ranks, self.ops, self.colls = ranks, [], []
+        self.dispatch_s = dispatch_s
+        self.prepared: dict[int, int] = {}  # rank -> its batch-preparation host op
 
     def op(self, rank, name, kind, category, stream, deps=(), **args) -> int:
         """Append an op (None deps dropped: absent ops) and return its id."""
+        deps = tuple(d for d in deps if d is not None)
+        if stream != "host" and rank in self.prepared:
+            if self.dispatch_s > 0:
+                seconds = self.dispatch_s * _kernels(kind, args)
+                deps += (self._append(rank, f"launch_{name}", "host", "framework", "host", (),
+                                      {"seconds": seconds}),)  # fmt: skip
+            elif not deps:
+                deps = (self.prepared[rank],)
+        return self._append(rank, name, kind, category, stream, deps, args)
+
+    def _append(self, rank, name, kind, category, stream, deps, args) -> int:
         i = len(self.ops)
-        self.ops.append(
-            Op(i, rank, name, kind, category, stream, tuple(d for d in deps if d is not None), args)
-        )
+        self.ops.append(Op(i, rank, name, kind, category, stream, deps, args))
         return i
+
+    def prepare_batch(self, rank: int, seconds: float) -> None:
+        """The host's per-iteration batch preparation of ``rank`` (the first op of its host
+        stream); the rank's GPU ops then wait for the host (class docstring)."""
+        self.prepared[rank] = self._append(
+            rank, "input_pipeline", "host", "framework", "host", (), {"seconds": seconds}
+        )
 
     def collective(self, op, size, matrix=None, ranks=None) -> int:
         """Append a collective of ``size`` bytes over ``ranks`` (default all) and return its id."""
         ranks = np.arange(self.ranks) if ranks is None else ranks
         self.colls.append(Collective(len(self.colls), op, ranks, float(size), matrix))
         return len(self.colls) - 1
+
+
+def _kernels(kind: str, args: dict) -> int:
+    """Kernels the host launches for one op: its ``launches`` (one per table for unfused
+    embeddings), one for a collective or a copy."""
+    if kind in ("embedding_fwd", "embedding_bwd") and not args.get("fused", True):
+        return max(int(args.get("tables", 1)), 1)
+    return int(args.get("launches", 1))
 
 
 def lower(
@@ -151,7 +182,7 @@ def lower(
     g = gpus_per_node or ranks
     sync = sync or SyncSpec()
     lay = layout(w, plan, ranks, g, zipf_alpha)
-    b = _Builder(ranks)
+    b = _Builder(ranks, stack.host_dispatch_s)
     c = _embedding_collectives(b, lay, ranks, g)
     buckets = _buckets(w, lay.dp_params, stack.grouped_allreduce)
     cb = DTYPE_BYTES[w.precision["communication"]]
@@ -164,16 +195,12 @@ def lower(
     sync_colls = _sync_collectives(b, sync, sync_bytes, ranks, g)
     for r in range(ranks):
         group = next((k for k, grp in dense_groups.items() if r in grp), None)
-        if stack.step_overhead_s > 0:
-            b.op(
-                r,
-                "step_overhead",
-                "host",
-                "framework",
-                "compute",
-                (),
-                seconds=stack.step_overhead_s,
-            )
+        host_s = stack.host_per_step_s + stack.host_per_sample_s * w.batch_per_gpu
+        if host_s > 0 or stack.host_dispatch_s > 0:
+            b.prepare_batch(r, host_s)
+        if stack.gpu_per_step_s > 0:  # GPU work the op list leaves out, serial on the compute stream
+            b.op(r, "step_gpu_work", "host", "framework", "compute", (),
+                 seconds=stack.gpu_per_step_s)  # fmt: skip
         ar = c_ar.get(group, [])
         _lower_rank(b, w, r, r // g, r % g, lay, fused, c, ar, buckets, stack)
         _lower_sync(b, sync, r, g, sync_colls, sync_bytes)

@@ -30,6 +30,8 @@ _PREFIXES = ("topology.", "workload.")
 #: axis labels of known columns, and the factor from the column's SI value to the unit shown
 AXES = {
     "gpus": ("GPUs", 1.0),
+    "a_over_b": ("A / B (samples/s)", 1.0),
+    "claim_setup": ("claim", 1.0),
     "nodes": ("nodes", 1.0),
     "trainers": ("trainers (GPUs)", 1.0),
     "gpus_per_node": ("GPUs per node", 1.0),
@@ -51,7 +53,7 @@ AXES = {
 #: x axes along which "throughput per unit of x" (scaling efficiency) means something
 COUNT_AXES = ("gpus", "nodes", "trainers")
 #: columns that are ratios around 1 (a baseline at 1 is drawn)
-RATIOS = ("speedup", "scaling_efficiency")
+RATIOS = ("speedup", "scaling_efficiency", "a_over_b")
 #: one marker and line style per line, so lines differ without colour
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 LINESTYLES = ("-", "--", "-.", ":")

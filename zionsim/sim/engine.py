@@ -237,6 +237,8 @@ class _Run:
         self.compute_busy = np.zeros(trace.ranks, dtype=bool)  # a compute kernel is running
         #: with a second compute stream (a stack's ``embedding_stream``) the streams of a GPU take
         #: turns, one kernel at a time; None when each GPU has one compute stream
+        #: the host starts a step only once the previous one has ended (a stack's host overlap)
+        self.host_waits = not stack.get("host_overlap", True)
         two = any(op.stream == "embedding" for op in trace.ops)
         self.gpu = [simpy.Resource(env, 1) for _ in range(trace.ranks)] if two else None
 
@@ -253,6 +255,9 @@ class _Run:
         env, dur, rows = self.env, self.rec.durations_s, self.rec.ops
         member_ops = self.tpl.member_ops
         for it in range(iterations):
+            if it and self.host_waits and ops[0].stream == "host":
+                while self.iteration[rank] < it:  # the previous step has not ended on the GPU
+                    yield self.progress[rank]
             for op in ops:
                 free = env.now
                 for d in op.deps:
@@ -303,22 +308,25 @@ class _Run:
         return not self.sync_traffic or (it + 1) % op.args.get("every", 1) != 0
 
     def background(self, rank: int, sync: dict):
-        """ShadowSync: sync rounds back to back (or every ``period_s``) until training ends.
+        """ShadowSync: sync rounds in the background until training ends, paced by the sync
+        thread: a round starts once its trainer has run ``every`` iterations (K, default 1)
+        since the last round began, and no sooner than ``period_s`` after it.
 
         A model-averaging round is an NCCL all-reduce, so while it is in flight the trainer's
         compute kernels run slower by the stack's ``compute_slowdown``, as under foreground
         collectives; EASGD's host transfers go through copy engines and slow nothing.
 
-        A round starts only once the trainer has finished an iteration since the last round
-        began: averaging parameters that have not changed is a no-op, and a round that costs no
-        time (an ideal network) must not loop forever at one instant."""
+        At least one iteration between rounds: averaging parameters that have not changed is a
+        no-op, and a round that costs no time (an ideal network) must not loop forever at one
+        instant."""
         env, n_round, last = self.env, 0, 0  # trainers start from the same parameters
+        every = int(sync.get("every", 1))  # a round at most every K of the trainer's iterations
         background = {int(k): v for k, v in (sync.get("background") or {}).items()}
         share = sync["bytes"] / (
             self.cluster.spec.gpus_per_node if sync.get("trainer") == "node" else 1
         )
         while self.computing > 0:
-            if self.iteration[rank] == last:
+            if self.iteration[rank] < last + every:
                 yield self.progress[rank]
                 continue
             start, it0 = env.now, self.iteration[rank]

@@ -303,6 +303,7 @@ STREAM_TRACKS = {
     "ps": "parameter-server stream",
     "sync": "sync stream",
     "embedding": "embedding stream",
+    "host": "host thread",
     "network": "network",
 }
 

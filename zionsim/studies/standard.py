@@ -27,6 +27,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from zionsim.studies.seeds import seeds_sweeps, seeds_table
+
 FAST_ENV = "ZIONSIM_NOTEBOOK_FAST"
 TWO = {"iterations": 2, "warmup": 1}
 
@@ -125,6 +127,7 @@ STUDIES = {
     "zion_vs_zionex": _zion_vs_zionex,
     "whatif_hardware": _whatif,
     "shadowsync": _shadowsync,
+    "seeds": seeds_sweeps,
 }
 
 
@@ -234,6 +237,12 @@ def figures(name: str, tables: dict) -> dict:
                 sp[sp["factor"] > 1], x="knob", y="speedup", by=["workload", "factor"]
             )
         }
+    if name == "seeds":
+        st = seeds_table(tables)
+        labels = zip(st["claim"], st["workload"], st["plan"], strict=True)
+        st["claim_setup"] = [f"{c}\n{w}, {p}" for c, w, p in labels]
+        st["status"] = "ok"
+        return {"claims": ps.plot_bars(st, x="claim_setup", y="a_over_b")}
     st = sync_table(tables["trainers"])
     return {
         "throughput": ps.plot_scaling(st, x="trainers", by="sync"),
@@ -254,6 +263,8 @@ def result_files(name: str, tables: dict) -> dict:
         files["speedup.csv"] = whatif_speedups(tables)
     if name == "shadowsync":
         files["sync.csv"] = sync_table(tables["trainers"])
+    if name == "seeds":
+        files["seeds.csv"] = seeds_table(tables)
     files.update({f"{stem}.png": ax for stem, ax in figures(name, tables).items()})
     return files
 
