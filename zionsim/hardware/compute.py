@@ -39,8 +39,9 @@ Modelling assumptions:
    duplicates not merged); Adagrad / Adam coalesce it first (sort + unique, the values gathered
    in sorted order) and run their elementwise kernels over the distinct rows.  The same gather
    efficiency as the TBE kernel is assumed per byte; the difference is the work and the
-   launches.  Not modelled: the device-host sync inside the coalesce (``unique_by_key``), atomic
-   contention on hot rows, and a copy of a non-contiguous output gradient.
+   launches.  Autograd keeps the sparse gradient uncopied (``accumulate_grad.h``: a shallow copy
+   when its indices and values are contiguous).  Not modelled: the device-host sync inside the
+   coalesce (``unique_by_key``) and atomic contention on hot rows.
 9. Volta, Ampere and Hopper each have their own GEMM fit; Volta and Ampere gather efficiencies are
    derived from Hopper's gather/STREAM ratio (no public TBE bandwidth found for them).
 10. A topology's ``compute:`` section (``GpuSpec.compute``, e.g. written by ``zionsim calibrate``
