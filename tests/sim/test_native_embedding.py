@@ -25,10 +25,11 @@ def _embedding_s(cluster, trace) -> float:
     return max(per_rank.values())
 
 
-@pytest.mark.parametrize("name", ["mlperf_dlrm", "mlperf_dlrm_dcnv2"])
+@pytest.mark.parametrize("name", ["mlperf_dlrm", "mlperf_dlrm_dcnv2", "neo_model_i"])
 def test_fused_faster_than_native_on_the_op_and_end_to_end(name):
-    """SGD (mlperf_dlrm) and Adagrad (DCNv2) with a fixed plan: the embedding op and the
-    iteration are faster fused, and the native optimizer pass shows in ``optimizer``."""
+    """SGD (mlperf_dlrm), Adagrad (DCNv2), row-wise Adagrad (Neo model I), one plan for both:
+    the embedding op and the iteration are faster fused; the native optimizer pass shows in
+    ``optimizer``."""
     cluster = Cluster.build(load_topology("zionex", nodes=1))
     stack = resolve_stack(None)
     w = apply_stack(load_workload(name), stack)
