@@ -129,3 +129,37 @@ def test_whole_float_args_are_read_as_ints():
     again = trace_from_dict(data)
     assert type(again.ops[op["id"]].args["coll"]) is int
     assert type(again.ops[gemm["id"]].args["m"]) is int
+
+
+def _native_ops(plan_ranks, ranks=4):
+    """The tiny model lowered native (``fused=False``), table ``i`` on rank ``plan_ranks[i]``,
+    and each rank's {op name: op}."""
+    w = load_workload("tiny")
+    plan = Plan("tw", tuple(Shard(t.index, "TW", (plan_ranks[t.index],)) for t in w.tables))
+    tr = lower(w, plan, ranks, fused=False)
+    return tr, [{o.name: o for o in ops} for ops in tr.by_rank()]
+
+
+def test_native_backward_materialises_the_gradient_then_a_separate_optimizer_pass():
+    """Native: ``emb_bwd`` is a memory op, one index_select kernel per table, of offset2bag
+    (8 B) + a written gradient row per lookup + the bags' output gradients read; ``emb_opt``
+    (category optimizer) follows it and reads the gradient back.  Fused: one ``emb_bwd``."""
+    tr, by_rank = _native_ops([0, 0, 0, 1])
+    r0 = by_rank[0]
+    grad, opt = r0["emb_bwd"], r0["emb_opt"]
+    lookups = 128 * (2 + 1 + 3)  # global batch 4·32, t0..t2 on rank 0
+    assert (grad.kind, grad.category, grad.args["launches"]) == ("memory", "embedding", 3)
+    assert grad.args["nbytes"] == lookups * (8 + 64) + 3 * 128 * 16 * 4
+    assert (opt.kind, opt.category, opt.args["fused"]) == ("embedding_bwd", "optimizer", False)
+    assert opt.deps == (grad.id,) and opt.args["lookups"] == lookups
+    assert "launches" not in by_rank[1]["emb_bwd"].args  # one table: one kernel
+    assert "emb_opt" not in by_rank[2] and by_rank[2]["emb_bwd"].kind == "embedding_bwd"
+    back = trace_from_dict(json.loads(json.dumps(trace_to_dict(tr))))
+    assert trace_to_dict(back) == trace_to_dict(tr)
+
+
+def test_fused_lowering_has_no_separate_optimizer_pass():
+    """The TBE backward carries the optimizer: no ``emb_opt``, ``emb_bwd`` is the embedding op."""
+    _, tr = _tiny_trace()
+    ops = {o.name: o for o in tr.by_rank()[0]}
+    assert "emb_opt" not in ops and ops["emb_bwd"].kind == "embedding_bwd"

@@ -138,7 +138,12 @@ def _add_workload_options(p) -> None:
     p.add_argument(
         "--global-batch", type=int, default=None, help="samples per iteration over all GPUs"
     )
-    p.add_argument("--unfused", action="store_true", help="per-table embedding kernels")
+    p.add_argument(
+        "--unfused",
+        action="store_true",
+        help="native embeddings: per-table nn.EmbeddingBag kernels, a materialised sparse "
+        "gradient and a separate torch.optim pass (default: FBGEMM TBE)",
+    )
     p.add_argument(
         "--stack",
         default=None,

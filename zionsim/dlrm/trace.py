@@ -12,7 +12,9 @@ The iteration, per rank (streams: ``compute``, ``a2a`` and ``allreduce``, each i
 3. ``pooled_a2a`` — pooled embeddings back to the samples' ranks; bottom MLP runs meanwhile;
 4. interaction (dot / concat / DCN), top MLP, loss;
 5. backward: top-MLP dgrad + wgrad per layer, interaction backward, ``grad_a2a`` of embedding
-   gradients, bottom-MLP backward, ``emb_bwd`` fused with the row-wise optimizer update;
+   gradients, bottom-MLP backward, ``emb_bwd`` fused with the row-wise optimizer update
+   (native, ``fused=False``: ``emb_bwd`` is the memory op that materialises each table's
+   sparse gradient and ``emb_opt``, category ``optimizer``, the separate ``torch.optim`` pass);
 With ``ps``-tier tables (``sharding.py``), ``ps_lookup`` (indices out, pooled rows back) runs on
 the ``ps`` stream from the iteration's start and feeds the interaction; ``ps_update`` pushes
 their gradients after the interaction backward.
@@ -38,6 +40,7 @@ from zionsim.dlrm.workload import (
     DTYPE_BYTES,
     WorkloadSpec,
 )
+from zionsim.hardware import compute
 
 SCHEMA = "zionsim.trace/1"
 #: in-order streams of a rank: the GPU's compute stream, two NCCL streams, the host threads
@@ -394,13 +397,30 @@ def _lower_sparse_bwd(o: _RankOps, node, local, e_args, x, grads_done) -> tuple:
         if i > 0:
             x = o.gemm(f"bottom_dgrad{i}", B, k, n, (x,), o.stack.mlp_kernels[1] - 1, B * n)
     n_look = e_args["lookups"]
+    name, category, deps = "emb_bwd", "embedding", tuple(backs)
+    if not e_args["fused"] and n_look:
+        deps = (_native_gradient(o, e_args, deps),)
+        name, category = "emb_opt", "optimizer"
     e_bwd = o.b.op(
-        o.r, "emb_bwd", "embedding_bwd", "embedding", o.emb_stream, tuple(backs),
+        o.r, name, "embedding_bwd", category, o.emb_stream, deps,
         optimizer=w.optimizer["embedding"],
         state_bytes_per_row=float(lay.state_bytes[o.r] / n_look) if n_look else 0.0,
         unique_rows=float(lay.unique_rows[o.r]), **e_args,
     )  # fmt: skip
     return e_bwd, o.host("uvm_write", "d2h", (e_bwd,))
+
+
+def _native_gradient(o: _RankOps, e_args: dict, deps: tuple) -> int:
+    """Native (per-table ``nn.EmbeddingBag``, ``sparse=True``) autograd backward: one
+    ``index_select`` kernel per table materialises its sparse gradient, a memory op of
+    ``compute.embedding_gradient_bytes``; the optimizer reads it back in ``emb_opt``."""
+    nbytes = compute.embedding_gradient_bytes(
+        e_args["lookups"], e_args["row_bytes"], float(o.lay.out_bytes[o.r]), o.w.index_bytes
+    )
+    extra = {"launches": e_args["tables"]} if e_args["tables"] > 1 else {}
+    return o.b.op(
+        o.r, "emb_bwd", "memory", "embedding", o.emb_stream, deps, nbytes=float(nbytes), **extra
+    )
 
 
 def _lower_dense_update(o: _RankOps, e_bwd, d2h, grads_done, c_ar, buckets) -> None:

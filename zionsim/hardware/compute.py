@@ -26,9 +26,22 @@ Modelling assumptions:
    backward pass reads each lookup's bag gradient but updates each distinct row once (FBGEMM
    sorts the indices and merges duplicates before the fused optimizer update); the caller gives
    the expected distinct rows (``dlrm/cache.py``, Zipf-skewed accesses).
-8. Unfused (one kernel per table) embedding kernels reach half the bandwidth of the fused TBE
-   kernel (TorchRec planner) and pay one launch per table; the unfused backward writes a sparse
-   gradient that a separate optimizer kernel reads back.
+8. Fused = FBGEMM's TBE: one forward kernel for all tables, one backward with the optimizer in
+   it, no gradient materialised ("The backward operator is fused with optimizer. Thus, the
+   embedding tables are updated during backward", FBGEMM TBE docs).  Native (``fused=False``)
+   = what facebookresearch/dlrm's ``dlrm_s_pytorch.py`` runs: one ``nn.EmbeddingBag(mode="sum",
+   sparse=True)`` per table and ``torch.optim.SGD`` after ``backward()``, with every byte and
+   kernel from PyTorch's source: the forward is one kernel per table that also writes
+   ``offset2bag`` (an index per lookup); the backward materialises each table's sparse gradient,
+   ``lookups x row`` values (:func:`embedding_gradient_bytes`, a ``memory`` op of the trace);
+   then a separate optimizer pass reads it back (:func:`embedding_optimizer_time_s`): SGD adds
+   the uncoalesced gradient with one ``index_add_`` (every lookup's row read and written,
+   duplicates not merged); Adagrad / Adam coalesce it first (sort + unique, the values gathered
+   in sorted order) and run their elementwise kernels over the distinct rows.  The same gather
+   efficiency as the TBE kernel is assumed per byte; the difference is the work and the
+   launches.  Autograd keeps the sparse gradient uncopied (``accumulate_grad.h``: a shallow copy
+   when its indices and values are contiguous).  Not modelled: the device-host sync inside the
+   coalesce (``unique_by_key``) and atomic contention on hot rows.
 9. Volta, Ampere and Hopper each have their own GEMM fit; Volta and Ampere gather efficiencies are
    derived from Hopper's gather/STREAM ratio (no public TBE bandwidth found for them).
 10. A topology's ``compute:`` section (``GpuSpec.compute``, e.g. written by ``zionsim calibrate``
@@ -93,7 +106,8 @@ class ComputeModel:
     index_bytes: float
     backward_index_bytes: float
     backward_kernels: int
-    unfused_bw_factor: float
+    coalesce_index_bytes: float
+    coalesce_kernels: int
 
     def for_gpu(self, gpu: GpuSpec) -> ArchModel:
         """The parameters of ``gpu``'s architecture, with the GPU's own fitted ones over them."""
@@ -127,7 +141,8 @@ def load_compute_model(path: str | None = None) -> ComputeModel:
         index_bytes=emb.quantity("index_bytes_per_lookup", "bytes", unit=False),
         backward_index_bytes=emb.quantity("backward_index_bytes_per_lookup", "bytes", unit=False),
         backward_kernels=emb.integer("backward_kernels"),
-        unfused_bw_factor=emb.fraction("unfused_bandwidth_factor"),
+        coalesce_index_bytes=emb.quantity("coalesce_index_bytes_per_lookup", "bytes", unit=False),
+        coalesce_kernels=emb.integer("coalesce_kernels"),
     )
 
 
@@ -244,14 +259,18 @@ def embedding_forward_time_s(
     """Seconds of a pooled lookup: ``lookups`` rows gathered, ``out_bytes`` of pooled output.
 
     Per lookup: one random row access and an 8-byte index read; the output streams once.
+    Native (``fused=False``): one ``EmbeddingBag_updateOutputKernel_sum_mean`` launch per table,
+    each also writing ``offset2bag`` (one index per lookup) for its backward.
     """
     m = _checked_embedding(lookups, row_bytes, tables, model)
     _non_negative("out_bytes", out_bytes)
-    a, factor = m.for_gpu(gpu), 1.0 if fused else m.unfused_bw_factor
+    a = m.for_gpu(gpu)
     scattered = lookups * access_bytes(row_bytes, m)
     streamed = lookups * m.index_bytes + out_bytes
-    launches = 1 if fused else tables
-    return launches * a.launch_s + _transfer_s(gpu, a, scattered, streamed) / factor
+    if fused:
+        return a.launch_s + _transfer_s(gpu, a, scattered, streamed)
+    streamed += lookups * m.index_bytes
+    return tables * a.launch_s + _transfer_s(gpu, a, scattered, streamed)
 
 
 def embedding_backward_time_s(
@@ -271,26 +290,94 @@ def embedding_backward_time_s(
     distinct row (``unique_rows``, default every lookup its own row), the row read and written
     and the optimizer state read and written (none for ``sgd``): the sorted indices let the
     kernel merge a row's gradients before one update; streamed: the index sort of the backward
-    setup.  Unfused adds a sparse gradient written and read back (2 × ``row_bytes``), a separate
-    optimizer kernel per table and the unfused bandwidth factor.
+    setup.  Native (``fused=False``): the separate optimizer pass over the already materialised
+    sparse gradients, :func:`embedding_optimizer_time_s` (the gradient itself is a memory
+    kernel of :func:`embedding_gradient_bytes`).
     """
-    m = _checked_embedding(lookups, row_bytes, tables, model)
-    if optimizer not in OPTIMIZERS:
-        raise InputError(
-            f"unknown optimizer {optimizer!r}", field="optimizer", allowed=", ".join(OPTIMIZERS)
+    if not fused:
+        return embedding_optimizer_time_s(
+            gpu, lookups, row_bytes, tables, optimizer, state_bytes_per_row, model, unique_rows
         )
-    _non_negative("state_bytes_per_row", state_bytes_per_row)
-    state = 0.0 if optimizer == "sgd" else state_bytes_per_row
+    m = _checked_embedding(lookups, row_bytes, tables, model)
+    state = _checked_state(optimizer, state_bytes_per_row)
     a = m.for_gpu(gpu)
     rows = lookups if unique_rows is None else min(float(unique_rows), lookups)
     scattered = lookups * access_bytes(row_bytes, m)
     scattered += rows * (2 * access_bytes(row_bytes, m) + 2 * access_bytes(state, m))
     streamed = lookups * m.backward_index_bytes
-    if fused:
-        return m.backward_kernels * a.launch_s + _transfer_s(gpu, a, scattered, streamed)
-    streamed += lookups * 2 * row_bytes
-    launches = tables * (m.backward_kernels + 1)
-    return launches * a.launch_s + _transfer_s(gpu, a, scattered, streamed) / m.unfused_bw_factor
+    return m.backward_kernels * a.launch_s + _transfer_s(gpu, a, scattered, streamed)
+
+
+def embedding_gradient_bytes(
+    lookups: float, row_bytes: float, out_bytes: float, index_bytes: float
+) -> float:
+    """Bytes of native autograd's per-table gradient materialisation (PyTorch
+    ``_embedding_bag_sparse_backward``: ``grad.index_select(0, offset2bag)``, one kernel per
+    table): ``offset2bag`` read (``index_bytes`` per lookup), the bags' output gradients read
+    (``out_bytes``: a bag's lookups are adjacent, so its row streams once) and one gradient row
+    per lookup written, the values of the sparse COO gradient the optimizer reads back."""
+    for name, v in (("lookups", lookups), ("row_bytes", row_bytes), ("out_bytes", out_bytes)):
+        _non_negative(name, v)
+    return lookups * (index_bytes + row_bytes) + out_bytes
+
+
+def embedding_optimizer_time_s(
+    gpu: GpuSpec,
+    lookups: float,
+    row_bytes: float,
+    tables: int,
+    optimizer: str,
+    state_bytes_per_row: float,
+    model: ComputeModel | None = None,
+    unique_rows: float | None = None,
+) -> float:
+    """Seconds of ``torch.optim``'s step over ``tables`` native sparse gradients of ``lookups``
+    rows in all (``unique_rows`` distinct): :func:`native_step_work` per table, at the same
+    gather and stream efficiencies as the fused kernels."""
+    m = _checked_embedding(lookups, row_bytes, tables, model)
+    state = _checked_state(optimizer, state_bytes_per_row)
+    a = m.for_gpu(gpu)
+    rows = lookups if unique_rows is None else min(float(unique_rows), lookups)
+    kernels, scattered, streamed = native_step_work(optimizer, lookups, rows, row_bytes, state, m)
+    return tables * kernels * a.launch_s + _transfer_s(gpu, a, scattered, streamed)
+
+
+def native_step_work(
+    optimizer: str, lookups: float, rows: float, row: float, state: float, m: ComputeModel
+) -> tuple[int, float, float]:
+    """(kernels per table, random-access bytes, streamed bytes) of the ``torch.optim`` step over
+    one sparse gradient of ``lookups`` values, ``rows`` distinct, rows of ``row`` bytes and
+    ``state`` optimizer-state bytes per row.  Every update ends with ``param.add_(sparse)``:
+    ``index_add_`` (index and value read, the row read and written).
+
+    * ``sgd`` (``torch/optim/sgd.py``: ``param.add_(grad, alpha=-lr)`` on the uncoalesced
+      gradient, ``add_out_dense_sparse_cuda`` → one ``index_add_``): every lookup updates its row.
+    * ``adagrad`` (``torch/optim/adagrad.py``, sparse branch): ``coalesce()``, then ``pow(2)``,
+      ``state_sum.add_`` (``index_add_``), ``sparse_mask`` (a gather, 2 kernels: assumption),
+      ``sqrt_``, ``add_(eps)``, the division and ``param.add_``: 8 kernels over the distinct rows.
+      ``rowwise_adagrad`` has no ``torch.optim`` form: the same kernels with the row-wise state.
+    * ``adam`` (``torch.optim.SparseAdam``): ``coalesce()``, two ``sparse_mask`` gathers, the
+      moments' updates (sub, mul, pow, two ``index_add_``), ``add_`` × 2, ``sqrt_``, ``add_``,
+      ``div_``, the step scale and ``param.add_``: 18 kernels, two states of ``state / 2``.
+    """
+    idx, acc = m.index_bytes, (lambda b: access_bytes(b, m))
+    if optimizer == "sgd":
+        return 1, lookups * 2 * acc(row), lookups * (idx + row)
+    # coalesce: index work, the values gathered in sorted order, the distinct rows written
+    kernels = m.coalesce_kernels + 1
+    scattered = lookups * acc(row) + rows * 2 * acc(row)
+    streamed = lookups * m.coalesce_index_bytes + rows * row + rows * (idx + row)
+    if optimizer == "adam":
+        h = state / 2  # exp_avg, exp_avg_sq
+        # 2 gathers (read at random, write h), 2 index_add_ (RMW), elementwise: 29 h + 2 rows
+        scattered += rows * 2 * (acc(h) + 2 * acc(h))
+        streamed += rows * (4 * idx + 2 * row + 29 * h)
+        return kernels + 17, scattered, streamed
+    # adagrad: gather (read at random) + index_add_ (RMW) of the state; pow r→s, index_add_ s,
+    # gather writes s, sqrt_ 2s, add_ 2s, division 2r + s
+    scattered += rows * 3 * acc(state)
+    streamed += rows * (2 * idx + 3 * row + 8 * state)
+    return kernels + 7, scattered, streamed
 
 
 def _transfer_s(gpu: GpuSpec, a: ArchModel, scattered: float, streamed: float) -> float:
@@ -308,6 +395,16 @@ def _element_bytes(dtype: str) -> int:
             f"unknown GEMM dtype {dtype!r}", field="dtype", allowed=", ".join(GEMM_DTYPES)
         )
     return ELEMENT_BYTES[dtype]
+
+
+def _checked_state(optimizer: str, state_bytes_per_row: float) -> float:
+    """The optimizer-state bytes per row an update reads and writes (none for ``sgd``)."""
+    if optimizer not in OPTIMIZERS:
+        raise InputError(
+            f"unknown optimizer {optimizer!r}", field="optimizer", allowed=", ".join(OPTIMIZERS)
+        )
+    _non_negative("state_bytes_per_row", state_bytes_per_row)
+    return 0.0 if optimizer == "sgd" else state_bytes_per_row
 
 
 def _checked_embedding(

@@ -11,7 +11,9 @@ and lines starting with ``#`` are skipped.  Columns:
 * embedding bags (one fused TBE kernel over ``tables`` tables): ``dim`` (row width), ``pooling``
   (lookups per bag), ``batch`` (bags per table), ``tables``, ``dtype`` (row type: fp32, fp16,
   bf16, int8); optional ``rows`` (rows per table: recorded, not used, since every lookup is
-  modelled as a random HBM access), ``fused`` (true/false, default true) and, for the backward,
+  modelled as a random HBM access), ``fused`` (true/false, default true; false: native, one
+  ``nn.EmbeddingBag`` kernel per table forward, and a backward row is the ``torch.optim`` step
+  over the materialised sparse gradient, as ``compute`` models it) and, for the backward,
   ``optimizer`` (default rowwise_adagrad);
 * the time of one kernel: ``time_s`` or ``time_us``;
 * optional ``gpu`` (the GPU's name, e.g. ``NVIDIA A100-SXM4-40GB``): its architecture must be
