@@ -46,9 +46,9 @@ TensorFlow + SOK.  A stack profile states, as data with sources, what differs be
     ``planner.PLANNERS``; default ``greedy``) and its settings: ``hugectr`` is NVIDIA's MLPerf
     planner with the settings of its configurations (``hugectr_plan.py``).
 
-The fitted fields (``host.per_step``, ``host.per_sample``, ``gpu_per_step``) are fitted per stack on the cases
-marked calibrated in ``validation/cases.yaml`` (two per-GPU batch sizes per stack); every other
-number cites its source.
+The fitted fields (``host.per_step``, ``host.per_sample``, ``gpu_per_step``) are fitted per
+stack on the cases marked calibrated in ``validation/cases.yaml`` (two per-GPU batch sizes per
+stack); every other number cites its source.
 """
 
 from __future__ import annotations

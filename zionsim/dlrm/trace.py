@@ -130,18 +130,38 @@ class _Builder:
         self.ranks, self.ops, self.colls = ranks, [], []
         self.dispatch_s = dispatch_s
         self.prepared: dict[int, int] = {}  # rank -> its batch-preparation host op
+        self.last_launch: dict[int, int] = {}  # rank -> its latest launch op
 
     def op(self, rank, name, kind, category, stream, deps=(), **args) -> int:
         """Append an op (None deps dropped: absent ops) and return its id."""
         deps = tuple(d for d in deps if d is not None)
         if stream != "host" and rank in self.prepared:
             if self.dispatch_s > 0:
-                seconds = self.dispatch_s * _kernels(kind, args)
-                deps += (self._append(rank, f"launch_{name}", "host", "framework", "host", (),
-                                      {"seconds": seconds}),)  # fmt: skip
+                deps += (self._launch(rank, name, kind, stream, args),)
             elif not deps:
                 deps = (self.prepared[rank],)
         return self._append(rank, name, kind, category, stream, deps, args)
+
+    def _launch(self, rank, name, kind, stream, args) -> int:
+        """The host op that launches a GPU op: a new ``launch_<name>``, or, for an op right after
+        another of the same stream, that one's launch lengthened (one host op per run of ops of
+        a stream keeps traces small; the run's first kernel then waits for the whole run's
+        launches, a difference of at most the run's GPU time when the host sets the pace)."""
+        seconds = self.dispatch_s * _kernels(kind, args)
+        last = self.ops[-1]
+        if (
+            last.rank == rank
+            and last.stream == stream
+            and last.deps
+            and self.ops[last.deps[-1]].name.startswith("launch_")
+            and last.deps[-1] == self.last_launch.get(rank)
+        ):
+            self.ops[last.deps[-1]].args["seconds"] += seconds
+            return last.deps[-1]
+        i = self._append(rank, f"launch_{name}", "host", "framework", "host", (),
+                         {"seconds": seconds})  # fmt: skip
+        self.last_launch[rank] = i
+        return i
 
     def _append(self, rank, name, kind, category, stream, deps, args) -> int:
         i = len(self.ops)
@@ -201,7 +221,7 @@ def lower(
         host_s = stack.host_per_step_s + stack.host_per_sample_s * w.batch_per_gpu
         if host_s > 0 or stack.host_dispatch_s > 0:
             b.prepare_batch(r, host_s)
-        if stack.gpu_per_step_s > 0:  # GPU work the op list leaves out, serial on the compute stream
+        if stack.gpu_per_step_s > 0:  # GPU work the op list leaves out, serial on the GPU
             b.op(r, "step_gpu_work", "host", "framework", "compute", (),
                  seconds=stack.gpu_per_step_s)  # fmt: skip
         ar = c_ar.get(group, [])
