@@ -166,9 +166,11 @@ def untrainable(s: Shard, t, gpus: int, g: int) -> tuple[str, str] | None:
     ``torchrec/distributed/sharding/rw_sharding.py`` (``RwEmbeddingSharding._shard``) takes
     ``shards[rank]`` for every rank of the world and ``twrw_sharding.py`` ``shards[i]`` for GPU
     ``i`` of the node of ``ranks[0]``; both bucketize ids by ``⌈rows/k⌉`` blocks.  The fused
-    kernels (every sharding but DP) hold shards whose width is a multiple of 4 columns
-    (``batched_embedding_kernel.py``: ``BatchedFusedEmbeddingBag`` asserts ``local_cols % 4 ==
-    0``, "required by FBGEMM CUDA operations"; torchrec 1.9)."""
+    kernels (every sharding but DP) hold shards whose width is a multiple of 4 columns: FBGEMM's
+    training table-batched embedding asserts it (``fbgemm_gpu/
+    split_table_batched_embeddings_ops_training.py``, ``construct_split_state``: "embedding_dim
+    must be a multiple of 4"), and torchrec 1.9's ``BatchedFusedEmbeddingBag`` checks it up
+    front (``local_cols % 4 == 0``)."""
     if s.kind == "DP":
         return None
     widths = shard_widths(s, t.dim) if s.kind in ("CW", "TWCW") else [t.dim]
