@@ -132,3 +132,19 @@ def test_bad_planner_settings_name_the_field():
         load_stack("hugectr", {"planner.sharding_plan.multi_node": "uniform"})
     with pytest.raises(InputError, match="dp_sharding_threshold"):
         load_stack("hugectr", {"planner.dp_sharding_threshold.auto": "-1 GB"})
+
+
+def test_split_tables_hold_hugectr_modulo_rows(tiny_cluster):
+    """HugeCTR sends key k of a table split m ways to shard k % m: a split table whose rows do not
+    divide states rows // m (+1 on the first rows % m shards), not TorchRec's ceiling blocks."""
+    w = load_workload("mlperf_dlrm_dcnv2", batch_per_gpu=64)
+    plan = hugectr_plan(tiny_cluster, w)
+    split = [s for s in plan.shards if s.kind in ("TWRW", "RW")]
+    assert split
+    for s in split:
+        rows, m = w.tables[s.table].rows, len(s.ranks)
+        if rows % m:
+            assert s.rows == tuple(rows // m + (i < rows % m) for i in range(m))
+        else:
+            assert s.rows is None  # equal blocks, which both rules give
+    assert any(s.rows is not None for s in split)

@@ -92,6 +92,15 @@ def test_table_column_wise_lowers_like_column_wise_on_one_node():
         ({"sharding": "RW", "ranks": [0, 0]}, "appears twice"),
         ({"sharding": "TW", "ranks": [0], "comm_precision": "int4"}, "unknown value"),
         ({"sharding": "TW", "ranks": [0], "cache_fraction": 0.5}, "only a uvm-tier"),
+        # contradictory fields: named with the table, never resolved silently
+        ({"sharding": "TWRW", "node": 1, "ranks": [2, 3]}, "'t0' gives both node: and ranks:"),
+        ({"sharding": "TWCW", "node": 0, "ranks": [0, 1]}, "'t0' gives both node: and ranks:"),
+        ({"sharding": "TW", "node": 1}, "'t0' gives node: with sharding: TW"),
+        ({"sharding": "RW", "node": 1}, "'t0' gives node: with sharding: RW"),
+        ({"sharding": "DP", "ranks": [0, 1]}, "'t0' gives ranks: with sharding: DP"),
+        ({"sharding": "TW", "ranks": [0], "server": 0}, "'t0' gives server: with sharding: TW"),
+        ({"tier": "ps", "server": 0, "ranks": [1]}, "'t0' gives ranks: with tier: ps"),
+        ({"tier": "ps", "server": 0, "rows": [1000]}, "'t0' gives rows: with tier: ps"),
     ],
 )
 def test_bad_entries_name_file_field_and_rule(entry, match):

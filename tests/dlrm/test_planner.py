@@ -122,3 +122,16 @@ def test_rebalance_splits_the_straggler_part():
     _, before = plan_costs(c, w, PlaceOnly().plan(c, w))
     assert before["imbalance"] > totals["imbalance"]
     assert totals["estimated_s_max"] < before["estimated_s_max"]
+
+
+def test_row_split_options_cost_the_largest_ceiling_block(two_nodes):
+    """An RW or TWRW option's HBM bytes are those of its largest block, ceil(rows/k) rows (the
+    split TorchRec runs), and its lookups that block's share of the table's."""
+    from zionsim.dlrm.planner import Option, context, estimate
+
+    w = load_workload("mlperf_dlrm")
+    ctx = context(two_nodes, w)
+    t = w.tables[0]  # 39,884,406 rows: 2,492,776 per block over 16, 4,985,551 over 8
+    per_row = estimate(ctx, t, Option(0, "TW", 1)).part_bytes / t.rows
+    for kind, k, rows in (("RW", 16, 2_492_776), ("TWRW", 8, 4_985_551)):
+        assert estimate(ctx, t, Option(0, kind, k)).part_bytes == pytest.approx(rows * per_row)

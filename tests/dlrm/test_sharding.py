@@ -1,11 +1,13 @@
 """Sharding: bytes in every exchange match the plan, and traffic moves as physics says."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
 from zionsim.dlrm.cache import harmonic, hit_rate
 from zionsim.dlrm.plan import Plan, Shard, memory_by_rank
-from zionsim.dlrm.sharding import layout
+from zionsim.dlrm.sharding import layout, row_splits
 from zionsim.dlrm.workload import load_workload
 
 N, G_PER_NODE = 4, 2  # the tiny world: 2 nodes × 2 GPUs
@@ -109,3 +111,32 @@ def test_zipf_hit_rate():
     assert hit_rate(10, 20, 1.0) == 1.0 and hit_rate(10, 0, 1.0) == 0.0
     exact = float(np.sum(np.arange(1, 30001, dtype=float) ** -1.1))
     assert harmonic(30000, 1.1) == pytest.approx(exact, rel=1e-9)
+
+
+@pytest.mark.parametrize(
+    "rows, k, parts",
+    [
+        (10, 4, [3, 3, 3, 1]),  # TorchRec's own examples (_calculate_rw_shard_sizes_and_offsets)
+        (5, 4, [2, 2, 1, 0]),
+        (9, 4, [3, 3, 3, 0]),
+        (2000, 16, [125] * 16),
+        (39_884_406, 16, [2_492_776] * 15 + [2_492_766]),  # mlperf_dlrm t00 on 2 ZionEX nodes
+    ],
+)
+def test_rows_split_in_torchrec_ceiling_blocks(rows, k, parts):
+    """ceil(rows/k) rows per block, the last one short: the split TorchRec routes ids by."""
+    assert row_splits(rows, k) == parts
+
+
+def test_row_wise_bytes_and_lookups_follow_the_ceiling_split():
+    """RW of 1,000 rows over 16 ranks: 15 ranks hold 63 rows, the last 55; each rank's HBM
+    bytes and lookups are its rows' share of the table's."""
+    w = load_workload("tiny")
+    t = w.tables[0]
+    plan = Plan("rw", (Shard(0, "RW", tuple(range(16))),))
+    wt = replace(w, tables=(t,))
+    lay = layout(wt, plan, 16, 8)
+    rb = lay.hbm_bytes[0] / 63
+    np.testing.assert_allclose(lay.hbm_bytes, [63 * rb] * 15 + [55 * rb])
+    G = w.batch_per_gpu * 16
+    np.testing.assert_allclose(lay.lookups, G * t.pooling * np.array([63] * 15 + [55]) / 1000)

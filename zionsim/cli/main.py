@@ -501,6 +501,7 @@ def cmd_plan(args) -> int:
     from zionsim.cli import plan as cli_plan
 
     plan, refined = cli_plan.refine_plan(args, cluster, w, plan)
+    dump = cli_plan.torchrec_dump(args, cluster, w, plan)
     # ----
     rows, totals = plan_costs(cluster, w, plan)
     if args.format == "json":
@@ -520,7 +521,7 @@ def cmd_plan(args) -> int:
 
         write_plan(args.out, plan, w, force=args.force, gpus=len(cluster.gpus))
         print(f"wrote {args.out}", file=sys.stderr)
-    cli_plan.export_torchrec(args, cluster, w, plan)
+    cli_plan.export_torchrec(args, dump)
     return 0
 
 

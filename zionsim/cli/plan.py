@@ -87,14 +87,22 @@ def print_refinement(report: dict) -> None:
         print(format_rows(r["changes"]), end="")
 
 
-def export_torchrec(args, cluster, w, plan) -> None:
-    """With ``--to-torchrec FILE``: write ``plan`` as a TorchRec plan dump."""
+def torchrec_dump(args, cluster, w, plan) -> dict | None:
+    """With ``--to-torchrec FILE``: ``plan`` as a TorchRec plan dump, checked before anything is
+    printed or written (a plan TorchRec cannot train is an InputError naming the table)."""
     if not args.to_torchrec:
-        return
+        return None
     from zionsim.dlrm.torchrec_plan import to_torchrec
+
+    return to_torchrec(plan, w, len(cluster.gpus), cluster.spec.gpus_per_node)
+
+
+def export_torchrec(args, data: dict | None) -> None:
+    """Write the dump :func:`torchrec_dump` made (nothing without ``--to-torchrec``)."""
+    if data is None:
+        return
     from zionsim.io.files import write_torchrec_plan
 
-    data = to_torchrec(plan, w, len(cluster.gpus), cluster.spec.gpus_per_node)
     write_torchrec_plan(args.to_torchrec, data, force=args.force)
     print(f"wrote {args.to_torchrec}", file=sys.stderr)
 

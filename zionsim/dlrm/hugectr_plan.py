@@ -30,7 +30,11 @@ read from that code (the code here is written from this description, not copied)
 
 In zionsim terms a table on one GPU bucket is TW, on several GPU buckets RW over those GPUs
 (partial sums in the all-to-all, or a reduce-scatter when it is on all of them), on node buckets
-TWRW over all their GPUs (``sharding.py``).
+TWRW over all their GPUs (``sharding.py``).  HugeCTR gives key ``k`` of a table split ``m`` ways
+to shard ``k % m`` (``HugeCTR/embedding/operators/mp_index_calculation.cu``,
+``index_calculation_kernel``), so shard ``i`` holds ``rows // m`` rows plus one when
+``i < rows % m``: the plan states those rows (:func:`modulo_row_splits`) where they differ from
+TorchRec's ``⌈rows/m⌉`` blocks (``sharding.row_splits``), which zionsim assumes otherwise.
 """
 
 from __future__ import annotations
@@ -225,5 +229,14 @@ def hugectr_plan(cluster, w: WorkloadSpec, settings: Settings | None = None) -> 
             kind_t, ranks = "TWRW", tuple(r for b in where for r in range(b * g, (b + 1) * g))
         else:
             kind_t, ranks = ("TW" if len(where) == 1 else "RW"), tuple(where)
-        shards.append(Shard(t.index, kind_t, ranks[:1] if n == 1 else ranks))
+        rows = None
+        if kind_t in ("RW", "TWRW") and t.rows % len(ranks):
+            rows = tuple(modulo_row_splits(t.rows, len(ranks)))
+        shards.append(Shard(t.index, kind_t, ranks[:1] if n == 1 else ranks, rows=rows))
     return Plan(f"hugectr_{kind}", tuple(shards))
+
+
+def modulo_row_splits(rows: int, k: int) -> list[int]:
+    """Rows of each of ``k`` shards when key ``i`` goes to shard ``i % k`` (HugeCTR, module
+    docstring): ``rows // k``, one more on the first ``rows % k`` shards."""
+    return [rows // k + (1 if i < rows % k else 0) for i in range(k)]

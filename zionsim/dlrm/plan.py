@@ -51,7 +51,8 @@ class Shard:
     server: int = -1
     #: CW/TWCW: columns of each slice, in ``ranks`` order (None: nearly equal slices)
     widths: tuple[int, ...] | None = None
-    #: RW/TWRW: rows of each block, in ``ranks`` order (None: equal blocks)
+    #: RW/TWRW: rows of each block, in ``ranks`` order (None: TorchRec's ceil(rows/k) blocks,
+    #: ``sharding.row_splits``)
     rows: tuple[int, ...] | None = None
     #: precision of this table's pooled embeddings and their gradients on the wire (None: the
     #: workload's ``precision.communication``)

@@ -88,11 +88,52 @@ def plan_from_dict(
             )
         if index[name] in shards:
             raise e.error("table", f"table {name!r} is placed twice")
+        _check_consistent(e, name)
         shards[index[name]] = _entry_shard(e, w.tables[index[name]], gpus, gpus_per_node, servers)
     missing = [t.name for t in w.tables if t.index not in shards]
     if missing:
         raise f.error("tables", f"{len(missing)} table(s) not placed, first {missing[0]!r}")
     return Plan(str(f.raw("name", "plan")), tuple(shards[t.index] for t in w.tables))
+
+
+#: fields that only some entries may have: (field, applies to, what it applies to)
+_ONLY = (
+    ("node", lambda kind, tier: kind in ("TWRW", "TWCW") and tier != "ps", "TWRW and TWCW"),
+    ("ranks", lambda kind, tier: kind != "DP" and tier != "ps", "shardings other than DP"),
+    ("server", lambda kind, tier: tier == "ps", "tier: ps"),
+)
+#: fields a ``tier: ps`` entry (the whole table on one parameter server) cannot have
+_NOT_PS = ("columns", "rows", "cache_fraction", "comm_precision")
+
+
+def _check_consistent(e, name: str) -> None:
+    """Refuse an entry whose fields contradict each other (``node:`` and ``ranks:`` together, a
+    field the sharding or tier ignores), naming the table and the fields."""
+    given = set(e.data)
+    if {"node", "ranks"} <= given:
+        raise e.error(
+            "node",
+            f"table {name!r} gives both node: and ranks:, which say different things",
+            allowed="node: N (every GPU of node N) or ranks: [...], not both",
+        )
+    kind, tier = e.data.get("sharding"), e.data.get("tier", "hbm")
+    if tier == "ps":
+        kind = e.data.get("sharding", "TW")
+    if kind not in SHARDINGS or tier not in TIERS:
+        return  # _entry_shard names the bad value
+    for key, ok, what in _ONLY:
+        if key in given and not ok(kind, tier):
+            here = "tier: ps" if tier == "ps" else f"sharding: {kind}"
+            raise e.error(
+                key, f"table {name!r} gives {key}: with {here}, which does not use it",
+                allowed=f"{key}: only with {what}",
+            )  # fmt: skip
+    extra = sorted(given & set(_NOT_PS)) if tier == "ps" else []
+    if extra:
+        raise e.error(
+            extra[0], f"table {name!r} gives {extra[0]}: with tier: ps (the whole table on one "
+            "parameter server), which does not use it", allowed="table, tier, server, sharding: TW",
+        )  # fmt: skip
 
 
 def _entry_shard(e, t, gpus: int, g: int, servers: int | None) -> Shard:

@@ -28,7 +28,7 @@ import numpy as np
 
 from zionsim.dlrm.cache import hit_rate
 from zionsim.dlrm.plan import Plan, Shard, default_plan, memory_by_rank
-from zionsim.dlrm.sharding import column_splits
+from zionsim.dlrm.sharding import column_splits, row_splits
 from zionsim.dlrm.workload import DTYPE_BYTES, EMBEDDING_OPTIMIZERS, WorkloadSpec, row_bytes
 from zionsim.hardware import compute
 
@@ -131,10 +131,8 @@ def estimate(ctx: Context, t, opt: Option) -> Cost:
     per_el, per_row = EMBEDDING_OPTIMIZERS[w.optimizer["embedding"]]
     remote = (n - g) / n  # share of sample ranks on other nodes
     d = t.dim if opt.kind not in ("CW", "TWCW") else column_splits(t.dim, opt.parts)[0]
-    rows = t.rows / opt.parts if opt.kind in ("RW", "TWRW") else t.rows
-    lookups = {"DP": B * t.pooling}.get(
-        opt.kind, G * t.pooling / (opt.parts if opt.kind in ("RW", "TWRW") else 1)
-    )
+    rows, share = _largest_part(t, opt)
+    lookups = B * t.pooling if opt.kind == "DP" else G * t.pooling * share
     rb = row_bytes(d, w.precision["embedding"])
     state = 4 * (per_el * d + per_row)
     kernel = compute.embedding_forward_time_s(
@@ -244,11 +242,19 @@ def _least_loaded(load: np.ndarray, room: np.ndarray, need: float, k: int) -> tu
 
 def _miss_s(ctx: Context, opt: Option, cost: Cost, frac: float, alpha: float) -> float:
     t = ctx.w.tables[opt.table]
-    rows = t.rows / opt.parts if opt.kind in ("RW", "TWRW") else t.rows
+    rows, share = _largest_part(t, opt)
     miss = 1.0 - hit_rate(rows, rows * frac, alpha)
-    split = opt.parts if opt.kind in ("RW", "TWRW") else 1
-    lookups = ctx.w.batch_per_gpu * ctx.n * t.pooling / split
+    lookups = ctx.w.batch_per_gpu * ctx.n * t.pooling * share
     return 2 * lookups * miss * cost.part_bytes / max(rows, 1) / ctx.pcie_Bps
+
+
+def _largest_part(t, opt: Option) -> tuple[int, float]:
+    """Rows of the largest part of ``opt`` and its share of the table's lookups: a row split's
+    first block (TorchRec's ``⌈rows/k⌉``, ``sharding.row_splits``), else the whole table."""
+    if opt.kind not in ("RW", "TWRW"):
+        return t.rows, 1.0
+    rows = row_splits(t.rows, opt.parts)[0]
+    return rows, rows / t.rows if t.rows else 0.0
 
 
 # ------------------------------------------------------------------------------ planners

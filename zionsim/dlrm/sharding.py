@@ -7,19 +7,23 @@ kind   rows held                    lookups per rank      forward output / backw
 =====  ===========================  ====================  ======================================
 TW     all, on one rank             G·L                   pooled all-to-allv (B·d per sample rank)
 CW     all, a column slice each     G·L (at dim d/k)      pooled all-to-allv of each slice
-RW     rows/n on every rank         G·L/n                 reduce-scatter / all-gather of G·d
-TWRW   rows/g on one node's GPUs    G·L/g                 intra-node reduce-scatter of G·d, then
-       (rows/(k·g) on k nodes)      (G·L/(k·g))           all-to-allv among same-index GPUs across
+RW     ⌈rows/n⌉ on every rank       G·L·(rows held/rows)  reduce-scatter / all-gather of G·d
+TWRW   ⌈rows/g⌉ on one node's GPUs  G·L·(rows held/rows)  intra-node reduce-scatter of G·d, then
+       (rows/(k·g) on k nodes)                            all-to-allv among same-index GPUs across
                                                           nodes (backward: the reverse, all-gather);
                                                           on k nodes each does so, k partial sums
 TWCW   all, a column slice each     G·L (at dim d/k)      as CW; the slices on one node's GPUs
 DP     all, on every rank           B·L                   none (gradient joins the all-reduce)
 =====  ===========================  ====================  ======================================
 
-A plan may state the columns of each slice (CW, TWCW: ``Shard.widths``) and the rows of each block
-(RW, TWRW: ``Shard.rows``; lookups follow the row share), put RW on a subset of the ranks (partial
-sums then travel in the pooled all-to-allv), and give a table its own communication precision
-(``Shard.comm_precision``, for its pooled embeddings and their gradients).
+Rows are split as TorchRec and FBGEMM split them (:func:`row_splits`): blocks of ``⌈rows/k⌉``
+rows, the last one short (and any after it empty), because TorchRec's row-wise input
+distribution sends id ``i`` to block ``i // ⌈rows/k⌉`` whatever the shard sizes say.  A plan may
+state the columns of each slice (CW, TWCW: ``Shard.widths``) and the rows of each block (RW, TWRW:
+``Shard.rows``, e.g. HugeCTR's ``id % k`` split, ``hugectr_plan.py``; lookups follow the row
+share), put RW on a subset of the ranks (partial sums then travel in the pooled all-to-allv), and
+give a table its own communication precision (``Shard.comm_precision``, for its pooled embeddings
+and their gradients).
 
 Indices (``index_bytes`` per lookup plus one length per sample and table) travel in one input
 all-to-allv to every rank that serves lookups of the table.  A shard in the ``uvm`` tier keeps
@@ -199,12 +203,25 @@ def shard_widths(s, dim: int) -> list[int]:
     return list(s.widths) if s.widths is not None else column_splits(dim, len(s.ranks))
 
 
-def shard_rows(s, rows: int) -> list[float]:
-    """Rows of each part of row-split shard ``s`` of a ``rows``-row table (equal blocks unless
-    the plan states them), in ``s.ranks`` order."""
+def row_splits(rows: int, k: int) -> list[int]:
+    """TorchRec's split of ``rows`` rows into ``k`` blocks: ``⌈rows/k⌉`` each in order, the last
+    non-empty block short and any after it empty (10 rows in 4: 3, 3, 3, 1; 5 in 4: 2, 2, 1, 0).
+
+    Source: ``torchrec/distributed/sharding_plan.py`` ``_calculate_rw_shard_sizes_and_offsets``
+    (the sizes its planner and ``row_wise()``/``table_row_wise()`` write) and
+    ``torchrec/distributed/sharding/rw_sharding.py`` (block size ``⌈rows/world_size⌉`` handed to
+    FBGEMM's ``block_bucketize_sparse_features``, which routes id ``i`` to block
+    ``i // block``)."""
+    block = -(-rows // k) if k > 0 else 0
+    return [max(0, min(block, rows - i * block)) for i in range(k)]
+
+
+def shard_rows(s, rows: int) -> list[int]:
+    """Rows of each part of row-split shard ``s`` of a ``rows``-row table (the plan's own, else
+    :func:`row_splits`), in ``s.ranks`` order."""
     if s.rows is not None:
-        return [float(r) for r in s.rows]
-    return [rows / len(s.ranks)] * len(s.ranks)
+        return list(s.rows)
+    return row_splits(rows, len(s.ranks))
 
 
 def _add_row_shard(out: Layout, w: WorkloadSpec, s, n: int, g: int, zipf_alpha, cb) -> None:

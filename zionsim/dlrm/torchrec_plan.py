@@ -39,6 +39,15 @@ output_dtype        comm_precision      FP32, FP16, BF16 (the pooled output's dt
 ``enforce_hbm``, ``stochastic_rounding`` and ``bounds_check_mode`` are accepted and ignored (they
 do not change what the model times); ``grid_shard``, other kernels and ``key_value_params`` are
 errors.  Export writes the six fields above, so an imported dump exports unchanged.
+
+Both directions accept only placements TorchRec trains as written (:func:`untrainable`): its
+row-wise sharding gives shard ``r`` to rank ``r`` (``row_wise``: one shard on every rank, in rank
+order; ``table_row_wise``: one on every GPU of one node, in order) and routes id ``i`` to shard
+``i // ⌈rows/k⌉`` whatever the shard sizes say, so the row blocks must be TorchRec's own
+(``sharding.row_splits``); its fused kernels take shards a multiple of 4 columns wide.  A plan
+outside that (RW over some ranks, other row blocks, TWRW over several nodes as HugeCTR runs it,
+column slices of 5 or 6 columns) is refused with one line naming the table, not rewritten: any
+rewrite would train and communicate differently from what zionsim simulated for the plan.
 """
 
 from __future__ import annotations
@@ -47,7 +56,7 @@ import re
 
 from zionsim.base.errors import InputError
 from zionsim.dlrm.plan import Plan, Shard
-from zionsim.dlrm.sharding import shard_widths
+from zionsim.dlrm.sharding import row_splits, shard_rows, shard_widths
 from zionsim.dlrm.workload import WorkloadSpec
 
 #: module path of the embedding tables in TorchRec's DLRM (``DLRMTrain.model.sparse_arch``)
@@ -143,7 +152,62 @@ def _import_table(e, t, gpus: int, g: int) -> Shard:
         raise e.error("ranks", f"{st} shards must be on one node ({g} GPUs per node)")
     if kind in ("RW", "TWRW", "TW") and len(set(ranks)) != len(ranks):
         raise e.error("ranks", "a rank appears twice (only column shards may share a rank)")
-    return Shard(t.index, kind, tuple(ranks), tier, frac, -1, widths, rows, comm)
+    shard = Shard(t.index, kind, tuple(ranks), tier, frac, -1, widths, rows, comm)
+    problem = untrainable(shard, t, gpus, g)
+    if problem:
+        raise e.error("ranks" if problem[0] == "ranks" else "sharding_spec", problem[1])
+    return shard
+
+
+def untrainable(s: Shard, t, gpus: int, g: int) -> tuple[str, str] | None:
+    """Why TorchRec cannot train shard ``s`` of table ``t`` as written, as (field, problem), or
+    None when it can (module docstring; ``gpus`` ranks, ``g`` per node).
+
+    ``torchrec/distributed/sharding/rw_sharding.py`` (``RwEmbeddingSharding._shard``) takes
+    ``shards[rank]`` for every rank of the world and ``twrw_sharding.py`` ``shards[i]`` for GPU
+    ``i`` of the node of ``ranks[0]``; both bucketize ids by ``⌈rows/k⌉`` blocks.  The fused
+    kernels (every sharding but DP) hold shards whose width is a multiple of 4 columns: FBGEMM's
+    training table-batched embedding asserts it (``fbgemm_gpu/
+    split_table_batched_embeddings_ops_training.py``, ``construct_split_state``: "embedding_dim
+    must be a multiple of 4"), and torchrec 1.9's ``BatchedFusedEmbeddingBag`` checks it up
+    front (``local_cols % 4 == 0``)."""
+    if s.kind == "DP":
+        return None
+    widths = shard_widths(s, t.dim) if s.kind in ("CW", "TWCW") else [t.dim]
+    odd = [w for w in widths if w % 4]
+    if odd:
+        return "columns", (
+            f"a shard {odd[0]} columns wide (of {widths}): TorchRec's fused embedding kernels "
+            "(FBGEMM) take shards whose width is a multiple of 4 columns"
+        )
+    if s.kind not in ("RW", "TWRW"):
+        return None
+    kind = "row_wise" if s.kind == "RW" else "table_row_wise"
+    if s.kind == "RW":
+        want, where = tuple(range(gpus)), f"every rank 0..{gpus - 1}"
+    else:
+        node = s.ranks[0] // g
+        want, where = tuple(range(node * g, (node + 1) * g)), f"every GPU of node {node}"
+    if tuple(s.ranks) != want:
+        return "ranks", (
+            f"TorchRec's {kind} sharding needs one shard on {where}, in rank order "
+            f"(shard i goes to the i-th of them), got ranks {_brief(s.ranks)}"
+        )
+    rows, split = shard_rows(s, t.rows), row_splits(t.rows, len(s.ranks))
+    if rows != split:
+        i = next(i for i, (a, b) in enumerate(zip(rows, split, strict=True)) if a != b)
+        return "rows", (
+            f"row block {i} has {rows[i]} rows but TorchRec routes id j to block "
+            f"j // {split[0]} (blocks of ceil({t.rows}/{len(split)}) rows, the last one short), "
+            f"so block {i} must have {split[i]}"
+        )
+    return None
+
+
+def _brief(ranks) -> str:
+    """A rank list for a message, shortened when long."""
+    r = list(ranks)
+    return str(r) if len(r) <= 8 else f"[{', '.join(map(str, r[:4]))}, ..., {r[-1]}] ({len(r)})"
 
 
 def _shards(e, gpus: int, g: int) -> tuple[list[int], list[list[int]], list[list[int]]]:
@@ -220,6 +284,14 @@ def to_torchrec(
                 f"table {t.name!r} is on a CPU parameter server, which TorchRec plans cannot say",
                 field="plan", allowed="GPU shardings (TW, CW, TWCW, RW, TWRW, DP)",
             )  # fmt: skip
+        problem = untrainable(s, t, gpus, gpus_per_node)
+        if problem:
+            raise InputError(
+                f"table {t.name!r} ({s.kind}) cannot be exported: {problem[1]}",
+                field="--to-torchrec",
+                allowed="RW over every rank or TWRW over one whole node, in TorchRec's "
+                "ceil(rows/k) blocks; TW, CW, TWCW, DP; shards a multiple of 4 columns wide",
+            )  # fmt: skip
         tables[t.name] = _export_table(s, t, gpus_per_node)
     return {"world_size": gpus, "local_size": gpus_per_node, "plan": {module: tables}}
 
@@ -246,12 +318,12 @@ def _export_table(s: Shard, t, g: int) -> dict:
 
 
 def _export_shards(s: Shard, t, g: int) -> list[dict]:
-    """ShardMetadata of each part: column slices (TW, CW, TWCW) or row blocks (RW, TWRW); equal
-    blocks that are not whole rows become whole rows, the first blocks one row larger."""
+    """ShardMetadata of each part: column slices (TW, CW, TWCW) or row blocks (RW, TWRW, the
+    plan's own or TorchRec's ``⌈rows/k⌉`` split)."""
     if s.kind in ("TW", "CW", "TWCW"):
         parts, along = shard_widths(s, t.dim), 1
     else:
-        parts, along = _whole_rows(s, t.rows), 0
+        parts, along = shard_rows(s, t.rows), 0
     out, at = [], 0
     for r, p in zip(s.ranks, parts, strict=True):
         off = [0, at] if along else [at, 0]
@@ -261,11 +333,3 @@ def _export_shards(s: Shard, t, g: int) -> list[dict]:
         )
         at += p
     return out
-
-
-def _whole_rows(s: Shard, rows: int) -> list[int]:
-    """Rows per block as whole numbers: the plan's own, or a balanced split."""
-    if s.rows is not None:
-        return list(s.rows)
-    k = len(s.ranks)
-    return [rows // k + (1 if i < rows % k else 0) for i in range(k)]
