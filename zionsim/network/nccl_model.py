@@ -141,23 +141,26 @@ class Setting:
     vendor: str
     intra: str  # nvlink or pcie
     nbytes: float  # NCCL's nBytes: the buffer (all_reduce) or the total (gather, scatter)
+    nic_near_gpu: bool = True  # GPU and NIC share a PCIe switch (NCCL's path type <= PXB)
 
 
 def setting(cluster, sched: Schedule) -> Setting:
     """What NCCL's tuner sees of a collective: op, ranks, nodes, GPUs per node, GPU generation,
-    CPU vendor, intra-node link kind and bytes."""
+    CPU vendor, intra-node link kind, bytes and whether the NICs sit next to the GPUs."""
     nodes = cluster.node_of(sched.ranks)
     n_nodes = len(np.unique(nodes))
-    su = cluster.spec.scale_up
+    su, so = cluster.spec.scale_up, cluster.spec.scale_out
+    ppn = max(1, len(sched.ranks) // max(1, n_nodes))
     return Setting(
         sched.op,
         len(sched.ranks),
         n_nodes,
-        max(1, len(sched.ranks) // max(1, n_nodes)),
+        ppn,
         generation(cluster),
         cluster.spec.collective_cpu_vendor,
         "pcie" if su.kind == "none" else "nvlink",
         sched.size_bytes,
+        so.nic_attach == "pcie_switch",
     )
 
 
@@ -222,13 +225,21 @@ def latency_s(model: CollectiveModel, st: Setting, algorithm: str, protocol: str
     raise InputError(f"no latency model for {algorithm!r}", field="--algorithm")
 
 
-def channels_for(model: CollectiveModel, st: Setting, algorithm: str, protocol: str) -> int:
-    """Channels NCCL runs for this size (enqueue.cc:2093-2096) out of the graph's channels."""
-    t = model.table
-    nc = int(t["channels"].get(st.generation, 12))
-    thr = t["max_threads"][protocol] * t["thread_threshold"][protocol]
-    if FAMILY[algorithm] == "ring" and protocol == "LL":
-        thr *= st.n
-    while nc >= 2 and st.nbytes < nc * thr:
-        nc -= 1
-    return nc
+def graph_channels(model: CollectiveModel, st: Setting) -> int:
+    """Channels of the graph NCCL's tuner rates a ring or tree by (``graphs[a]->nChannels``,
+    T:315; the YAML's ``channels``).  NCCL drops channels for small sizes only after the
+    algorithm is chosen (enqueue.cc:2093-2096) and its tuner does not model that; zionsim rates
+    every size on the graph's channels in the tuner and in the execution alike, so that the two
+    agree (with the drop, a larger buffer on more channels could finish before a smaller one)."""
+    return int(model.table["channels"].get(st.generation, 12))
+
+
+def ll128_enabled(st: Setting) -> bool:
+    """NCCL enables LL128 by default (T:517-535) only where the intra-node path is NVLink (path
+    type <= NVB) and, across nodes, where the NIC is near the GPU: up to PXB (a shared PCIe
+    switch) before Hopper, up to PXN on Hopper and later (``NCCL_LL128_C2C`` 1 by default,
+    T:235), which on these topologies is the same condition: a NIC on the host bridge (PHB) or
+    the other socket (SYS) disables it.  One GPU per node has no intra-node path (LOC)."""
+    if st.ppn > 1 and st.intra != "nvlink":
+        return False
+    return st.nodes <= 1 or st.nic_near_gpu
