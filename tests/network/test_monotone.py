@@ -14,6 +14,7 @@ from tests.conftest import DATA
 from tests.network.test_fidelity import random_cluster
 from zionsim.hardware.cluster import Cluster
 from zionsim.network import nccl
+from zionsim.network.collectives import schedule
 from zionsim.network.simulate import simulate_collective
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
@@ -88,3 +89,23 @@ def test_auto_time_monotone_in_size_and_link_bandwidth(seed, op, log_size, grow,
     quicker.router.capacity_Bps[edge] *= faster
     for s, before in zip(sizes[::3], t[::3], strict=True):
         assert simulate_collective(quicker, op, s).time_s <= before * (1 + 1e-9), (s, edge)
+
+
+@pytest.mark.parametrize("protocol", ["LL", "LL128", "Simple"])
+def test_tree_correction_is_nccls_table_at_powers_of_two_and_keeps_time_growing(protocol):
+    """treeCorrectionFactor (tuning.cc:620-644) at every power of two from 64 B to 256 MiB, 1
+    from 512 MiB and below 64 B; between powers of two bytes / factor still grows."""
+    c = Cluster.load("dgx_a100", nodes=4)
+    model = nccl.cluster_model(c, None)
+    row = model.table["tree_correction_factor"][protocol]
+
+    def factor(size):
+        sched = schedule(c, "all_reduce", c.gpus, size, "tree")
+        return nccl.tree_correction(model, nccl.setting(c, sched), "tree", protocol)
+
+    for k in range(23):
+        assert factor(64 * 2**k) == pytest.approx(row[k])
+    assert factor(32) == factor(2**29) == 1.0
+    sizes = np.geomspace(64, 2**30, 400)
+    per_byte = sizes / np.array([factor(s) for s in sizes])
+    assert np.all(np.diff(per_byte) > 0)

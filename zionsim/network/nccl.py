@@ -13,9 +13,9 @@ A collective's time follows NCCL's own model (``src/graph/tuning.cc``, constants
   operations (send/recv, all-to-all) have no NCCL cost model: they pay one launch of the kernel
   (the ring base latency) and one hop of the slowest link class they cross.
 * the bandwidth part is the algorithm's flows on the network (``flows.py``) at wire bytes =
-  payload / protocol efficiency (LL 1/2, LL128 0.92, Simple 1; tree and NVLS their own), each
-  flow capped by what NCCL's channels can carry: the channels in use for this size (NCCL drops
-  channels for small sizes) × the per-channel caps of LL128 and tree, LL's total cap, and the
+  payload / protocol efficiency (LL 1/2, LL128 0.92, Simple 1; tree and NVLS their own; tree
+  all_reduce also NCCL's medium-size derating), each flow capped by what NCCL's channels can
+  carry: the graph's channels × the per-channel caps of LL128 and tree, LL's total cap, and the
   NVSwitch's reduction rate for NVLS (:func:`prepare`).  Contention with other traffic comes
   from the network model, so NCCL's per-channel ``bw`` numbers are not used: the links are.
   Point-to-point flows that cross the network (all-to-all) also pay the many-connection
@@ -27,9 +27,16 @@ A collective's time follows NCCL's own model (``src/graph/tuning.cc``, constants
   a topology's ``collectives.protocols`` (e.g. written by ``zionsim calibrate``) sets them for
   its cluster (:func:`cluster_model`).
 
-Without an explicit algorithm the tuner does what NCCL does: estimate every (algorithm, protocol)
-NCCL would consider on this system — latency plus bytes over the most loaded link of each phase
-(contention included, no simulation), launch excluded as in NCCL — and take the fastest.
+Without an explicit algorithm the tuner estimates every (algorithm, protocol) NCCL would consider
+on this system — latency plus bytes over the most loaded link of each phase (contention
+included, no simulation), launch excluded as in NCCL — and takes the fastest.  It ranks them by
+the time they take as executed (:func:`estimate_s`, what :func:`execute` then runs), not by a
+separate view: NCCL's tuner ignores the channels it drops for small sizes and the NVLS chunk
+pipeline's fill, and choosing on a model the execution contradicts made a larger message or a
+faster link give a shorter or a longer time (issue 26).  So the automatic time is
+non-decreasing in size and non-increasing in any link's capacity
+(``tests/network/test_monotone.py``); where NCCL's view and the execution differ, zionsim may
+pick another candidate than NCCL would (docs/validation.md).
 
 Where it lives: the constants, :class:`Setting` and the latency formula in ``nccl_model``; wire
 bytes, rate caps, the fluid time and pipeline fill in ``nccl_wire``; here the tuner

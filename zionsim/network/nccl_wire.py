@@ -39,13 +39,6 @@ def phase_routes(cluster, sched: Schedule) -> list:
     ]
 
 
-def _min_capacity(cap_link: np.ndarray, routes: np.ndarray) -> np.ndarray:
-    """The smallest capacity along each route row (``cap_link`` ends with ``inf`` for -1)."""
-    if not routes.shape[1]:
-        return np.full(len(routes), np.inf)
-    return cap_link[np.where(routes >= 0, routes, len(cap_link) - 1)].min(axis=1)
-
-
 def _link_load(routes, per_row: np.ndarray, n_links: int) -> np.ndarray:
     """Σ over rows of ``per_row`` on every link each row crosses (× the fraction of a class
     row's members that cross it)."""
