@@ -11,7 +11,10 @@ A collective's time follows NCCL's own model (``src/graph/tuning.cc``, constants
   tree pays ``2((ppn−1)·intra + log2(nodes)·net)``; NVLS, NVLSTree and CollNet their own terms;
   with one GPU per node the network latency is the tree's (:func:`latency_s`).  Point-to-point
   operations (send/recv, all-to-all) have no NCCL cost model: they pay one launch of the kernel
-  (the ring base latency) and one hop of the slowest link class they cross.
+  (the ring base latency) and one hop of the slowest link class they cross; across nodes also
+  NCCL's network post overhead once per remote peer, as a ring pays it once per step: NCCL's
+  all-to-all is grouped send/recv whose every remote peer is a network send and receive the
+  rank's proxy thread posts in turn (:func:`nccl_model.remote_peers`).
 * the bandwidth part is the algorithm's flows on the network (``flows.py``) at wire bytes =
   payload / protocol efficiency (LL 1/2, LL128 0.92, Simple 1; tree and NVLS their own; tree
   all_reduce also NCCL's medium-size derating), each flow capped by what NCCL's channels can

@@ -184,6 +184,20 @@ def log2i(x: int) -> int:
     return max(0, int(x).bit_length() - 1)
 
 
+def remote_peers(st: Setting) -> int:
+    """Peers on other nodes a rank exchanges with in a point-to-point operation: every rank off
+    its node for an all-to-all (n - ppn), the one peer of a send/recv across nodes."""
+    if st.nodes <= 1:
+        return 0
+    return st.n - st.ppn if st.op == "all_to_all" else 1
+
+
+def _net_post_s(t: dict, st: Setting, protocol: str, scale: float) -> float:
+    """NCCL's network post overhead (getNetOverhead, T:225-233: 1 us Intel, 2 us AMD; x3 for
+    Simple, T:404-410): the proxy thread's cost to launch one network operation."""
+    return t["net_overhead_us"][st.vendor] * 1e-6 * scale * (3 if protocol == "Simple" else 1)
+
+
 def latency_s(model: CollectiveModel, st: Setting, algorithm: str, protocol: str) -> float:
     """NCCL's latency of ``algorithm``/``protocol`` (tuning.cc:384-435), overhead included."""
     fam = FAMILY[algorithm]
@@ -193,10 +207,12 @@ def latency_s(model: CollectiveModel, st: Setting, algorithm: str, protocol: str
     )
     step = model.step_s[fam]
     intra = step[st.intra][protocol]
-    if fam == "p2p":
-        return base + (step["net"][protocol] if st.nodes > 1 else intra)
     t = model.table
     scale = model.latency_scale
+    if fam == "p2p":
+        if st.nodes <= 1:
+            return base + intra
+        return base + step["net"][protocol] + remote_peers(st) * _net_post_s(t, st, protocol, scale)
     net_family = "tree" if (st.ppn == 1 and fam == "ring") else fam
     inter = model.step_s[net_family]["net"][protocol]
     if fam == "ring":
@@ -207,7 +223,7 @@ def latency_s(model: CollectiveModel, st: Setting, algorithm: str, protocol: str
         if st.nodes == 1:
             return base + steps * intra
         n_inter = 2 * (st.nodes - 1) if st.op == "all_reduce" else st.nodes - 1
-        post = t["net_overhead_us"][st.vendor] * 1e-6 * scale * (3 if protocol == "Simple" else 1)
+        post = _net_post_s(t, st, protocol, scale)
         lat = base + (steps - n_inter) * max(intra, post) + n_inter * inter
         channels = t["channels"].get(st.generation, 12)
         if protocol == "Simple" and st.op == "all_reduce" and st.nbytes / (channels * st.n) >= 64:
