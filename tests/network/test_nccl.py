@@ -177,3 +177,33 @@ def test_nvls_tree_chunk_size_follows_nccl(nodes, size, chunk):
     model = nccl.cluster_model(c, None)
     st = nccl.setting(c, schedule(c, "all_reduce", c.gpus, size, "nvls_tree"))
     assert nccl.nvls_chunk_bytes(model.table, st, "nvls_tree") == chunk
+
+
+@pytest.mark.parametrize("nodes", [1, 2, 4])
+def test_all_to_all_pays_the_net_post_overhead_per_remote_peer(nodes):
+    """NCCL's all-to-all is grouped send/recv: every remote peer is a network operation the
+    proxy posts (getNetOverhead, T:225-233: 2 us on AMD hosts such as DGX A100), so a small
+    all-to-all's latency grows with the ranks off the node; inside one node none is paid."""
+    c = Cluster.load("dgx_a100", nodes=nodes)
+    model = nccl.cluster_model(c, None)
+    sched = schedule(c, "all_to_all", c.gpus, 1024, "pxn")
+    st = nccl.setting(c, sched)
+    hop = model.step_s["p2p"]["net" if nodes > 1 else "nvlink"]["LL"]
+    expected = model.base_s["p2p"]["LL"] + hop + 8 * (nodes - 1) * 2e-6
+    assert nccl.remote_peers(st) == 8 * (nodes - 1)
+    assert nccl.latency_s(model, st, "pxn", "LL") == pytest.approx(expected)
+    assert simulate_collective(c, "all_to_all", 1024).time_s >= expected
+
+
+def test_ll128_only_where_nccl_enables_it():
+    """NCCL enables LL128 by default only over NVLink inside a node and, across nodes, with the
+    NIC next to the GPU (path <= PXB, T:517-535): DGX A100 (NICs on the GPUs' PCIe switches)
+    uses it at 128 MiB across nodes; the same nodes with host-attached NICs never do, though
+    it can still be asked for (NCCL_PROTO)."""
+    near = Cluster.load("dgx_a100", nodes=4)
+    far = Cluster.load("dgx_a100", nodes=4, overrides=["scale_out.nic_attach=host"])
+    sizes = [2.0**k for k in range(10, 31, 2)]
+    assert "LL128" in {nccl.choose(near, "all_reduce", near.gpus, s).protocol for s in sizes}
+    assert "LL128" not in {nccl.choose(far, "all_reduce", far.gpus, s).protocol for s in sizes}
+    forced = nccl.choose(far, "all_reduce", far.gpus, 2**20, algorithm="ring", protocol="LL128")
+    assert forced.protocol == "LL128"

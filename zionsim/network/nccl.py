@@ -70,6 +70,7 @@ from zionsim.network.nccl_model import (  # noqa: F401 - re-exported: callers us
     latency_s,
     ll128_enabled,
     load_model,
+    remote_peers,
     setting,
 )
 from zionsim.network.nccl_wire import (  # noqa: F401 - re-exported: callers use nccl.<name>
