@@ -47,11 +47,24 @@ def test_multinode_small_all_reduce_uses_tree():
 
 
 def test_multinode_largest_all_reduce_uses_ring_beyond_two_nodes():
-    """8 DGX A100 nodes, 8 GiB: Ring/Simple (best bandwidth, issue 471); on 2 nodes Tree keeps
-    large sizes: "on many platforms, NCCL should use Tree on 2 nodes for large sizes"
-    (sjeaugey, NVIDIA/nccl issue 946)."""
+    """8 DGX A100 nodes, 8 GiB: Ring/Simple (best bandwidth, issue 471)."""
     assert _choice("dgx_a100", 8, 2**33) == ("ring", "Simple")
-    assert _choice("dgx_a100", 2, 2**33)[0] == "tree"
+
+
+def test_two_node_tree_keeps_large_sizes_only_with_channels_to_spare():
+    """Two nodes (issue 26 item 3): NCCL rates a tree at half its per-channel bus bandwidth,
+    capped at perChMaxTreeBw x channels (23.6 GB/s on Ampere's 2-node column, T:279-316,
+    T:374-380), and a ring at nRanks/nsteps of its channels' bandwidth.  Across nodes a graph
+    has one channel per NIC at 24 GB/s on 200 Gb/s NICs, doubled on 400 Gb/s (search.cc
+    1036-1061): on 8 HDR NICs the ring wins from 2 GiB and the tree no longer runs at the NVLink
+    rate; with 400 Gb/s NICs the doubled channels keep tree ("on many platforms, NCCL should use
+    Tree on 2 nodes for large sizes", sjeaugey, NVIDIA/nccl issue 946)."""
+    for size in (2**31, 2**32, 2**33):
+        assert _choice("dgx_a100", 2, size) == ("ring", "Simple")
+    hdr = Cluster.load("dgx_a100", nodes=2)
+    assert simulate_collective(hdr, "all_reduce", 2**30).busbw_GBps < 200
+    fast = ["scale_out.nic_bw=400Gbps"]
+    assert _choice("dgx_a100", 2, 2**33, overrides=fast)[0] == "tree"
 
 
 def test_nvls_across_nodes_needs_sharp():
@@ -207,3 +220,20 @@ def test_ll128_only_where_nccl_enables_it():
     assert "LL128" not in {nccl.choose(far, "all_reduce", far.gpus, s).protocol for s in sizes}
     forced = nccl.choose(far, "all_reduce", far.gpus, 2**20, algorithm="ring", protocol="LL128")
     assert forced.protocol == "LL128"
+
+
+@pytest.mark.parametrize(
+    "topology, nodes, overrides, channels",
+    [("dgx_a100", 1, [], 12), ("dgx_a100", 2, [], 8), ("dgx_h100", 2, [], 8),
+     ("dgx_h100", 2, ["scale_out.nics_per_node=4"], 8),
+     ("dgx_a100", 2, ["scale_out.nic_bw=400Gbps"], 16)],
+)  # fmt: skip
+def test_graph_channels_follow_nccls_search(topology, nodes, overrides, channels):
+    """One node: the NVLink graph's channels.  Across nodes one channel per NIC at 24 GB/s
+    (200 Gb/s) or 48 (400 Gb/s), doubled at >= 25 GB/s except on Hopper below 50 with more than
+    4 channels (search.cc:1036-1061): 4 NDR NICs on H100 give 8, the 16 trees of NVIDIA/nccl
+    issue 1357 once connect.cc doubles them again."""
+    c = Cluster.load(topology, nodes=nodes, overrides=overrides)
+    model = nccl.cluster_model(c, None)
+    st = nccl.setting(c, schedule(c, "all_reduce", c.gpus, 2**20, "ring"))
+    assert nccl.graph_channels(model, st) == channels

@@ -142,6 +142,8 @@ class Setting:
     intra: str  # nvlink or pcie
     nbytes: float  # NCCL's nBytes: the buffer (all_reduce) or the total (gather, scatter)
     nic_near_gpu: bool = True  # GPU and NIC share a PCIe switch (NCCL's path type <= PXB)
+    nics: int = 1  # NICs per node
+    nic_GBps: float = 25.0  # one NIC's line rate, GB/s (NCCL's NET bandwidth)
 
 
 def setting(cluster, sched: Schedule) -> Setting:
@@ -161,6 +163,8 @@ def setting(cluster, sched: Schedule) -> Setting:
         "pcie" if su.kind == "none" else "nvlink",
         sched.size_bytes,
         so.nic_attach == "pcie_switch",
+        so.nics_per_node,
+        so.nic_bw_Bps / 1e9,
     )
 
 
@@ -243,11 +247,32 @@ def latency_s(model: CollectiveModel, st: Setting, algorithm: str, protocol: str
 
 def graph_channels(model: CollectiveModel, st: Setting) -> int:
     """Channels of the graph NCCL's tuner rates a ring or tree by (``graphs[a]->nChannels``,
-    T:315; the YAML's ``channels``).  NCCL drops channels for small sizes only after the
-    algorithm is chosen (enqueue.cc:2093-2096) and its tuner does not model that; zionsim rates
-    every size on the graph's channels in the tuner and in the execution alike, so that the two
-    agree (with the drop, a larger buffer on more channels could finish before a smaller one)."""
-    return int(model.table["channels"].get(st.generation, 12))
+    T:315).  On one node the NVLink graph's channels (the YAML's ``channels``).  Across nodes
+    NCCL's topology search (src/graph/search.cc at 5067397c) gives each NIC one channel at the
+    highest speed of its table the NIC carries (speedArrayInter, sm90SpeedArrayInter,
+    search.cc:1051-1061; 24 GB/s on a 200 Gb/s NIC, 48 on 400 Gb/s), then doubles the channels
+    (ncclTopoDupChannels, search.cc:1036-1049) unless that speed is below 25 GB/s, or, from
+    Hopper on, below 50 GB/s with more than 4 channels: 8 HDR NICs give 8 channels, 4 NDR NICs
+    on Hopper 8 (the 16 trees of NVIDIA/nccl issue 1357's log are those 8 doubled again at
+    connection, connect.cc).
+
+    NCCL drops channels for small sizes only after the algorithm is chosen (enqueue.cc
+    2093-2096) and its tuner does not model that; zionsim rates every size on the graph's
+    channels in the tuner and in the execution alike, so that the two agree (with the drop, a
+    larger buffer on more channels could finish before a smaller one)."""
+    t = model.table
+    nc = int(t["channels"].get(st.generation, 12))
+    if st.nodes <= 1:
+        return nc
+    speeds = t["search_inter_speeds_GBps"]
+    table = speeds.get(st.generation, speeds["ampere"])
+    fits = [v for v in table if v <= st.nic_GBps]
+    bw = max(fits) if fits else min(table)
+    n = max(1, st.nics)
+    hopper_on = st.generation not in ("volta", "ampere")
+    if bw >= 25.0 and not (hopper_on and bw < 50.0 and n > 4):
+        n *= 2
+    return min(n, int(t["max_graph_channels"]))
 
 
 def ll128_enabled(st: Setting) -> bool:
