@@ -47,11 +47,24 @@ def test_multinode_small_all_reduce_uses_tree():
 
 
 def test_multinode_largest_all_reduce_uses_ring_beyond_two_nodes():
-    """8 DGX A100 nodes, 8 GiB: Ring/Simple (best bandwidth, issue 471); on 2 nodes Tree keeps
-    large sizes: "on many platforms, NCCL should use Tree on 2 nodes for large sizes"
-    (sjeaugey, NVIDIA/nccl issue 946)."""
+    """8 DGX A100 nodes, 8 GiB: Ring/Simple (best bandwidth, issue 471)."""
     assert _choice("dgx_a100", 8, 2**33) == ("ring", "Simple")
-    assert _choice("dgx_a100", 2, 2**33)[0] == "tree"
+
+
+def test_two_node_tree_keeps_large_sizes_only_with_channels_to_spare():
+    """Two nodes (issue 26 item 3): NCCL rates a tree at half its per-channel bus bandwidth,
+    capped at perChMaxTreeBw x channels (23.6 GB/s on Ampere's 2-node column, T:279-316,
+    T:374-380), and a ring at nRanks/nsteps of its channels' bandwidth.  Across nodes a graph
+    has one channel per NIC at 24 GB/s on 200 Gb/s NICs, doubled on 400 Gb/s (search.cc
+    1036-1061): on 8 HDR NICs the ring wins from 2 GiB and the tree no longer runs at the NVLink
+    rate; with 400 Gb/s NICs the doubled channels keep tree ("on many platforms, NCCL should use
+    Tree on 2 nodes for large sizes", sjeaugey, NVIDIA/nccl issue 946)."""
+    for size in (2**31, 2**32, 2**33):
+        assert _choice("dgx_a100", 2, size) == ("ring", "Simple")
+    hdr = Cluster.load("dgx_a100", nodes=2)
+    assert simulate_collective(hdr, "all_reduce", 2**30).busbw_GBps < 200
+    fast = ["scale_out.nic_bw=400Gbps"]
+    assert _choice("dgx_a100", 2, 2**33, overrides=fast)[0] == "tree"
 
 
 def test_nvls_across_nodes_needs_sharp():
@@ -138,10 +151,10 @@ def test_nvls_chunk_size_follows_nccls_thresholds(size, chunk):
     "nodes, algorithm, size, chunk, loops",
     [(1, "nvls", 64 * 2**20, 65536, 2), (2, "nvls_tree", 256 * 2**20, 131072, 3)],
 )
-def test_nvls_pipeline_fill_and_not_in_the_tuners_view(nodes, algorithm, size, chunk, loops):
+def test_nvls_pipeline_fill_in_the_estimate_and_the_tuner(nodes, algorithm, size, chunk, loops):
     """NVLS (three warp groups) and NVLSTree (four) take two and three loop-times (16 ch x 8
-    heads x chunk) more than latency + fluid time, in the estimate and in the simulation; the
-    tuner's view (which picks algorithms) has no fill; ring has none."""
+    heads x chunk) more than latency + fluid time, in the estimate the tuner ranks by and in the
+    simulation; ring has none."""
     c = Cluster.load("dgx_h100", nodes=nodes)
     model = nccl.cluster_model(c, None)
     sched = schedule(c, "all_reduce", c.gpus, size, algorithm)
@@ -149,9 +162,6 @@ def test_nvls_pipeline_fill_and_not_in_the_tuners_view(nodes, algorithm, size, c
     bw = nccl.bandwidth_s(c, sched, "Simple", model)
     run_s = nccl.latency_s(model, st, algorithm, "Simple") + bw + loops * 16 * 8 * chunk / size * bw
     assert nccl.estimate_s(c, sched, "Simple", model) == pytest.approx(run_s)
-    assert nccl.estimate_s(c, sched, "Simple", model, tuning=True) == pytest.approx(
-        run_s - loops * 16 * 8 * chunk / size * bw
-    )
     simulated = simulate_collective(c, "all_reduce", size, algorithm=algorithm).time_s
     assert simulated == pytest.approx(run_s, rel=1e-6)
     ring = schedule(c, "all_reduce", c.gpus, size, "ring")
@@ -180,3 +190,50 @@ def test_nvls_tree_chunk_size_follows_nccl(nodes, size, chunk):
     model = nccl.cluster_model(c, None)
     st = nccl.setting(c, schedule(c, "all_reduce", c.gpus, size, "nvls_tree"))
     assert nccl.nvls_chunk_bytes(model.table, st, "nvls_tree") == chunk
+
+
+@pytest.mark.parametrize("nodes", [1, 2, 4])
+def test_all_to_all_pays_the_net_post_overhead_per_remote_peer(nodes):
+    """NCCL's all-to-all is grouped send/recv: every remote peer is a network operation the
+    proxy posts (getNetOverhead, T:225-233: 2 us on AMD hosts such as DGX A100), so a small
+    all-to-all's latency grows with the ranks off the node; inside one node none is paid."""
+    c = Cluster.load("dgx_a100", nodes=nodes)
+    model = nccl.cluster_model(c, None)
+    sched = schedule(c, "all_to_all", c.gpus, 1024, "pxn")
+    st = nccl.setting(c, sched)
+    hop = model.step_s["p2p"]["net" if nodes > 1 else "nvlink"]["LL"]
+    expected = model.base_s["p2p"]["LL"] + hop + 8 * (nodes - 1) * 2e-6
+    assert nccl.remote_peers(st) == 8 * (nodes - 1)
+    assert nccl.latency_s(model, st, "pxn", "LL") == pytest.approx(expected)
+    assert simulate_collective(c, "all_to_all", 1024).time_s >= expected
+
+
+def test_ll128_only_where_nccl_enables_it():
+    """NCCL enables LL128 by default only over NVLink inside a node and, across nodes, with the
+    NIC next to the GPU (path <= PXB, T:517-535): DGX A100 (NICs on the GPUs' PCIe switches)
+    uses it at 128 MiB across nodes; the same nodes with host-attached NICs never do, though
+    it can still be asked for (NCCL_PROTO)."""
+    near = Cluster.load("dgx_a100", nodes=4)
+    far = Cluster.load("dgx_a100", nodes=4, overrides=["scale_out.nic_attach=host"])
+    sizes = [2.0**k for k in range(10, 31, 2)]
+    assert "LL128" in {nccl.choose(near, "all_reduce", near.gpus, s).protocol for s in sizes}
+    assert "LL128" not in {nccl.choose(far, "all_reduce", far.gpus, s).protocol for s in sizes}
+    forced = nccl.choose(far, "all_reduce", far.gpus, 2**20, algorithm="ring", protocol="LL128")
+    assert forced.protocol == "LL128"
+
+
+@pytest.mark.parametrize(
+    "topology, nodes, overrides, channels",
+    [("dgx_a100", 1, [], 12), ("dgx_a100", 2, [], 8), ("dgx_h100", 2, [], 8),
+     ("dgx_h100", 2, ["scale_out.nics_per_node=4"], 8),
+     ("dgx_a100", 2, ["scale_out.nic_bw=400Gbps"], 16)],
+)  # fmt: skip
+def test_graph_channels_follow_nccls_search(topology, nodes, overrides, channels):
+    """One node: the NVLink graph's channels.  Across nodes one channel per NIC at 24 GB/s
+    (200 Gb/s) or 48 (400 Gb/s), doubled at >= 25 GB/s except on Hopper below 50 with more than
+    4 channels (search.cc:1036-1061): 4 NDR NICs on H100 give 8, the 16 trees of NVIDIA/nccl
+    issue 1357 once connect.cc doubles them again."""
+    c = Cluster.load(topology, nodes=nodes, overrides=overrides)
+    model = nccl.cluster_model(c, None)
+    st = nccl.setting(c, schedule(c, "all_reduce", c.gpus, 2**20, "ring"))
+    assert nccl.graph_channels(model, st) == channels

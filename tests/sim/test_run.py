@@ -51,14 +51,20 @@ def test_breakdown_sums_to_iteration_time():
     assert sum(s["breakdown_s"].values()) == pytest.approx(s["iteration_time_s"], rel=1e-9)
 
 
+#: iterations overlap (the next input all-to-all is issued during the backward) and share links
+#: max-min fairly, so consecutive iterations of the tiny run differ by up to ~1 µs in 9.3 ms
+JITTER = 1e-4
+
+
 def test_iteration_time_between_bounds():
-    """Compute-stream work of the busiest rank ≤ iteration ≤ everything run one after another."""
+    """Compute-stream work of the busiest rank ≤ iteration ≤ everything run one after another
+    (the lower bound compares one iteration with the mean, to within :data:`JITTER`)."""
     r = _run()
     ev = r.events[(r.events.iteration == 2) & (r.events["rank"] >= 0)]
     compute = ev[ev.stream == "compute"].groupby("rank").duration_s.sum().max()
     colls = sum(c["time_s"] for c in r.summary["collectives"])
     t = r.summary["iteration_time_s"]
-    assert compute <= t + 1e-12
+    assert compute <= t * (1 + JITTER)
     assert t <= ev[ev.stream == "compute"].groupby("rank").duration_s.sum().max() + colls + 1e-9
 
 
@@ -88,10 +94,11 @@ def test_replay_equals_in_memory(tmp_path):
 
 
 def test_warmup_is_excluded():
-    """With identical iterations, measured time does not depend on the warm-up count."""
+    """With alike iterations, measured time does not depend on the warm-up count (to within
+    the iterations' :data:`JITTER`)."""
     a = _run(iterations=4, warmup=1).summary["iteration_time_s"]
     b = _run(iterations=4, warmup=2).summary["iteration_time_s"]
-    assert a == pytest.approx(b, rel=1e-6)
+    assert a == pytest.approx(b, rel=JITTER)
 
 
 def test_default_plan_replicates_tiny_tables():

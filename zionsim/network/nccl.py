@@ -11,11 +11,14 @@ A collective's time follows NCCL's own model (``src/graph/tuning.cc``, constants
   tree pays ``2((ppn−1)·intra + log2(nodes)·net)``; NVLS, NVLSTree and CollNet their own terms;
   with one GPU per node the network latency is the tree's (:func:`latency_s`).  Point-to-point
   operations (send/recv, all-to-all) have no NCCL cost model: they pay one launch of the kernel
-  (the ring base latency) and one hop of the slowest link class they cross.
+  (the ring base latency) and one hop of the slowest link class they cross; across nodes also
+  NCCL's network post overhead once per remote peer, as a ring pays it once per step: NCCL's
+  all-to-all is grouped send/recv whose every remote peer is a network send and receive the
+  rank's proxy thread posts in turn (:func:`nccl_model.remote_peers`).
 * the bandwidth part is the algorithm's flows on the network (``flows.py``) at wire bytes =
-  payload / protocol efficiency (LL 1/2, LL128 0.92, Simple 1; tree and NVLS their own), each
-  flow capped by what NCCL's channels can carry: the channels in use for this size (NCCL drops
-  channels for small sizes) × the per-channel caps of LL128 and tree, LL's total cap, and the
+  payload / protocol efficiency (LL 1/2, LL128 0.92, Simple 1; tree and NVLS their own; tree
+  all_reduce also NCCL's medium-size derating), each flow capped by what NCCL's channels can
+  carry: the graph's channels × the per-channel caps of LL128 and tree, LL's total cap, and the
   NVSwitch's reduction rate for NVLS (:func:`prepare`).  Contention with other traffic comes
   from the network model, so NCCL's per-channel ``bw`` numbers are not used: the links are.
   Point-to-point flows that cross the network (all-to-all) also pay the many-connection
@@ -27,9 +30,16 @@ A collective's time follows NCCL's own model (``src/graph/tuning.cc``, constants
   a topology's ``collectives.protocols`` (e.g. written by ``zionsim calibrate``) sets them for
   its cluster (:func:`cluster_model`).
 
-Without an explicit algorithm the tuner does what NCCL does: estimate every (algorithm, protocol)
-NCCL would consider on this system — latency plus bytes over the most loaded link of each phase
-(contention included, no simulation), launch excluded as in NCCL — and take the fastest.
+Without an explicit algorithm the tuner estimates every (algorithm, protocol) NCCL would consider
+on this system — latency plus bytes over the most loaded link of each phase (contention
+included, no simulation), launch excluded as in NCCL — and takes the fastest.  It ranks them by
+the time they take as executed (:func:`estimate_s`, what :func:`execute` then runs), not by a
+separate view: NCCL's tuner ignores the channels it drops for small sizes and the NVLS chunk
+pipeline's fill, and choosing on a model the execution contradicts made a larger message or a
+faster link give a shorter or a longer time (issue 26).  So the automatic time is
+non-decreasing in size and non-increasing in any link's capacity
+(``tests/network/test_monotone.py``); where NCCL's view and the execution differ, zionsim may
+pick another candidate than NCCL would (docs/validation.md).
 
 Where it lives: the constants, :class:`Setting` and the latency formula in ``nccl_model``; wire
 bytes, rate caps, the fluid time and pipeline fill in ``nccl_wire``; here the tuner
@@ -53,12 +63,14 @@ from zionsim.network.nccl_model import (  # noqa: F401 - re-exported: callers us
     PROTOCOLS,
     CollectiveModel,
     Setting,
-    channels_for,
     cluster_model,
     fitted_model,
     generation,
+    graph_channels,
     latency_s,
+    ll128_enabled,
     load_model,
+    remote_peers,
     setting,
 )
 from zionsim.network.nccl_wire import (  # noqa: F401 - re-exported: callers use nccl.<name>
@@ -68,6 +80,7 @@ from zionsim.network.nccl_wire import (  # noqa: F401 - re-exported: callers use
     phase_routes,
     phase_wire,
     pipeline_fill_s,
+    tree_correction,
 )
 
 #: algorithms NCCL itself chooses among (hierarchical 2D is zionsim's, used only when asked)
@@ -98,18 +111,13 @@ def estimate_s(
     protocol: str,
     model: CollectiveModel,
     routes: list[np.ndarray] | None = None,
-    tuning: bool = False,
 ) -> float:
-    """NCCL-style estimate: latency + each phase's bytes over its most loaded link or flow cap
-    (+ the runtime's chunk-pipeline fill, :func:`pipeline_fill_s`).
-
-    ``tuning``: NCCL's tuner's view, which picks the algorithm — every channel of the graph and
-    its derating of trees (:func:`_tree_correction`), no pipeline fill (the tuner's model is
-    latency + size / bandwidth); else the collective as it runs (the channels in use for this
-    size), which is what :class:`Choice` reports."""
+    """The collective's time alone, as it executes: latency + each phase's bytes over its most
+    loaded link or flow cap (+ the chunk-pipeline fill of NVLS, :func:`pipeline_fill_s`).  The
+    tuner (:func:`choose`) ranks candidates by this same number."""
     st = setting(cluster, sched)
-    bw_s = bandwidth_s(cluster, sched, protocol, model, routes, tuning)
-    fill = 0.0 if tuning else pipeline_fill_s(model, st, sched.algorithm, bw_s)
+    bw_s = bandwidth_s(cluster, sched, protocol, model, routes)
+    fill = pipeline_fill_s(model, st, sched.algorithm, bw_s)
     return latency_s(model, st, sched.algorithm, protocol) + bw_s + fill
 
 
@@ -131,7 +139,7 @@ def choose(
     candidates = (
         [algorithm] if algorithm else [a for a in AUTO[op] if _available(cluster, a, n_nodes)]
     )
-    best, best_view = None, np.inf
+    best, best_s = None, np.inf
     for alg in candidates:
         sched = schedule(cluster, op, ranks, size_bytes, alg, matrix)
         routes = phase_routes(cluster, sched)
@@ -145,24 +153,31 @@ def choose(
                 )
             protos = (protocol,)
         for proto in protos:
-            view = estimate_s(cluster, sched, proto, model, routes, tuning=True)
-            if best is None or view < best_view:
-                best, best_view = (sched, proto, routes), view
+            t = estimate_s(cluster, sched, proto, model, routes)
+            if best is None or t < best_s:
+                best, best_s = (sched, proto, routes), t
     sched, proto, routes = best
-    return Choice(sched, proto, estimate_s(cluster, sched, proto, model, routes), tuple(routes))
+    return Choice(sched, proto, best_s, tuple(routes))
 
 
 def _protocols(model: CollectiveModel, alg: str, sched: Schedule, cluster) -> tuple[str, ...]:
-    """Protocols NCCL would use: point-to-point is LL up to 16 KiB per peer per channel, else
-    Simple (enqueue.cc:859,931-933); collectives try every protocol of the algorithm."""
+    """Protocols the tuner weighs.  Collectives: every protocol of the algorithm, less LL128
+    where NCCL does not enable it (:func:`ll128_enabled`, T:517-535).  Point-to-point: NCCL uses
+    LL up to 16 KiB per peer per channel, else Simple (enqueue.cc:859,931-933); zionsim also
+    weighs Simple below that threshold and keeps the faster, so that the choice never makes a
+    larger message faster (with LL alone the time would drop where Simple takes over)."""
     if FAMILY[alg] != "p2p":
-        return model.protocols(alg)
+        protos = model.protocols(alg)
+        if "LL128" in protos and not ll128_enabled(setting(cluster, sched)):
+            protos = tuple(p for p in protos if p != "LL128")
+        return protos
     biggest = max(
         (float((p.nbytes / p.members()).max()) for p in sched.phases if len(p.nbytes)),
         default=0.0,
     )
     per_peer = model.table["p2p_channels"].get(generation(cluster), 2)
-    return ("LL",) if biggest <= model.table["p2p_ll_threshold"] * per_peer else ("Simple",)
+    small = biggest <= model.table["p2p_ll_threshold"] * per_peer
+    return ("LL", "Simple") if small else ("Simple",)
 
 
 def _available(cluster, algorithm: str, n_nodes: int) -> bool:

@@ -141,23 +141,30 @@ class Setting:
     vendor: str
     intra: str  # nvlink or pcie
     nbytes: float  # NCCL's nBytes: the buffer (all_reduce) or the total (gather, scatter)
+    nic_near_gpu: bool = True  # GPU and NIC share a PCIe switch (NCCL's path type <= PXB)
+    nics: int = 1  # NICs per node
+    nic_GBps: float = 25.0  # one NIC's line rate, GB/s (NCCL's NET bandwidth)
 
 
 def setting(cluster, sched: Schedule) -> Setting:
     """What NCCL's tuner sees of a collective: op, ranks, nodes, GPUs per node, GPU generation,
-    CPU vendor, intra-node link kind and bytes."""
+    CPU vendor, intra-node link kind, bytes and whether the NICs sit next to the GPUs."""
     nodes = cluster.node_of(sched.ranks)
     n_nodes = len(np.unique(nodes))
-    su = cluster.spec.scale_up
+    su, so = cluster.spec.scale_up, cluster.spec.scale_out
+    ppn = max(1, len(sched.ranks) // max(1, n_nodes))
     return Setting(
         sched.op,
         len(sched.ranks),
         n_nodes,
-        max(1, len(sched.ranks) // max(1, n_nodes)),
+        ppn,
         generation(cluster),
         cluster.spec.collective_cpu_vendor,
         "pcie" if su.kind == "none" else "nvlink",
         sched.size_bytes,
+        so.nic_attach == "pcie_switch",
+        so.nics_per_node,
+        so.nic_bw_Bps / 1e9,
     )
 
 
@@ -181,6 +188,20 @@ def log2i(x: int) -> int:
     return max(0, int(x).bit_length() - 1)
 
 
+def remote_peers(st: Setting) -> int:
+    """Peers on other nodes a rank exchanges with in a point-to-point operation: every rank off
+    its node for an all-to-all (n - ppn), the one peer of a send/recv across nodes."""
+    if st.nodes <= 1:
+        return 0
+    return st.n - st.ppn if st.op == "all_to_all" else 1
+
+
+def _net_post_s(t: dict, st: Setting, protocol: str, scale: float) -> float:
+    """NCCL's network post overhead (getNetOverhead, T:225-233: 1 us Intel, 2 us AMD; x3 for
+    Simple, T:404-410): the proxy thread's cost to launch one network operation."""
+    return t["net_overhead_us"][st.vendor] * 1e-6 * scale * (3 if protocol == "Simple" else 1)
+
+
 def latency_s(model: CollectiveModel, st: Setting, algorithm: str, protocol: str) -> float:
     """NCCL's latency of ``algorithm``/``protocol`` (tuning.cc:384-435), overhead included."""
     fam = FAMILY[algorithm]
@@ -190,10 +211,12 @@ def latency_s(model: CollectiveModel, st: Setting, algorithm: str, protocol: str
     )
     step = model.step_s[fam]
     intra = step[st.intra][protocol]
-    if fam == "p2p":
-        return base + (step["net"][protocol] if st.nodes > 1 else intra)
     t = model.table
     scale = model.latency_scale
+    if fam == "p2p":
+        if st.nodes <= 1:
+            return base + intra
+        return base + step["net"][protocol] + remote_peers(st) * _net_post_s(t, st, protocol, scale)
     net_family = "tree" if (st.ppn == 1 and fam == "ring") else fam
     inter = model.step_s[net_family]["net"][protocol]
     if fam == "ring":
@@ -204,7 +227,7 @@ def latency_s(model: CollectiveModel, st: Setting, algorithm: str, protocol: str
         if st.nodes == 1:
             return base + steps * intra
         n_inter = 2 * (st.nodes - 1) if st.op == "all_reduce" else st.nodes - 1
-        post = t["net_overhead_us"][st.vendor] * 1e-6 * scale * (3 if protocol == "Simple" else 1)
+        post = _net_post_s(t, st, protocol, scale)
         lat = base + (steps - n_inter) * max(intra, post) + n_inter * inter
         channels = t["channels"].get(st.generation, 12)
         if protocol == "Simple" and st.op == "all_reduce" and st.nbytes / (channels * st.n) >= 64:
@@ -222,13 +245,42 @@ def latency_s(model: CollectiveModel, st: Setting, algorithm: str, protocol: str
     raise InputError(f"no latency model for {algorithm!r}", field="--algorithm")
 
 
-def channels_for(model: CollectiveModel, st: Setting, algorithm: str, protocol: str) -> int:
-    """Channels NCCL runs for this size (enqueue.cc:2093-2096) out of the graph's channels."""
+def graph_channels(model: CollectiveModel, st: Setting) -> int:
+    """Channels of the graph NCCL's tuner rates a ring or tree by (``graphs[a]->nChannels``,
+    T:315).  On one node the NVLink graph's channels (the YAML's ``channels``).  Across nodes
+    NCCL's topology search (src/graph/search.cc at 5067397c) gives each NIC one channel at the
+    highest speed of its table the NIC carries (speedArrayInter, sm90SpeedArrayInter,
+    search.cc:1051-1061; 24 GB/s on a 200 Gb/s NIC, 48 on 400 Gb/s), then doubles the channels
+    (ncclTopoDupChannels, search.cc:1036-1049) unless that speed is below 25 GB/s, or, from
+    Hopper on, below 50 GB/s with more than 4 channels: 8 HDR NICs give 8 channels, 4 NDR NICs
+    on Hopper 8 (the 16 trees of NVIDIA/nccl issue 1357's log are those 8 doubled again at
+    connection, connect.cc).
+
+    NCCL drops channels for small sizes only after the algorithm is chosen (enqueue.cc
+    2093-2096) and its tuner does not model that; zionsim rates every size on the graph's
+    channels in the tuner and in the execution alike, so that the two agree (with the drop, a
+    larger buffer on more channels could finish before a smaller one)."""
     t = model.table
     nc = int(t["channels"].get(st.generation, 12))
-    thr = t["max_threads"][protocol] * t["thread_threshold"][protocol]
-    if FAMILY[algorithm] == "ring" and protocol == "LL":
-        thr *= st.n
-    while nc >= 2 and st.nbytes < nc * thr:
-        nc -= 1
-    return nc
+    if st.nodes <= 1:
+        return nc
+    speeds = t["search_inter_speeds_GBps"]
+    table = speeds.get(st.generation, speeds["ampere"])
+    fits = [v for v in table if v <= st.nic_GBps]
+    bw = max(fits) if fits else min(table)
+    n = max(1, st.nics)
+    hopper_on = st.generation not in ("volta", "ampere")
+    if bw >= 25.0 and not (hopper_on and bw < 50.0 and n > 4):
+        n *= 2
+    return min(n, int(t["max_graph_channels"]))
+
+
+def ll128_enabled(st: Setting) -> bool:
+    """NCCL enables LL128 by default (T:517-535) only where the intra-node path is NVLink (path
+    type <= NVB) and, across nodes, where the NIC is near the GPU: up to PXB (a shared PCIe
+    switch) before Hopper, up to PXN on Hopper and later (``NCCL_LL128_C2C`` 1 by default,
+    T:235), which on these topologies is the same condition: a NIC on the host bridge (PHB) or
+    the other socket (SYS) disables it.  One GPU per node has no intra-node path (LOC)."""
+    if st.ppn > 1 and st.intra != "nvlink":
+        return False
+    return st.nodes <= 1 or st.nic_near_gpu

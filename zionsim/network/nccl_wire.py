@@ -20,8 +20,7 @@ from zionsim.network.nccl_model import (
     FAMILY,
     CollectiveModel,
     Setting,
-    channels_for,
-    log2i,
+    graph_channels,
     setting,
     table_column,
 )
@@ -38,13 +37,6 @@ def phase_routes(cluster, sched: Schedule) -> list:
         else cluster.router.routes(p.src, p.dst)
         for p in sched.phases
     ]
-
-
-def _min_capacity(cap_link: np.ndarray, routes: np.ndarray) -> np.ndarray:
-    """The smallest capacity along each route row (``cap_link`` ends with ``inf`` for -1)."""
-    if not routes.shape[1]:
-        return np.full(len(routes), np.inf)
-    return cap_link[np.where(routes >= 0, routes, len(cap_link) - 1)].min(axis=1)
 
 
 def _link_load(routes, per_row: np.ndarray, n_links: int) -> np.ndarray:
@@ -72,28 +64,16 @@ class _Wire:
     cap: np.ndarray  # each flow's own rate cap (wire bytes/s)
 
 
-def phase_wire(
-    cluster, model, st: Setting, algorithm: str, protocol: str, phase, routes, tuning=False
-) -> _Wire:
-    """Wire bytes and per-flow rate caps of one phase (NCCL's protocol and channel limits).
-
-    ``tuning``: as NCCL's tuner sees it, with every channel of the graph (its bandwidth table
-    does not know that fewer channels will run small sizes: enqueue.cc drops them after the
-    algorithm is chosen)."""
+def phase_wire(cluster, model, st: Setting, algorithm: str, protocol: str, phase, routes) -> _Wire:
+    """Wire bytes and per-flow rate caps of one phase (NCCL's protocol and channel limits), the
+    same for the tuner and the execution: the graph's channels (:func:`graph_channels`) and, for
+    tree all_reduce, NCCL's medium-size derating (:func:`tree_correction`)."""
     t = model.table
     fam = FAMILY[algorithm]
     gen = st.generation
     col = table_column(st.nodes)
     extra = model.efficiency.get(protocol, 1.0)
     n_flows = len(phase.nbytes)
-    cap_link = np.append(cluster.router.capacity_Bps, np.inf)
-    if isinstance(routes, np.ndarray):
-        bottleneck = _min_capacity(cap_link, routes)
-    else:  # a class row's members' own caps, summed (phases.Phase)
-        bottleneck = np.concatenate(
-            [_min_capacity(cap_link, routes.plain),
-             _min_capacity(cap_link, routes.routes) * routes.members()]
-        )  # fmt: skip
     cap = np.full(n_flows, np.inf)
     if fam == "p2p":
         eff = t["protocol_efficiency"]["other"][protocol] * extra
@@ -107,9 +87,7 @@ def phase_wire(
         return _Wire(phase.nbytes / (eff * t["collnet_efficiency"].get(gen, 1.0)), cap)
     if fam in ("nvls", "nvls_tree"):
         return _nvls_wire(cluster, t, st, fam, phase, extra, per_src)
-    nc_max = int(t["channels"].get(gen, 12))
-    nc = nc_max if tuning else channels_for(model, st, algorithm, protocol)
-    cap = bottleneck * nc / nc_max  # the channels in use for this size
+    nc = graph_channels(model, st)
     if fam == "ring":
         eff = t["protocol_efficiency"]["ring"][protocol]
         if protocol == "LL":
@@ -128,6 +106,7 @@ def phase_wire(
             busbw = nc * t["per_channel_tree_ll128_bw"].get(gen, [20.0] * 3)[col] * 1e9
         else:
             busbw = nc * t["per_channel_tree_bw"].get(gen, [24.0] * 3)[col] * 1e9
+        eff *= tree_correction(model, st, algorithm, protocol)
     eff *= extra
     cap = np.minimum(cap, busbw / per_src / eff)
     return _Wire(phase.nbytes / eff, cap)
@@ -229,23 +208,21 @@ def bandwidth_s(
     protocol: str,
     model: CollectiveModel,
     routes: list[np.ndarray] | None = None,
-    tuning: bool = False,
 ) -> float:
     """Fluid time of a collective alone: each phase's wire bytes over its most loaded link or
-    its flows' own rate cap, summed over phases (``tuning``: see :func:`estimate_s`)."""
+    its flows' own rate cap, summed over phases."""
     routes = routes if routes is not None else phase_routes(cluster, sched)
     st = setting(cluster, sched)
     cap = cluster.router.capacity_Bps
-    slow = _tree_correction(model, st, sched.algorithm, protocol) if tuning else 1.0
     bw_s = 0.0
     for phase, r in zip(sched.phases, routes, strict=True):
-        w = phase_wire(cluster, model, st, sched.algorithm, protocol, phase, r, tuning)
+        w = phase_wire(cluster, model, st, sched.algorithm, protocol, phase, r)
         worst = 0.0
         if len(w.wire):
             worst = float((_link_load(r, w.wire, len(cap)) / cap).max())
         with np.errstate(divide="ignore", invalid="ignore"):
             own = np.where(w.wire > 0, w.wire / w.cap, 0.0)
-        bw_s += max(worst, float(own.max()) if len(own) else 0.0) / slow
+        bw_s += max(worst, float(own.max()) if len(own) else 0.0)
     return bw_s
 
 
@@ -289,12 +266,26 @@ def pipeline_fill_s(model: CollectiveModel, st: Setting, algorithm: str, bw_s: f
     return (stages - 1) * min(1.0, loop / st.nbytes) * bw_s
 
 
-def _tree_correction(model: CollectiveModel, st: Setting, algorithm: str, protocol: str) -> float:
-    """NCCL's tuner derates tree all_reduce bandwidth at medium sizes by a static factor per
-    protocol and power of two of ``nBytes/64`` (treeCorrectionFactor, tuning.cc:620-644); 1 for
-    other algorithms and sizes."""
+def tree_correction(model: CollectiveModel, st: Setting, algorithm: str, protocol: str) -> float:
+    """NCCL's derating of tree all_reduce bandwidth at medium sizes ("Trees are not perfectly
+    sticking to the model for medium sizes", treeCorrectionFactor, T:620-644): a factor per
+    protocol and power of two of ``nBytes/64`` for 64 B .. 256 MiB (index < 23), 1 elsewhere.
+
+    NCCL's comment says the factor describes how trees run, so zionsim applies it to the
+    execution as well as to the choice.  NCCL steps it at powers of two; here it is the table's
+    value at every power of two (where nccl-tests measures) and linear in log2(size) between
+    them, so that a larger buffer never runs faster: the table never rises by more than a third
+    from one power of two to the next, less than the doubling of the bytes."""
     if FAMILY[algorithm] != "tree" or st.op != "all_reduce" or st.nbytes < 64:
         return 1.0
     row = model.table["tree_correction_factor"][protocol]
-    log_size = log2i(int(st.nbytes) >> 6)
-    return row[log_size] if log_size < len(row) - 1 else 1.0
+    x = float(np.log2(st.nbytes / 64.0))
+    k = int(np.floor(x))
+    last = 22  # NCCL applies the table for logSize < 23 (T:636)
+
+    def at(i: int) -> float:
+        return float(row[i]) if i <= last else 1.0
+
+    if k > last:
+        return 1.0
+    return at(k) + (x - k) * (at(k + 1) - at(k))
