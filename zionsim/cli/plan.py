@@ -35,7 +35,7 @@ def add_options(p) -> None:
     )
 
 
-def refine_plan(args, cluster, w, plan) -> tuple[object, dict]:
+def refine_plan(args, cluster, w, plan, stack=None) -> tuple[object, dict]:
     """With ``--refine``: the refined plan and a report (simulations, times, changes), the
     search's progress on stderr.  Without it: ``plan`` unchanged and an empty report."""
     if not args.refine:
@@ -53,7 +53,7 @@ def refine_plan(args, cluster, w, plan) -> tuple[object, dict]:
     with _Progress(args.format == "table") as progress:
         result = refine(
             cluster, w, plan, seed=args.seed, max_evals=args.max_evals, budget_s=budget,
-            stack=args.stack, on_eval=progress,
+            stack=stack, on_eval=progress,
         )  # fmt: skip
     report = {
         "start_plan": result.start.name,

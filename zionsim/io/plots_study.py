@@ -439,7 +439,7 @@ def sweep_plots(df: pd.DataFrame, params=None, x: str | None = None) -> dict:
     ``scaling_efficiency`` too when ``x`` counts resources (:data:`COUNT_AXES`); ``compare`` when
     ``topology`` takes exactly 2 values with the same number of points each (Zion vs ZionEX).
     """
-    from zionsim.sim.run import RUN_OPTIONS
+    from zionsim.sim.inputs import RUN_OPTIONS
 
     rows = _ok(df)
     if params is None:

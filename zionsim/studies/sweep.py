@@ -35,8 +35,9 @@ import pandas as pd
 
 from zionsim.base.errors import InputError
 from zionsim.io.files import print_note, to_json, write_atomic, write_sweep_table
+from zionsim.sim.inputs import ALLOWED_KEYS, OVERRIDE_PREFIXES, RUN_OPTIONS
 from zionsim.sim.results import summary_row
-from zionsim.sim.run import RUN_OPTIONS, run_point
+from zionsim.sim.run import run_point
 from zionsim.studies.points import (
     canonical,
     inputs_hash,
@@ -48,9 +49,9 @@ from zionsim.studies.points import (
     to_run,
 )
 
-PREFIXES = ("topology.", "workload.")
+PREFIXES = OVERRIDE_PREFIXES
 SWEEP_KEYS = ("base", "grid")
-_ALLOWED_KEYS = ", ".join(RUN_OPTIONS) + ", topology.PATH, workload.PATH"
+_ALLOWED_KEYS = ALLOWED_KEYS
 
 
 @dataclass(frozen=True)
@@ -99,7 +100,7 @@ def sweep_from_dict(data: dict, file: str = "<sweep>") -> Sweep:
 
 
 def _check_key(key, file: str, section: str) -> None:
-    """Raise unless ``key`` is a run option or a ``topology.``/``workload.`` dotted path."""
+    """Raise unless ``key`` is a run option or a ``topology.``/``workload.``/``stack.`` path."""
     ok = isinstance(key, str) and (
         key in RUN_OPTIONS or (key.startswith(PREFIXES) and len(key.split(".", 1)[1]) > 0)
     )
