@@ -424,7 +424,9 @@ def _inputs(args, options: dict | None = None):
     from zionsim.sim.run import guard_inputs
 
     trace_file = getattr(args, "trace_file", None)
-    inputs = resolve_inputs(_options(args) if options is None else options, "--set", trace_file)
+    inputs = resolve_inputs(
+        _options(args) if options is None else options, "command line", trace_file
+    )
     guard_inputs(inputs, memory_limit_of(args), 1 if args.command != "run" else None)
     return inputs
 
