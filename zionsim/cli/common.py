@@ -83,7 +83,8 @@ def force_option(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--force",
         action="store_true",
-        help="let --out replace a result of other inputs, a foreign folder or a file",
+        help="let --out replace a zionsim result of other inputs (or, for a file output, a "
+        "file zionsim did not write); never a foreign folder",
     )
 
 

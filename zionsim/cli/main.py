@@ -352,8 +352,14 @@ def cmd_collective(args) -> int:
     from zionsim.base.units import parse_size_list
     from zionsim.network.simulate import simulate_collective
 
+    from zionsim.io.files import check_result_target
+
     sizes = parse_size_list(args.sizes)
     cluster = _cluster(args)
+    name = f"collective_{cluster.spec.name}_{cluster.spec.nodes}n_{args.op}"
+    out, ident = default_out("collective", name, args)
+    out = Path(args.out) if args.out else out
+    check_result_target(out, ident, args.force)  # before any simulation
     rows = [
         simulate_collective(
             cluster,
@@ -366,9 +372,6 @@ def cmd_collective(args) -> int:
     ]
     shown = [nccl_tests_row(r, args.op) for r in rows] if args.format == "table" else rows
     print(format_rows(shown, args.format), end="")
-    name = f"collective_{cluster.spec.name}_{cluster.spec.nodes}n_{args.op}"
-    out, ident = default_out("collective", name, args)
-    out = Path(args.out) if args.out else out
     summary = {
         "topology": cluster.spec.name,
         "nodes": cluster.spec.nodes,

@@ -129,10 +129,12 @@ def _protected(path: Path) -> bool:
 
 def check_result_target(out: Path, inputs: str | None = None, force: bool = False) -> None:
     """Refuse (:class:`InputError`) to replace ``out`` unless it is absent, an empty folder, or a
-    zionsim result folder (``MARKER``) of the same inputs; ``force`` also allows a result of other
-    inputs, a foreign folder or a regular file — never ``/``, the home or working folder or a
-    parent of it, a link, or a device, socket or pipe."""
+    zionsim result folder (``MARKER``) of the same inputs; ``force`` also allows a zionsim result
+    of other inputs — never anything else (a foreign folder, a file, ``/tmp``, a link, a device).
+    Called before any work, and again at the write."""
     from zionsim.base.errors import InputError
+
+    out = Path(out)
 
     def refuse(problem: str, allowed: str) -> None:
         raise InputError(problem, file=str(out), field="--out", allowed=allowed)
@@ -144,10 +146,8 @@ def check_result_target(out: Path, inputs: str | None = None, force: bool = Fals
     if _protected(out.resolve()):
         refuse("is /, the home folder or the working folder (or above it)", "a folder below it")
     if not out.is_dir():
-        if out.is_file() and force:
-            return
         kind = "a file" if out.is_file() else "a device, socket or pipe"
-        refuse(f"is {kind}, not a result folder", "a new folder, or --force for a file")
+        refuse(f"is {kind}, not a zionsim result folder", "a new, empty or result folder")
     marker = out / MARKER
     if marker.is_file():
         try:
@@ -157,8 +157,16 @@ def check_result_target(out: Path, inputs: str | None = None, force: bool = Fals
         if force or inputs is None or held == inputs:
             return
         refuse("holds a zionsim result of other inputs", "another --out, or --force to replace it")
-    if any(out.iterdir()) and not force:
-        refuse("is a folder that is not a zionsim result", "a new or empty folder, or --force")
+    try:
+        empty = not any(out.iterdir())
+    except OSError as exc:
+        refuse(f"cannot be read ({exc.strerror})", "a new, empty or result folder")
+    if not empty:
+        refuse(
+            "is a folder that zionsim did not write" + (" (--force replaces only zionsim "
+            "results)" if force else ""),
+            "a new or empty folder, or a zionsim result folder",
+        )  # fmt: skip
 
 
 def write_atomic(path: str | Path, data: bytes | str) -> None:
