@@ -350,9 +350,8 @@ def cmd_collective(args) -> int:
     """``zionsim collective``: one collective at each size of ``--sizes`` (bytes, doubling), like
     nccl-tests; prints the rows and writes ``collective.csv`` and ``summary.json``."""
     from zionsim.base.units import parse_size_list
-    from zionsim.network.simulate import simulate_collective
-
     from zionsim.io.files import check_result_target
+    from zionsim.network.simulate import simulate_collective
 
     sizes = parse_size_list(args.sizes)
     cluster = _cluster(args)
