@@ -9,6 +9,7 @@ accepted input is a bug in the model: one line and status 3.
 from __future__ import annotations
 
 import argparse
+import errno
 import sys
 import threading
 from pathlib import Path
@@ -350,7 +351,7 @@ def cmd_collective(args) -> int:
     """``zionsim collective``: one collective at each size of ``--sizes`` (bytes, doubling), like
     nccl-tests; prints the rows and writes ``collective.csv`` and ``summary.json``."""
     from zionsim.base.units import parse_size_list
-    from zionsim.io.files import check_result_target
+    from zionsim.io.files import check_result_target, prepare_parent
     from zionsim.network.simulate import simulate_collective
 
     sizes = parse_size_list(args.sizes)
@@ -359,6 +360,7 @@ def cmd_collective(args) -> int:
     out, ident = default_out("collective", name, args)
     out = Path(args.out) if args.out else out
     check_result_target(out, ident, args.force)  # before any simulation
+    prepare_parent(out)
     rows = [
         simulate_collective(
             cluster,
@@ -449,7 +451,7 @@ def cmd_run(args) -> int:
 def run_and_write(args, inputs) -> int:
     """Simulate ``inputs`` and write the result folder of ``zionsim run`` (``--out``, checked
     before any simulation; its ``summary.json`` carries ``inputs``); print the summary."""
-    from zionsim.io.files import check_result_target, inputs_id, write_run
+    from zionsim.io.files import check_result_target, inputs_id, prepare_parent, write_run
     from zionsim.sim.run import simulate_inputs
 
     trace = _read_trace(inputs)
@@ -460,6 +462,7 @@ def run_and_write(args, inputs) -> int:
     default = Path("results") / "runs" / f"{safe_name(f'{name}_{spec.name}_{spec.nodes}n')}_{ident}"
     out = Path(args.out) if args.out else default
     check_result_target(out, ident, args.force)  # before any simulation
+    prepare_parent(out)
     bar = Phases(f"run {name}", ["plan", "simulate", "write"])
     result = simulate_inputs(
         inputs, trace=trace, max_memory_bytes=memory_limit_of(args), guarded=True,
@@ -487,10 +490,11 @@ def cmd_trace(args) -> int:
     """``zionsim trace``: write the trace of one iteration, lowered from the workload or imported
     from a Kineto trace (``--import-kineto``)."""
     from zionsim.dlrm.trace import SCHEMA
-    from zionsim.io.files import check_file_target, write_trace
+    from zionsim.io.files import check_file_target, prepare_parent, write_trace
     from zionsim.sim.run import trace_of
 
     check_file_target(args.out, SCHEMA, args.force)  # before any work
+    prepare_parent(args.out)
     if args.import_kineto:
         trace = _import_kineto(args)
     else:
@@ -529,11 +533,12 @@ def cmd_plan(args) -> int:
     ``--to-torchrec`` as a TorchRec plan dump."""
     from zionsim.dlrm.planner import plan_costs
     from zionsim.hardware.cluster import Cluster
-    from zionsim.io.files import PLAN_HEADER, check_file_target
+    from zionsim.io.files import PLAN_HEADER, check_file_target, prepare_parent
     from zionsim.sim.inputs import plan_of
 
     if args.out:
         check_file_target(args.out, PLAN_HEADER.strip(), args.force)  # before any work
+        prepare_parent(args.out)
     inputs = _inputs(args)
     cluster, w = Cluster.build(inputs.cluster), inputs.workload
     plan = plan_of(inputs, cluster)
@@ -651,6 +656,29 @@ def main(argv: list[str] | None = None) -> int:
     except ModelError as exc:  # accepted input, non-finite result: a bug (docs/input_bounds.md)
         print(f"zionsim: internal error: {exc}", file=sys.stderr)
         return 3
+    except KeyboardInterrupt:  # Ctrl-C: temporaries are removed on the way out
+        print("zionsim: interrupted (finished sweep points are kept)", file=sys.stderr)
+        return 130
+    except OSError as exc:  # the machine, not the input: a full disk, a lost scheduler
+        status = 1 if exc.errno in ENVIRONMENT_ERRNOS or exc.errno is None else 2
+        print(f"zionsim: error: {_os_message(exc)}", file=sys.stderr)
+        return status
+
+
+#: errors of the machine (exit 1), not of the input (exit 2): full disk, quota, I/O, memory,
+#: read-only file system, too many open files
+ENVIRONMENT_ERRNOS = {
+    errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.ENOMEM, errno.EROFS, errno.EMFILE, errno.ENFILE,
+}  # fmt: skip
+
+
+def _os_message(exc: OSError) -> str:
+    """An ``OSError`` on one line: the file, what the system said, and for a full disk what to
+    do."""
+    where = f"{exc.filename}: " if exc.filename else ""
+    what = exc.strerror or str(exc) or type(exc).__name__
+    hint = " (free some space or write elsewhere with --out)" if exc.errno == errno.ENOSPC else ""
+    return f"{where}{what}{hint}".replace("\n", " ")
 
 
 if __name__ == "__main__":

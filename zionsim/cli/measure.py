@@ -32,10 +32,11 @@ def _validate_parser(sub) -> None:
 
 def cmd_validate(args) -> int:
     """Run the validation cases; print and write the table and the geomean |error| per family."""
-    from zionsim.io.files import check_result_target
+    from zionsim.io.files import check_result_target, prepare_parent
     from zionsim.measure import validate
 
     check_result_target(Path(args.out), None, args.force)  # before any work
+    prepare_parent(args.out)
     cases = validate.load_cases(args.cases, fast_only=args.fast)
     table = validate.run_cases(cases)
     summary = validate.summarize(table)
@@ -85,12 +86,13 @@ def cmd_calibrate(args) -> int:
     import yaml
 
     from zionsim.hardware.cluster import Cluster
-    from zionsim.io.files import check_file_target, write_atomic
+    from zionsim.io.files import check_file_target, prepare_parent, write_atomic
     from zionsim.measure.calibration import calibrate, fitted_rows, overlay
     from zionsim.measure.kernel_times import read_kernel_csv
     from zionsim.measure.nccl_logs import read_nccl_log, world_of
 
     check_file_target(args.out, CALIBRATE_HEADER.strip(), args.force)  # before any work
+    prepare_parent(args.out)
     bar = Phases(f"calibrate {Path(args.out).name}", ["read", "fit", "write"])
     frames = [read_nccl_log(f) for f in args.nccl_log]
     kernels = read_kernel_csv(args.kernels) if args.kernels else None

@@ -169,6 +169,12 @@ def check_result_target(out: Path, inputs: str | None = None, force: bool = Fals
         )  # fmt: skip
 
 
+def prepare_parent(path: str | Path) -> None:
+    """Create the folder ``path`` goes into, before any work, so that an output nobody can write
+    (``--out /proc/x/y``) fails at once (``OSError``) and not after a long simulation."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+
+
 def write_atomic(path: str | Path, data: bytes | str) -> None:
     """Write one file through a temporary sibling and a rename (refuses folders and devices; the
     temporary file is removed if anything fails)."""
