@@ -515,6 +515,12 @@ def _import_kineto(args):
     from zionsim.hardware.topology import load_topology
     from zionsim.measure.kineto import read_kineto
 
+    if args.global_batch is None:  # else every replay reports 0 samples/s
+        raise InputError(
+            "a Kineto trace does not record the batch it trained on",
+            field="--global-batch",
+            allowed="--global-batch N: samples per iteration over the profiled GPUs",
+        )
     trace = read_kineto(args.import_kineto, step=args.step, global_batch=args.global_batch)
     if args.nodes is None and args.gpus_per_node is None:
         return trace

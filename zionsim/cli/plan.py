@@ -45,8 +45,12 @@ def refine_plan(args, cluster, w, plan, stack=None) -> tuple[object, dict]:
         return plan, {}
     from zionsim.studies.refine import refine
 
-    if args.budget is not None and args.budget <= 0:
-        raise InputError(f"must be > 0, got {args.budget:g}", field="--budget")
+    if args.budget is not None and not 0 < args.budget < float("inf"):
+        raise InputError(
+            f"must be a finite number of seconds > 0, got {args.budget:g}",
+            field="--budget",
+            allowed="e.g. 60",
+        )
     if args.max_evals is not None and args.max_evals < 1:
         raise InputError(f"must be >= 1, got {args.max_evals}", field="--max-evals")
     budget = args.budget if args.budget or args.max_evals else DEFAULT_BUDGET_S

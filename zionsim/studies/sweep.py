@@ -110,6 +110,25 @@ def _check_key(key, file: str, section: str) -> None:
         )
 
 
+def check_grid(sweep: Sweep) -> None:
+    """Refuse up front (:class:`InputError` naming ``grid.KEY``) a grid key or value that names
+    something that does not exist — a misspelt ``topology.``/``workload.``/``stack.`` path, an
+    unknown topology, workload or stack — by resolving the base with each grid value in turn
+    (``sim.inputs.resolve_inputs``; files only, nothing simulated).  Other problems, which may
+    hold for some combinations only, are left to the points."""
+    from zionsim.sim.inputs import resolve_inputs
+
+    for key, values in sweep.grid.items():
+        for value in values:
+            try:
+                resolve_inputs({**sweep.base, key: value}, sweep.file)
+            except InputError as exc:
+                if "unknown" in exc.problem or exc.problem == "no such file":
+                    raise InputError(
+                        exc.one_line(), file=sweep.file, field=f"grid.{key}={value!r}"
+                    ) from None
+
+
 def point_id(params: dict) -> str:
     """Stable 12-hex-digit id of a point: a hash of its parameters as sorted JSON."""
     return parameters_hash(params)[:12]
@@ -204,6 +223,7 @@ def run_sweep(
         from zionsim.studies.pool import check_scheduler
 
         check_scheduler(scheduler, security is not None, allow_insecure)
+    check_grid(sweep)
     out = Path(out_dir)
     pts = points(sweep)
     inputs = {p["point_id"]: inputs_hash(p) for p in pts}
@@ -224,8 +244,6 @@ def run_sweep(
     return table
 
 
-#: a point file's record, or None if it is missing or unreadable
-read_point = read_record
 #: a point file's record, or None if it is missing or unreadable
 read_point = read_record
 
