@@ -37,8 +37,11 @@ def cmd_validate(args) -> int:
 
     check_result_target(Path(args.out), None, args.force)  # before any work
     prepare_parent(args.out)
+    from tqdm import tqdm
+
     cases = validate.load_cases(args.cases, fast_only=args.fast)
-    table = validate.run_cases(cases)
+    with tqdm(total=len(cases), desc="validate", unit="case", leave=False, disable=None) as bar:
+        table = validate.run_cases(cases, on_case=lambda _id: bar.update(1))
     summary = validate.summarize(table)
     report = validate.report(table, summary, args.cases or "validation/cases.yaml", args.fast)
     if args.format == "json":
