@@ -559,7 +559,7 @@ def cmd_plan(args) -> int:
     elif args.format == "csv":
         print(format_rows(rows, "csv"), end="")
     else:
-        shown = sorted(rows, key=lambda r: -r["estimated_s"])[:20]
+        shown = sorted(rows, key=lambda r: -r["table_estimated_s"])[:20]
         print(format_rows(shown), end="")
         if len(rows) > len(shown):
             print(f"... {len(rows) - len(shown)} more tables (--format csv lists all)")
