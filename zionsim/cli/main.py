@@ -577,6 +577,8 @@ def cmd_plan(args) -> int:
 
 def format_run_summary(s: dict) -> str:
     """The terminal summary of a run: headline figures and the critical-path breakdown."""
+    from zionsim.dlrm.sync import SyncSpec
+
     it = s["iteration_time_s"]
     head = {
         "topology": f"{s['topology']} x {s['nodes']} nodes ({s['gpus']} GPUs)",
@@ -601,7 +603,7 @@ def format_run_summary(s: dict) -> str:
         head.update(
             {
                 "sync": f"{sync['mode']} (every {sync['every']})"
-                if sync["mode"].startswith("foreground")
+                if SyncSpec(sync["mode"]).is_foreground
                 else sync["mode"],
                 "sync_rounds_per_trainer": round(sync["rounds_per_trainer"], 2),
                 "sync_gap_iterations": "n/a"

@@ -32,7 +32,7 @@ import numpy as np
 from zionsim.dlrm.plan import Plan
 from zionsim.dlrm.sharding import layout
 from zionsim.dlrm.stack import BARE, StackSpec
-from zionsim.dlrm.sync import SyncSpec
+from zionsim.dlrm.sync import SyncSpec, TraceSync
 from zionsim.dlrm.workload import (
     DENSE_OPTIMIZERS,
     DTYPE_BYTES,
@@ -100,12 +100,21 @@ class Collective:
 @dataclass
 class Trace:
     """One training iteration: every rank's ops (``ops[i].id == i``), the collectives they
-    reference, and ``meta`` (of a lowered trace: workload, plan, global batch, fused, sync)."""
+    reference, ``meta`` (names and figures: workload, plan, global batch, fused, model), and,
+    typed, the software ``stack`` it runs under and its dense-parameter ``sync`` (None: a trace
+    that states neither runs as the bare stack under all-reduce)."""
 
     ranks: int
     ops: list[Op]
     collectives: list[Collective]
     meta: dict = field(default_factory=dict)
+    stack: StackSpec | None = None
+    sync: TraceSync | None = None
+
+    @property
+    def sync_spec(self) -> SyncSpec:
+        """The trace's sync spec (all-reduce when it states none)."""
+        return self.sync.spec if self.sync is not None else SyncSpec()
 
     def by_rank(self) -> list[list[Op]]:
         """Each rank's ops in id order (list index = rank)."""
@@ -182,15 +191,10 @@ def lower(
         "plan": plan.name,
         "global_batch": w.batch_per_gpu * ranks,
         "fused": fused,
-        "stack": stack.to_dict(),
         "model": model_figures(w),
-        "sync": {
-            **sync.to_dict(),
-            "background": sync_colls if sync.kind == "shadow" else {},
-            "bytes": sync_bytes,
-        },
     }
-    return Trace(ranks, b.ops, b.colls, meta)
+    background = sync_colls if sync.is_shadow else {}
+    return Trace(ranks, b.ops, b.colls, meta, stack, TraceSync(sync, background, sync_bytes))
 
 
 def model_figures(w: WorkloadSpec) -> dict:

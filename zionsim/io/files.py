@@ -401,14 +401,26 @@ def read_plan(
     return load_plan(path, workload, gpus, gpus_per_node, servers)
 
 
+#: significant digits of the floats in committed study tables (``results/<study>/*.csv``): the
+#: simulation is deterministic, but sums taken by another numpy or BLAS build can differ in the
+#: last of Python's 17 digits; at 6 they are the same on every install
+STUDY_DIGITS = 6
+
+
+def study_csv(table) -> str:
+    """A study table as CSV, floats at :data:`STUDY_DIGITS` significant digits."""
+    return table.to_csv(index=False, float_format=f"%.{STUDY_DIGITS}g")
+
+
 def write_tables_and_figures(out_dir: str | Path, files: dict) -> list[Path]:
-    """Write each DataFrame as CSV and each matplotlib axes as PNG, atomically; return paths."""
+    """Write each DataFrame as CSV (:func:`study_csv`) and each matplotlib axes as PNG,
+    atomically; return the paths."""
     from zionsim.io.plots import png_bytes
 
     written = []
     for name, obj in files.items():
         path = Path(out_dir) / name
-        write_atomic(path, png_bytes(obj) if name.endswith(".png") else obj.to_csv(index=False))
+        write_atomic(path, png_bytes(obj) if name.endswith(".png") else study_csv(obj))
         written.append(path)
     return written
 

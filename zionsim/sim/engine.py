@@ -25,7 +25,8 @@ import numpy as np
 import simpy
 
 from zionsim.base.errors import InputError
-from zionsim.dlrm.sync import server_devices
+from zionsim.dlrm.stack import BARE, StackSpec
+from zionsim.dlrm.sync import TraceSync, server_devices
 from zionsim.dlrm.trace import STREAMS, Trace
 from zionsim.hardware import compute
 from zionsim.network import nccl
@@ -124,8 +125,7 @@ def simulate_trace(
 ) -> RunRecords:
     """Run ``iterations`` iterations of ``trace`` on ``cluster``; return the records."""
     check_cluster(cluster, trace)
-    stack = trace.meta.get("stack") or {}
-    compute_model = stack_compute_model(cluster, stack, compute_model)
+    compute_model = stack_compute_model(cluster, trace.stack or BARE, compute_model)
     durations = op_durations(cluster, trace, compute_model)
     try:
         return _simulate(cluster, trace, iterations, durations, collective_model, sync_traffic)
@@ -145,8 +145,8 @@ def _simulate(
     env = CountingEnvironment()
     net = FlowNetwork(env, cluster.router.capacity_Bps, router=cluster.router)
     rec = RunRecords(trace, iterations, durations)
-    sync = trace.meta.get("sync") or {}
-    background = sync.get("mode", "allreduce").startswith("shadow") and sync_traffic
+    sync = trace.sync
+    background = trace.sync_spec.is_shadow and sync_traffic
     g = cluster.spec.gpus_per_node
     tpl = templates(trace, rec.durations_s, alone=background or not alike, g=g)
     run = _Run(env, net, cluster, trace, rec, collective_model, sync_traffic, tpl)
@@ -192,11 +192,11 @@ def check_complete(rec: RunRecords) -> None:
 
 
 def stack_compute_model(
-    cluster, stack: dict, model: compute.ComputeModel | None = None
+    cluster, stack: StackSpec, model: compute.ComputeModel | None = None
 ) -> compute.ComputeModel | None:
     """The compute model with the stack's per-kernel launch cost for ``cluster``'s GPU (the
     model unchanged when the stack states none)."""
-    launch = stack.get("kernel_launch_s")
+    launch = stack.kernel_launch_s
     if launch is None:
         return model
     from dataclasses import replace
@@ -228,10 +228,10 @@ class _Run:
         self.n_ops = len(trace.ops)
         self.done: list[simpy.Event | None] = [None] * (rec.iterations * self.n_ops)
         self.prepared: dict[tuple, nccl.Prepared] = {}
-        stack = trace.meta.get("stack") or {}
+        stack = trace.stack or BARE
         #: interference (``stack.py``): compute under in-flight NCCL kernels, NCCL under compute
-        self.slow_compute = float(stack.get("compute_slowdown", 0.0))
-        self.slow_comm = float(stack.get("comm_slowdown", 0.0))
+        self.slow_compute = stack.compute_slowdown
+        self.slow_comm = stack.comm_slowdown
         self.comm_in_flight = [0] * trace.ranks  # a rank's collective ops launched, not ended
         self.compute_busy = np.zeros(trace.ranks, dtype=bool)  # a compute kernel is running
         #: with a second compute stream (a stack's ``embedding_stream``) the streams of a GPU take
@@ -301,7 +301,7 @@ class _Run:
             return False
         return not self.sync_traffic or (it + 1) % op.args.get("every", 1) != 0
 
-    def background(self, rank: int, sync: dict):
+    def background(self, rank: int, sync: TraceSync):
         """ShadowSync: sync rounds back to back (or every ``period_s``) until training ends.
 
         A model-averaging round is an NCCL all-reduce, so while it is in flight the trainer's
@@ -312,18 +312,16 @@ class _Run:
         began: averaging parameters that have not changed is a no-op, and a round that costs no
         time (an ideal network) must not loop forever at one instant."""
         env, n_round, last = self.env, 0, 0  # trainers start from the same parameters
-        background = {int(k): v for k, v in (sync.get("background") or {}).items()}
-        share = sync["bytes"] / (
-            self.cluster.spec.gpus_per_node if sync.get("trainer") == "node" else 1
-        )
+        spec, background = sync.spec, sync.background
+        share = sync.bytes / (self.cluster.spec.gpus_per_node if spec.trainer == "node" else 1)
         while self.computing > 0:
             if self.iteration[rank] == last:
                 yield self.progress[rank]
                 continue
             start, it0 = env.now, self.iteration[rank]
             last = it0
-            if sync["mode"].endswith("easgd"):
-                args = {"nbytes": share, "servers": sync.get("servers", 1)}
+            if spec.uses_servers:
+                args = {"nbytes": share, "servers": spec.servers}
                 yield self._host_transfer(n_round, rank, {**args, "direction": "to_ps"}, "sync")
                 yield self._host_transfer(n_round, rank, {**args, "direction": "from_ps"}, "sync")
             else:  # NCCL kernels of the round hold SMs from launch to end (interference)
@@ -332,7 +330,7 @@ class _Run:
                 self.comm_in_flight[rank] -= 1
             self.rec.sync_rounds.append((rank, start, env.now, it0, self.iteration[rank]))
             n_round += 1
-            wait = sync.get("period_s", 0.0) - (env.now - start)
+            wait = spec.period_s - (env.now - start)
             if wait > 0:
                 yield env.timeout(wait)
 

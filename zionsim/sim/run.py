@@ -180,7 +180,7 @@ def _guard(trace: Trace, workload, iterations: int, limit_bytes: float | None, s
     sync mode other than ``allreduce`` simulates twice (with and without its traffic)."""
     if limit_bytes is None:
         return
-    passes = 1 if (trace.meta.get("sync") or {}).get("mode", "allreduce") == "allreduce" else 2
+    passes = 1 if trace.sync_spec.is_allreduce else 2
     tables = len(workload.tables) if workload is not None else 0
     check_trace(trace, iterations, limit_bytes, passes, tables, spec)
 
@@ -209,7 +209,7 @@ def _run_header(cluster, trace: Trace, iterations: int, warmup: int) -> dict:
         "gpus": len(cluster.gpus),
         "workload": trace.meta.get("workload"),
         "plan": trace.meta.get("plan"),
-        "stack": (trace.meta.get("stack") or {}).get("name", "bare"),
+        "stack": trace.stack.name if trace.stack is not None else "bare",
         "model": trace.meta.get("model", {}),
         "global_batch": int(trace.meta.get("global_batch", 0)),
         "iterations": iterations,
@@ -231,13 +231,14 @@ def _breakdown_table(breakdown: dict, busy: dict, exposed: dict) -> pd.DataFrame
 
 def _sync_summary(cluster, trace: Trace, rec, a: Analysis, iterations, warmup) -> dict:
     """Rounds, sync gaps, bytes and the foreground slowdown caused by sync traffic."""
-    sync = dict(trace.meta.get("sync") or {"mode": "allreduce"})
-    sync.pop("background", None)
-    sync.pop("bytes", None)
-    if sync["mode"] == "allreduce":
+    if trace.sync is None:
+        return {"mode": "allreduce"}
+    spec = trace.sync.spec
+    sync = spec.to_dict()
+    if spec.is_allreduce:
         return sync
     completions: dict[int, list[int]] = {}
-    if sync["mode"].startswith("shadow"):
+    if spec.is_shadow:
         for rank, _, _, _, it_end in rec.sync_rounds:
             completions.setdefault(rank, []).append(it_end)
     else:
