@@ -32,7 +32,11 @@ from zionsim.hardware import compute
 from zionsim.network import nccl
 from zionsim.network.flows import FlowNetwork, NetworkStats
 from zionsim.network.simulate import CountingEnvironment
+from zionsim.sim.records import OpRecord, SpanTag, SyncRound
 from zionsim.sim.templates import TemplateBroken, templates
+
+#: a named tuple from a tuple without a Python call (the engine's hot loop)
+_new = tuple.__new__
 
 
 @dataclass
@@ -57,14 +61,14 @@ class RunRecords:
     trace: Trace
     iterations: int
     durations_s: np.ndarray
-    #: (iteration, op id, stream free time, start, end) per executed op
-    ops: list[tuple[int, int, float, float, float]] = field(default_factory=list)
+    #: one :class:`~zionsim.sim.records.OpRecord` per executed op
+    ops: list[OpRecord] = field(default_factory=list)
     collectives: dict[tuple[int, int], CollectiveRecord] = field(default_factory=dict)
     network: NetworkStats | None = None
     sim_time_s: float = 0.0
     events: int = 0
-    #: background (ShadowSync) rounds: (trainer rank, start, end, iteration at start, at end)
-    sync_rounds: list[tuple[int, float, float, int, int]] = field(default_factory=list)
+    #: background (ShadowSync) rounds
+    sync_rounds: list[SyncRound] = field(default_factory=list)
 
 
 def op_durations(cluster, trace: Trace, model: compute.ComputeModel | None = None) -> np.ndarray:
@@ -181,7 +185,7 @@ def check_complete(rec: RunRecords) -> None:
     """InputError naming the first op that never ran, unless every op ran every iteration."""
     trace = rec.trace
     if len(rec.ops) != rec.iterations * len(trace.ops):
-        stuck = {o.id for o in trace.ops} - {op for it, op, *_ in rec.ops if it == 0}
+        stuck = {o.id for o in trace.ops} - {r.op for r in rec.ops if r.iteration == 0}
         first = trace.ops[min(stuck)] if stuck else trace.ops[-1]
         raise InputError(
             f"the trace stalls: op {first.id} ({first.name}, rank {first.rank}) "
@@ -274,9 +278,10 @@ class _Run:
                         yield from self._compute(rank, op, dur[op.id])
                 elif dur[op.id] > 0:
                     yield from self._compute(rank, op, dur[op.id])
-                rows.append((it, op.id, free, start, env.now))
+                rows.append(OpRecord(it, op.id, free, start, env.now))
                 if op.id in member_ops:  # the other members of its class: the same times
-                    rows.extend((it, m, free, start, env.now) for m in member_ops[op.id])
+                    rows.extend(_new(OpRecord, (it, m, free, start, env.now))
+                                for m in member_ops[op.id])  # fmt: skip
                 self._done(it, op.id).succeed()
             if ops[0].stream == "compute":
                 self.iteration[rank] = it + 1
@@ -328,7 +333,7 @@ class _Run:
                 self.comm_in_flight[rank] += 1
                 yield self._arrive_round(background[rank], n_round, rank)
                 self.comm_in_flight[rank] -= 1
-            self.rec.sync_rounds.append((rank, start, env.now, it0, self.iteration[rank]))
+            self.rec.sync_rounds.append(SyncRound(rank, start, env.now, it0, self.iteration[rank]))
             n_round += 1
             wait = spec.period_s - (env.now - start)
             if wait > 0:
@@ -341,14 +346,14 @@ class _Run:
             cr = self.rounds[key] = CollectiveRecord(n_round, cid, event=self.env.event())
         cr.arrived += 1
         if cr.arrived == len(self.trace.collectives[cid].ranks):
-            self.env.process(self._run_collective(cr, tag=("sync", n_round, cid)))
+            self.env.process(self._run_collective(cr, tag=SpanTag("sync", n_round, cid)))
         return cr.event
 
     def _host_transfer(self, it: int, rank: int, args: dict, label: str = "") -> simpy.Event:
         """Host traffic of ``rank`` (:func:`transfer_flows`) on the network, tagged by label,
         iteration and rank."""
         routes, nbytes, latency, label = transfer_flows(self.cluster, rank, args, label)
-        return self.net.transfer(routes, nbytes, latency, tag=(label, it, rank))
+        return self.net.transfer(routes, nbytes, latency, tag=SpanTag(label, it, rank))
 
     def _arrive(self, it: int, cid: int, rank: int) -> simpy.Event:
         copies = self.tpl.copies[int(self.tpl.coll_class[cid])] if self.tpl.copies else [cid]
@@ -402,7 +407,7 @@ class _Run:
         if self.slow_comm:  # share of members computing as it begins: their kernels share SMs
             reps, counts = self.coll_reps[cr.coll]
             busy = float((self.compute_busy[reps] * counts).sum() / counts.sum())
-        tag = tag or (cr.iteration, cr.coll)
+        tag = tag or SpanTag("collective", cr.iteration, cr.coll)
         yield from nccl.execute(self.env, self.net, prep, tag=tag, coalesce=coalesce)
         if busy:
             yield self.env.timeout((self.env.now - start) * self.slow_comm * busy)

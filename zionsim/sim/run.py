@@ -239,24 +239,24 @@ def _sync_summary(cluster, trace: Trace, rec, a: Analysis, iterations, warmup) -
         return sync
     completions: dict[int, list[int]] = {}
     if spec.is_shadow:
-        for rank, _, _, _, it_end in rec.sync_rounds:
-            completions.setdefault(rank, []).append(it_end)
+        for r in rec.sync_rounds:
+            completions.setdefault(r.rank, []).append(r.last_iteration)
     else:
         first = {o.rank: o.id for o in reversed(trace.ops) if o.category == "sync"}
-        for it, op, *_ in rec.ops:
+        for r in rec.ops:
+            op = trace.ops[r.op]
             if (
-                trace.ops[op].category == "sync"
-                and first.get(trace.ops[op].rank) == op
-                and (it + 1) % trace.ops[op].args.get("every", 1) == 0
+                op.category == "sync"
+                and first.get(op.rank) == r.op
+                and (r.iteration + 1) % op.args.get("every", 1) == 0
             ):
-                completions.setdefault(trace.ops[op].rank, []).append(it + 1)
+                completions.setdefault(op.rank, []).append(r.iteration + 1)
     gaps = [b - a_ for c in completions.values() for a_, b in zip([0, *c[:-1]], c, strict=True)]
     spans = rec.network.spans if rec.network else []
     sync_colls = {o.args["coll"] for o in trace.ops if o.category == "sync" and "coll" in o.args}
+    of_sync = {("collective", c) for c in sync_colls}
     sync_bytes = sum(
-        s[3]
-        for s in spans
-        if s[0][0] in ("ps", "sync") or (isinstance(s[0][0], int) and s[0][1] in sync_colls)
+        s.bytes for s in spans if s.tag.kind in ("ps", "sync") or (s.tag[0], s.tag[2]) in of_sync
     )
     quiet = simulate_trace(cluster, trace, iterations=iterations, sync_traffic=False)
     base = float(Analysis(quiet, warmup).iteration_times().mean())
