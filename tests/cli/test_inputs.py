@@ -119,3 +119,22 @@ def test_rerun_refuses_a_changed_input_file(tmp_path, monkeypatch, capsys):
     assert main(["rerun", "r"]) == 2
     assert "plan file plan.yaml is missing or changed" in capsys.readouterr().err
     assert main(["rerun", str(tmp_path)]) == 2  # not a run folder
+
+
+def test_every_command_help_has_a_description_and_parsing_examples():
+    """``zionsim COMMAND --help``: a description, and examples that parse as written; run,
+    trace and plan also list the built-in topologies, workloads and stacks."""
+    import re
+    import shlex
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command").choices
+    for name, p in sub.items():
+        assert p.description, name
+        examples = re.findall(r"^  (zionsim .*?)(?:\s{2,}\(.*)?$", p.epilog or "", re.M)
+        assert examples, name
+        for line in examples:
+            parser.parse_args(shlex.split(line)[1:])
+    for name in ("run", "trace", "plan"):
+        assert "built-in stacks: hugectr" in sub[name].epilog
+        assert "stack.step_overhead" in sub[name].format_help()

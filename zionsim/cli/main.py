@@ -84,7 +84,41 @@ def build_parser() -> argparse.ArgumentParser:
 
     cli_studies.add_parsers(sub)
     cli_measure.add_parsers(sub)
+    _describe_commands(sub)
     return parser
+
+
+def _describe_commands(sub) -> None:
+    """Give every subcommand's ``--help`` a description (its one-line help) and examples."""
+    helps = {a.dest: a.help for a in sub._choices_actions}
+    for name, p in sub.choices.items():
+        if p.description is None:
+            p.description = f"{helps[name][0].upper()}{helps[name][1:]}."
+        if p.epilog is None and name in _MORE_EXAMPLES:
+            p.epilog = "examples:\n" + "\n".join(f"  {e}" for e in _MORE_EXAMPLES[name])
+            p.formatter_class = argparse.RawDescriptionHelpFormatter
+
+
+#: examples under the ``--help`` of the commands defined in other modules (paths under results/)
+_MORE_EXAMPLES = {
+    "topology": ["zionsim topology zionex --nodes 16", "zionsim topology dgx_h100 --set gpu=h200"],
+    "collective": [
+        "zionsim collective --topology zionex --nodes 16 --op all_to_all --sizes 1M:1G",
+        "zionsim collective --op all_reduce --sizes 8M:8M --algorithm ring --protocol Simple",
+    ],
+    "sweep": [
+        "zionsim sweep examples/nic_speed.yaml --out results/runs/nic_speed --workers 2",
+        "zionsim sweep examples/nic_speed.yaml --scheduler tcp://127.0.0.1:8786  (docs/sweeps.md)",
+    ],
+    "compare": ["zionsim compare results/runs/A results/runs/B --names 200G 400G"],
+    "plot": ["zionsim plot results/runs/nic_speed --x topology.scale_out.nic_bw"],
+    "studies": ["zionsim studies                  (all, into results/)", "zionsim studies scaling"],
+    "validate": ["zionsim validate --fast", "zionsim validate --plots results/runs/validation"],
+    "calibrate": [
+        "zionsim calibrate --topology zionex --nccl-log examples/all_reduce.log "
+        "--kernels examples/kernels.csv --out results/runs/zionex_mine.yaml",
+    ],
+}
 
 
 #: examples shown under each core command's ``--help`` (written under results/, git-ignored)
