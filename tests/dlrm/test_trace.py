@@ -129,3 +129,19 @@ def test_whole_float_args_are_read_as_ints():
     again = trace_from_dict(data)
     assert type(again.ops[op["id"]].args["coll"]) is int
     assert type(again.ops[gemm["id"]].args["m"]) is int
+
+
+def test_lowered_ops_follow_the_typed_schema():
+    """Every op a lowering writes fits its kind's typed arguments (``trace.OP_ARGS``), the
+    schema the trace file checks and the engine reads; required fields are present."""
+    from tests.conftest import TINY
+    from zionsim.dlrm.trace import OP_ARGS, op_args
+    from zionsim.sim.inputs import resolve_inputs
+    from zionsim.sim.run import trace_of
+
+    for extra in ({"stack": "hugectr"}, {"sync": "foreground-easgd"}, {"plan": "ps"},
+                  {"sync": "shadow-ma", "fused": False}):  # fmt: skip
+        trace, _, _ = trace_of(resolve_inputs({"topology": TINY, "workload": "tiny", **extra}))
+        for op in trace.ops:
+            args = op_args(op)
+            assert isinstance(args, OP_ARGS[op.kind]) and set(op.args) <= set(args._fields)

@@ -26,6 +26,7 @@ their gradients after the interaction backward.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -67,6 +68,106 @@ TRANSFER_DIRECTIONS = ("h2d", "d2h", "to_ps", "from_ps", "ps_lookup", "ps_update
 PS_PARTS = {"ps_lookup": ("index", "gather", "pooled"), "ps_update": ("push", "update")}
 #: PyTorch DDP's default bucket_cap_mb (torch.nn.parallel.DistributedDataParallel docs)
 BUCKET_BYTES = 25 * 2**20
+
+
+class GemmArgs(NamedTuple):
+    """A GEMM: ``m x k @ k x n`` in ``dtype``; ``launches`` kernels (bias/activation kernels
+    when unfused) moving ``eltwise_bytes`` of activations beside it."""
+
+    m: int
+    n: int
+    k: int
+    dtype: str
+    launches: int = 1
+    eltwise_bytes: float = 0.0
+    measured_us: float | None = None
+
+
+class MemoryArgs(NamedTuple):
+    """A memory-bound kernel moving ``nbytes`` (the optimizer, the interaction)."""
+
+    nbytes: float
+    launches: int = 1
+    measured_us: float | None = None
+
+
+class HostArgs(NamedTuple):
+    """Host time the GPU waits for (a stack's ``step_overhead``)."""
+
+    seconds: float
+    measured_us: float | None = None
+
+
+class EmbeddingFwdArgs(NamedTuple):
+    """Embedding lookups: ``lookups`` rows of ``row_bytes`` over ``tables`` tables, pooled into
+    ``out_bytes``; ``unique_rows`` distinct rows (None: every lookup)."""
+
+    lookups: float
+    row_bytes: float
+    tables: int
+    fused: bool
+    out_bytes: float
+    launches: int = 1
+    unique_rows: float | None = None
+    measured_us: float | None = None
+
+
+class EmbeddingBwdArgs(NamedTuple):
+    """Embedding backward and update under ``optimizer``; ``state_bytes_per_row`` of optimizer
+    state per row."""
+
+    lookups: float
+    row_bytes: float
+    tables: int
+    fused: bool
+    optimizer: str
+    launches: int = 1
+    unique_rows: float | None = None
+    state_bytes_per_row: float = 4.0
+    measured_us: float | None = None
+
+
+class TransferArgs(NamedTuple):
+    """Host traffic: ``direction`` (UVM ``h2d``/``d2h``, EASGD ``to_ps``/``from_ps``,
+    parameter-server ``ps_lookup``/``ps_update``) and ``nbytes``; EASGD ``servers`` (a count) or
+    a parameter server's ``servers`` (indices) with per-server parts."""
+
+    direction: str
+    nbytes: float
+    servers: int | list[int] | None = None
+    every: int = 1
+    index: list[float] | None = None
+    gather: list[float] | None = None
+    pooled: list[float] | None = None
+    push: list[float] | None = None
+    update: list[float] | None = None
+    measured_us: float | None = None
+
+
+class CollectiveArgs(NamedTuple):
+    """A rank's part in collective ``coll``; foreground sync rounds run ``every`` iterations."""
+
+    coll: int
+    every: int = 1
+    measured_us: float | None = None
+
+
+#: the arguments of each op kind: the one schema the lowering writes, the trace file checks
+#: (``trace_file.REQUIRED_ARGS``/``OPTIONAL_ARGS`` derive from it) and the engine reads
+OP_ARGS: dict[str, type] = {
+    "gemm": GemmArgs,
+    "memory": MemoryArgs,
+    "host": HostArgs,
+    "embedding_fwd": EmbeddingFwdArgs,
+    "embedding_bwd": EmbeddingBwdArgs,
+    "transfer": TransferArgs,
+    "collective": CollectiveArgs,
+}
+
+
+def op_args(op: Op):
+    """``op.args`` as its kind's typed arguments (:data:`OP_ARGS`), defaults filled in."""
+    return OP_ARGS[op.kind](**op.args)
 
 
 @dataclass(frozen=True, slots=True)

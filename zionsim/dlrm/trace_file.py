@@ -15,6 +15,7 @@ from zionsim.dlrm.sync import TraceSync, sync_spec
 from zionsim.dlrm.trace import (
     CATEGORIES,
     KINDS,
+    OP_ARGS,
     PS_PARTS,
     SCHEMA,
     STREAMS,
@@ -278,25 +279,14 @@ def _check_deps(i: int, deps: tuple, rank: int, ops: list, err) -> None:
             )
 
 
-#: op args by kind: required, then optional (``measured_us``, the time a profiler measured, is
-#: allowed on every op); :func:`_check_arg` gives each name its type and bound
+#: op args by kind, derived from the typed schema ``trace.OP_ARGS``: required (no default),
+#: then optional (``measured_us``, the time a profiler measured, is allowed on every op);
+#: :func:`_check_arg` gives each name its type and bound
 REQUIRED_ARGS = {
-    "gemm": ("m", "n", "k", "dtype"),
-    "memory": ("nbytes",),
-    "host": ("seconds",),
-    "embedding_fwd": ("lookups", "row_bytes", "tables", "fused", "out_bytes"),
-    "embedding_bwd": ("lookups", "row_bytes", "tables", "fused", "optimizer"),
-    "transfer": ("direction", "nbytes"),
-    "collective": ("coll",),
+    kind: tuple(f for f in t._fields if f not in t._field_defaults) for kind, t in OP_ARGS.items()
 }
 OPTIONAL_ARGS = {
-    "gemm": ("launches", "eltwise_bytes"),
-    "memory": ("launches",),
-    "host": (),
-    "embedding_fwd": ("launches", "unique_rows"),
-    "embedding_bwd": ("launches", "unique_rows", "state_bytes_per_row"),
-    "transfer": ("servers", "every", "index", "gather", "pooled", "push", "update"),
-    "collective": ("every",),
+    kind: tuple(f for f in t._field_defaults if f != "measured_us") for kind, t in OP_ARGS.items()
 }
 #: numeric args: (key of the bound in ``base.bounds``, dimension, smallest whole number or None
 #: for a real number >= 0)

@@ -27,7 +27,7 @@ import simpy
 from zionsim.base.errors import InputError
 from zionsim.dlrm.stack import BARE, StackSpec
 from zionsim.dlrm.sync import TraceSync, server_devices
-from zionsim.dlrm.trace import STREAMS, Trace
+from zionsim.dlrm.trace import STREAMS, Trace, op_args
 from zionsim.hardware import compute
 from zionsim.network import nccl
 from zionsim.network.flows import FlowNetwork, NetworkStats
@@ -81,41 +81,34 @@ def op_durations(cluster, trace: Trace, model: compute.ComputeModel | None = Non
             continue
         key = (op.kind, tuple(sorted(op.args.items())))
         if key not in cache:
-            cache[key] = _duration(gpu, op.kind, op.args, model)
+            cache[key] = _duration(gpu, op.kind, op_args(op), model)
         out[op.id] = cache[key]
     return out
 
 
-def _duration(gpu, kind: str, a: dict, model) -> float:
+def _duration(gpu, kind: str, a, model) -> float:
+    """Seconds of one compute op from its typed arguments (``trace.OP_ARGS``)."""
     if kind == "host":
-        return float(a["seconds"])
-    extra = (a.get("launches", 1) - 1) * compute.launch_overhead_s(gpu, model)
+        return float(a.seconds)
+    extra = (a.launches - 1) * compute.launch_overhead_s(gpu, model)
     if kind == "gemm":
-        eltwise = a.get("eltwise_bytes", 0.0)
-        if eltwise:
-            extra += compute.memory_time_s(gpu, eltwise, model) - compute.launch_overhead_s(
+        if a.eltwise_bytes:
+            extra += compute.memory_time_s(gpu, a.eltwise_bytes, model) - compute.launch_overhead_s(
                 gpu, model
             )
-        return compute.gemm_time_s(gpu, a["m"], a["n"], a["k"], a["dtype"], model) + extra
+        return compute.gemm_time_s(gpu, a.m, a.n, a.k, a.dtype, model) + extra
     if kind == "memory":
-        return compute.memory_time_s(gpu, a["nbytes"], model) + extra
-    if a["lookups"] == 0:
+        return compute.memory_time_s(gpu, a.nbytes, model) + extra
+    if a.lookups == 0:
         return 0.0
     if kind == "embedding_fwd":
         return compute.embedding_forward_time_s(
-            gpu, a["lookups"], a["row_bytes"], a["tables"], a["fused"], a["out_bytes"], model
+            gpu, a.lookups, a.row_bytes, a.tables, a.fused, a.out_bytes, model
         )
     return compute.embedding_backward_time_s(
-        gpu,
-        a["lookups"],
-        a["row_bytes"],
-        a["tables"],
-        a["fused"],
-        a["optimizer"],
-        a.get("state_bytes_per_row", 4.0),
-        model,
-        a.get("unique_rows"),
-    )
+        gpu, a.lookups, a.row_bytes, a.tables, a.fused, a.optimizer, a.state_bytes_per_row,
+        model, a.unique_rows,
+    )  # fmt: skip
 
 
 def simulate_trace(
