@@ -72,13 +72,14 @@ def build_trace(
     stack = resolve_stack(stack)
     workload = apply_stack(workload, stack)
     sync = sync or sync_spec(base=workload.sync)
-    return _lowered(cluster, workload, plan, fused and stack.fused_embedding, sync, stack)
+    return lower_checked(cluster, workload, plan, fused and stack.fused_embedding, sync, stack)
 
 
-def _lowered(
+def lower_checked(
     cluster, workload: WorkloadSpec, plan: Plan | None, fused: bool, sync: SyncSpec, stack
 ) -> tuple[Trace, pd.DataFrame]:
-    """:func:`build_trace` of a workload the ``stack`` already applies to."""
+    """:func:`build_trace` of a workload the ``stack`` already applies to (``RunInputs.workload``):
+    the capacity checks, the memory table, the lowered trace; ``fused`` as the stack allows."""
     gpus, g = len(cluster.gpus), cluster.spec.gpus_per_node
     plan = plan or default_plan(workload, gpus)
     mem = memory_by_rank(workload, plan, gpus, g, workload.zipf_alpha)
@@ -128,7 +129,7 @@ def simulate_run(
             sync, sync_every, sync_servers, sync_period_s, sync_trainer, base=workload.sync
         )
         fused = fused and stack.fused_embedding
-        trace, memory = _lowered(cluster, workload, plan, fused, spec, stack)
+        trace, memory = lower_checked(cluster, workload, plan, fused, spec, stack)
     return _execute(cluster, trace, memory, workload, iterations, warmup, max_memory_bytes, t0)
 
 
@@ -386,7 +387,7 @@ def trace_of(inputs: RunInputs, cluster=None, plan: Plan | None = None):
     cluster = cluster or _build(inputs)
     plan = plan or plan_of(inputs, cluster)
     fused = inputs.options["fused"] and inputs.stack.fused_embedding
-    trace, memory = _lowered(cluster, inputs.workload, plan, fused, inputs.sync, inputs.stack)
+    trace, memory = lower_checked(cluster, inputs.workload, plan, fused, inputs.sync, inputs.stack)
     return trace, memory, cluster
 
 
