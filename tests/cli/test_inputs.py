@@ -67,6 +67,9 @@ def test_batch_is_set_one_way():
     with pytest.raises(InputError, match="not both"):
         resolve_inputs({"topology": TINY, "workload": "tiny", "batch_per_gpu": 8,
                         "global_batch": 64})  # fmt: skip
+    with pytest.raises(InputError, match="set twice"):
+        resolve_inputs({"topology": TINY, "workload": "tiny", "global_batch": 64,
+                        "workload.batch_per_gpu": 8})  # fmt: skip
     with pytest.raises(InputError, match="unknown override path"):
         resolve_inputs({"topology": TINY, "workload": "tiny", "wrkload.x": 1})
 

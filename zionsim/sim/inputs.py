@@ -264,6 +264,14 @@ def resolve_inputs(
     w = load_workload(
         o["workload"], overrides=_sets(overrides, "workload"), batch_per_gpu=o["batch_per_gpu"]
     )
+    given = [k for k in ("batch_per_gpu", "global_batch") if o[k] is not None]
+    if given and "workload.batch_per_gpu" in overrides:
+        raise InputError(
+            f"the batch is set twice: {given[0]} and workload.batch_per_gpu",
+            file=file,
+            field="workload.batch_per_gpu",
+            allowed="one of batch_per_gpu, global_batch or workload.batch_per_gpu",
+        )
     if o["global_batch"] is not None:
         if o["batch_per_gpu"] is not None:
             raise InputError(
