@@ -8,7 +8,7 @@ import networkx as nx
 
 PACKAGE = Path(__file__).resolve().parent.parent / "zionsim"
 
-# Rank of each layer subpackage, lowest first (README "Layout").  A module may import only its
+# Rank of each layer subpackage, lowest first (docs/architecture.md).  A module may import only its
 # own layer or lower ones; ``studies`` and ``measure`` share rank 6 but may not import each other.
 LAYERS = {
     "base": 0,

@@ -21,8 +21,9 @@ from zionsim.cli.main import build_parser, main
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-#: words that stand for something of the reader's (a Dask scheduler's address)
-PLACEHOLDERS = ("HOST",)
+#: words that stand for something of the reader's (a Dask scheduler's address, or the loopback
+#: scheduler the reader starts first)
+PLACEHOLDERS = ("HOST", "127.0.0.1:8786")
 #: documents whose commands take more than a few seconds in all
 SLOW = {"README.md", "sweeps.md", "validation.md", "calibration.md"}
 SHELL_BLOCKS = ("", "bash", "sh", "console", "shell")
@@ -55,7 +56,7 @@ def test_extraction_finds_the_documented_commands():
     """The extractor sees the README's chains, prompts and continuation lines."""
     readme = doc_commands(ROOT / "README.md")
     assert ["run"] in readme  # the quick start, after `pip install -e . &&`
-    assert ["compare", "results/runs/A", "results/runs/B"] in readme
+    assert ["compare", "results/runs/A", "results/runs/B", "--out", "results/runs/A_vs_B"] in readme
     calibration = doc_commands(ROOT / "docs" / "calibration.md")
     assert any(c[:1] == ["calibrate"] and "examples/alltoall.log" in c for c in calibration)
     assert {p.id for p in _documents()} >= {"README.md", "sweeps.md", "traces.md"}
@@ -81,3 +82,32 @@ def test_documented_commands_run(doc, tmp_path, monkeypatch, capsys):
         status = main(argv)
         err = capsys.readouterr().err
         assert status == 0, f"{doc.name}: zionsim {shlex.join(argv)} exited {status}: {err}"
+
+
+#: options whose value is a path a command writes
+OUTPUT_OPTIONS = ("--out", "--plot", "--plots", "--to-torchrec")
+
+
+def test_documented_commands_write_under_results_only():
+    """No README or docs command writes outside ``results/`` (git-ignored ``results/runs/`` for
+    the README): following the documentation leaves the checkout clean."""
+    outside = []
+    for path in DOCS:
+        allowed = ("results/runs/",) if path.name == "README.md" else ("results/", "docs/img")
+        for argv in doc_commands(path):
+            for flag, value in zip(argv, argv[1:], strict=False):
+                if flag in OUTPUT_OPTIONS and not value.startswith(allowed):
+                    outside.append(f"{path.name}: zionsim {shlex.join(argv)}")
+    assert outside == []
+
+
+def test_readme_is_short_and_ci_runs_its_test_command():
+    """The README stays a front page (<= 150 lines), links every docs page, and `.ci/run` runs
+    its second command verbatim."""
+    text = (ROOT / "README.md").read_text()
+    assert len(text.splitlines()) <= 150
+    pages = sorted((ROOT / "docs").glob("*.md"))
+    unlinked = [p.name for p in pages if f"docs/{p.name}" not in text]
+    assert unlinked == []
+    block = re.search(r"```bash\n(.*?)```", text, re.S).group(1).splitlines()
+    assert block[1] in (ROOT / ".ci" / "run").read_text().splitlines()

@@ -121,7 +121,7 @@ def test_rebalance_splits_the_straggler_part():
 
     _, before = plan_costs(c, w, PlaceOnly().plan(c, w))
     assert before["imbalance"] > totals["imbalance"]
-    assert totals["estimated_s_max"] < before["estimated_s_max"]
+    assert totals["gpu_estimated_s_max"] < before["gpu_estimated_s_max"]
 
 
 def test_row_split_options_cost_the_largest_ceiling_block(two_nodes):

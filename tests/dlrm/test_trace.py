@@ -163,3 +163,19 @@ def test_fused_lowering_has_no_separate_optimizer_pass():
     _, tr = _tiny_trace()
     ops = {o.name: o for o in tr.by_rank()[0]}
     assert "emb_opt" not in ops and ops["emb_bwd"].kind == "embedding_bwd"
+
+
+def test_lowered_ops_follow_the_typed_schema():
+    """Every op a lowering writes fits its kind's typed arguments (``trace.OP_ARGS``), the
+    schema the trace file checks and the engine reads; required fields are present."""
+    from tests.conftest import TINY
+    from zionsim.dlrm.trace import OP_ARGS, op_args
+    from zionsim.sim.inputs import resolve_inputs
+    from zionsim.sim.run import trace_of
+
+    for extra in ({"stack": "hugectr"}, {"sync": "foreground-easgd"}, {"plan": "ps"},
+                  {"sync": "shadow-ma", "fused": False}):  # fmt: skip
+        trace, _, _ = trace_of(resolve_inputs({"topology": TINY, "workload": "tiny", **extra}))
+        for op in trace.ops:
+            args = op_args(op)
+            assert isinstance(args, OP_ARGS[op.kind]) and set(op.args) <= set(args._fields)

@@ -58,15 +58,50 @@ def test_working_folder_and_root_are_refused(tmp_path, monkeypatch):
     assert (tmp_path / "keep.txt").read_text() == "mine"
 
 
-def test_foreign_folder_needs_force(tmp_path):
-    """A non-empty folder without the marker is kept unless --force."""
+def test_foreign_folder_is_never_replaced(tmp_path, capsys):
+    """A non-empty folder without the marker is kept, --force or not; an empty one is used."""
     out = tmp_path / "mine"
     out.mkdir()
     (out / "thesis.tex").write_text("years of work")
     assert main([*RUN, "--out", str(out)]) == 2
+    assert main([*RUN, "--out", str(out), "--force"]) == 2
+    assert "--force replaces only zionsim results" in capsys.readouterr().err
     assert (out / "thesis.tex").read_text() == "years of work"
-    assert main([*RUN, "--out", str(out), "--force"]) == 0
-    assert (out / MARKER).is_file() and not (out / "thesis.tex").exists()
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert main([*RUN, "--out", str(empty)]) == 0
+    assert (empty / MARKER).is_file()
+
+
+def test_tmp_is_refused_with_force(capsys):
+    """``--out /tmp --force``: /tmp is a foreign folder, refused before anything is moved."""
+    assert main([*RUN, "--out", "/tmp", "--force"]) == 2
+    assert "did not write" in capsys.readouterr().err
+    assert Path("/tmp").is_dir()
+
+
+def test_foreign_out_is_refused_before_any_simulation(tmp_path, monkeypatch, capsys):
+    """``run``, ``collective`` and ``validate`` check --out before they simulate anything."""
+    import zionsim.measure.validate as validate
+    import zionsim.network.simulate as network_simulate
+    import zionsim.sim.run as run
+
+    def fail(*_a, **_k):
+        raise AssertionError("simulated before checking --out")
+
+    monkeypatch.setattr(run, "simulate_inputs", fail)
+    monkeypatch.setattr(run, "trace_of", fail)
+    monkeypatch.setattr(network_simulate, "simulate_collective", fail)
+    monkeypatch.setattr(validate, "run_cases", fail)
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    neo = ["run", "--workload", "neo_model_a", "--iterations", "20", "--out", str(out)]
+    assert main(neo) == 2
+    assert main(["collective", "--topology", TINY, "--out", str(out), "--force"]) == 2
+    assert main(["validate", "--fast", "--out", str(out)]) == 2
+    assert main(["trace", "--workload", "tiny", "--out", str(out / "notes.txt")]) == 2
+    assert (out / "notes.txt").read_text() == "mine"
 
 
 def test_result_of_other_inputs_needs_force(tmp_path):

@@ -281,3 +281,22 @@ def _close_figures():
     import matplotlib.pyplot as plt
 
     plt.close("all")
+
+
+def test_doubling_grid_gets_a_log2_axis():
+    """100, 200, 400, 800 Gb/s (not powers of two, but a doubling grid) on a base-2 axis."""
+    df = pd.DataFrame({"nic": [100e9, 200e9, 400e9, 800e9], "samples_per_s": [1.0, 2, 3, 4],
+                       "status": "ok"})  # fmt: skip
+    ax = ps.plot_scaling(df, x="nic")
+    assert ax.get_xscale() == "log" and ax.xaxis.get_transform().base == 2
+    uneven = ps.plot_scaling(df.assign(nic=[100e9, 150e9, 400e9, 800e9]), x="nic")
+    assert uneven.get_xscale() == "linear"
+
+
+def test_compare_bars_are_labelled_a_and_b(run):
+    """Without row labels each bar's tick names its run."""
+    from zionsim.sim.results import summary_row
+
+    row = pd.DataFrame([summary_row(run.summary)])
+    ax = ps.plot_compare(row, row, names=("before", "after"))
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["before", "after"]

@@ -207,8 +207,11 @@ def test_retarget_subgroups_need_a_multiple():
 def test_cli_import_then_replay(tmp_path, capsys):
     """zionsim trace --import-kineto writes a trace that zionsim run replays, retargeted too."""
     two, four = tmp_path / "two.json", tmp_path / "four.json"
-    assert main(["trace", "--import-kineto", str(TRACE), "--out", str(two)]) == 0
-    assert read_trace(two).ranks == 2
+    assert main(["trace", "--import-kineto", str(TRACE), "--out", str(two)]) == 2  # no batch
+    assert "--global-batch" in capsys.readouterr().err
+    assert main(["trace", "--import-kineto", str(TRACE), "--global-batch", "256",
+                 "--out", str(two)]) == 0  # fmt: skip
+    assert read_trace(two).ranks == 2 and read_trace(two).meta["global_batch"] == 256
     argv = ["trace", "--import-kineto", str(TRACE), "--topology", TINY, "--nodes", "2"]
     assert main(argv + ["--global-batch", "512", "--out", str(four)]) == 0
     assert read_trace(four).ranks == 4 and read_trace(four).meta["global_batch"] == 1024
@@ -216,7 +219,8 @@ def test_cli_import_then_replay(tmp_path, capsys):
     assert main(run + ["--out", str(tmp_path / "run"), "--format", "json"]) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["gpus"] == 4 and summary["iteration_time_s"] > 0
-    assert main(["trace", "--import-kineto", str(tmp_path / "none.json"), "--out", "x"]) == 2
+    none = str(tmp_path / "none.json")
+    assert main(["trace", "--import-kineto", none, "--global-batch", "8", "--out", "x"]) == 2
 
 
 def _kernel(doc: dict) -> dict:

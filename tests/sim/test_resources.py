@@ -74,7 +74,8 @@ def no_expensive_steps(monkeypatch):
         # a billion nodes is outside the input bounds, refused even before the estimate
         (["--workload", "tiny", "--nodes", "1000000000"], "outside the physical bound"),
         (["--workload", "neo_model_a", "--nodes", "2048"], "the limit is 1.07 GB"),
-        (["--workload", "tiny", "--nodes", "2", "--iterations", "1000000000000"], "the limit is"),
+        # iterations past their bound are refused as input, as every run option is
+        (["--workload", "tiny", "--nodes", "2", "--iterations", "1000000000000"], "outside the"),
     ],
 )
 def test_absurd_runs_are_refused_before_any_expensive_step(no_expensive_steps, argv, says, capsys):
@@ -148,7 +149,7 @@ def test_memory_error_anywhere_is_one_line_exit_2(monkeypatch, capsys):
     def oom(*_a, **_k):
         raise MemoryError("Unable to allocate 2.00 GiB for an array with shape (16384, 16384)")
 
-    monkeypatch.setattr(run, "simulate_run", oom)
+    monkeypatch.setattr(run, "simulate_inputs", oom)
     assert main(["run", "--topology", TINY, "--workload", "tiny", "--max-memory", "none"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("zionsim: error: out of memory: Unable to allocate") and "\n" not in err

@@ -124,3 +124,16 @@ def test_cli_compare_bad_run_is_one_line(tmp_path, capsys):
     assert main(["compare", str(tmp_path), str(tmp_path), "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "RUN_A" in err and "summary.json" in err
+
+
+def test_host_time_is_its_own_row_not_communication():
+    """The stack's ``framework`` host time is group ``host``: never in exposed_communication."""
+    path = {"gemm": 2.0, "framework": 7.0, "all_to_all": 1.0}
+    busy = {"gemm": 2.0, "framework": 7.0, "all_to_all": 3.0}
+    a = {"iteration_time_s": 10.0, "breakdown_s": path, "busy_s": busy}
+    b = {**a, "iteration_time_s": 8.0, "breakdown_s": {**a["breakdown_s"], "framework": 5.0}}
+    t = cmp.attribute(a, b).set_index("component")
+    assert t.loc["framework", "group"] == "host" and t.loc["framework", "delta_s"] == -2.0
+    assert t.loc["exposed_communication", "a_s"] == 1.0
+    parts = t.drop(index=["exposed_communication", "iteration_time"])
+    assert parts["a_s"].sum() == pytest.approx(10.0) and parts["b_s"].sum() == pytest.approx(8.0)

@@ -117,6 +117,6 @@ def test_unsealed_files_of_an_older_zionsim_are_recomputed(done, tmp_path):
 def test_reuse_problem_names_missing_and_failed():
     """No file, or a failed point: rerun quietly (the reasons _QUIET lists)."""
     point = {"point_id": "x", "nodes": 1}
-    assert pt.reuse_problem(None, point, "") == "missing or unreadable"
+    assert pt.reuse_problem(None, point, "") == "missing"
     assert pt.reuse_problem({"status": "error"}, point, "") == "failed before"
-    assert set(pt._QUIET) == {"missing or unreadable", "failed before"}
+    assert set(pt._QUIET) == {"missing", "failed before"}

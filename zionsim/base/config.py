@@ -396,3 +396,31 @@ class Fields:
         unknown = sorted(str(k) for k in self.data if k not in set(allowed))
         if unknown:
             raise self.error(unknown[0], "unknown field", allowed=", ".join(sorted(allowed)))
+
+
+#: how a built-in file is named in ``summary.json`` (the same on every install)
+BUILTIN_PREFIX = "zionsim:"
+
+
+def portable_path(path: str | Path, kind: str) -> str:
+    """``path`` as ``summary.json`` records it: ``zionsim:<kind>/<file>`` for a built-in file of
+    ``kind`` (wherever zionsim is installed), else as given."""
+    p = Path(path)
+    if p.is_file() and p.resolve().parent == builtin_dir(kind).resolve():
+        return f"{BUILTIN_PREFIX}{kind}/{p.name}"
+    return str(path)
+
+
+def file_sha256(path: str | Path) -> str | None:
+    """SHA-256 of a file's bytes (an input's identity in ``summary.json``; a
+    :func:`portable_path` is found where it lies); None if unreadable."""
+    import hashlib
+
+    text = str(path)
+    if text.startswith(BUILTIN_PREFIX):
+        kind, name = text[len(BUILTIN_PREFIX) :].split("/", 1)
+        path = builtin_dir(kind) / name
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    except OSError:
+        return None

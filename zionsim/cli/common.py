@@ -11,9 +11,11 @@ DEFAULT_TOPOLOGY = "zionex"
 DEFAULT_WORKLOAD = "neo_model_a"
 
 
-def common_options(p: argparse.ArgumentParser, nodes_default: int | None = None) -> None:
+def common_options(
+    p: argparse.ArgumentParser, nodes_default: int | None = None, overrides: bool = False
+) -> None:
     """Options every cluster-building command takes: topology, nodes, GPUs per node, --set,
-    --format."""
+    --format (``overrides``: ``--set`` also takes workload and stack paths)."""
     p.add_argument("--topology", default=DEFAULT_TOPOLOGY, help="built-in name or YAML path")
     p.add_argument(
         "--nodes", type=int, default=nodes_default, help="number of nodes (default: the topology's)"
@@ -26,7 +28,14 @@ def common_options(p: argparse.ArgumentParser, nodes_default: int | None = None)
         action="append",
         default=[],
         metavar="PATH=VALUE",
-        help="override a topology field, e.g. scale_out.nic_bw=400Gbps or gpu=h100 (repeatable)",
+        help="override a field (repeatable): a topology path such as scale_out.nic_bw=400Gbps "
+        "or gpu=h100"
+        + (
+            ", a workload path (workload.batch_per_gpu=512, or a bare workload field), or a "
+            "stack path (stack.step_overhead=0us); docs/architecture.md 'Run options'"
+            if overrides
+            else ""
+        ),
     )
     format_option(p)
     memory_option(p)
@@ -59,23 +68,14 @@ def memory_limit_of(args) -> float | None:
     return args._memory_limit
 
 
-def guard_cluster(args, spec) -> None:
-    """Refuse (``ResourceError``) a cluster whose graph (and, for ``collective --op
-    all_to_all``, its flows) would not fit in memory, before building it."""
+def guard_cluster(spec, limit_bytes: float | None, op: str | None = None) -> None:
+    """Refuse (``ResourceError``) a cluster whose graph (and, for an ``all_to_all`` collective
+    ``op``, its flows) would not fit in ``limit_bytes``, before building it."""
     from zionsim.sim.resources import Sizes, all_to_all_flows, check_memory, estimate
 
     n = spec.gpus
-    pairs = all_to_all_flows(spec, n) if getattr(args, "op", None) == "all_to_all" else 0
-    check_memory(estimate(Sizes(gpus=n, pair_flows=pairs)), memory_limit_of(args), "command")
-
-
-def guard_inputs(args, spec, w) -> None:
-    """Refuse what the topology and workload alone decide (capacity, a memory lower bound)
-    before the cluster is built or a plan searched (``sim.resources.check_inputs``)."""
-    from zionsim.sim.resources import check_inputs
-
-    plan = getattr(args, "plan", "auto")
-    check_inputs(spec, w, getattr(args, "iterations", 1), memory_limit_of(args), plan)
+    pairs = all_to_all_flows(spec, n) if op == "all_to_all" else 0
+    check_memory(estimate(Sizes(gpus=n, pair_flows=pairs)), limit_bytes, "command")
 
 
 def force_option(p: argparse.ArgumentParser) -> None:
@@ -83,7 +83,8 @@ def force_option(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--force",
         action="store_true",
-        help="let --out replace a result of other inputs, a foreign folder or a file",
+        help="let --out replace a zionsim result of other inputs (or, for a file output, a "
+        "file zionsim did not write); never a foreign folder",
     )
 
 

@@ -9,6 +9,7 @@ accepted input is a bug in the model: one line and status 3.
 from __future__ import annotations
 
 import argparse
+import errno
 import sys
 import threading
 from pathlib import Path
@@ -20,11 +21,12 @@ from zionsim.cli.common import (
     common_options,
     default_out,
     force_option,
+    format_option,
     guard_cluster,
-    guard_inputs,
     memory_limit_of,
+    memory_option,
 )
-from zionsim.io.files import format_mapping, format_rows, to_json, write_result_dir
+from zionsim.io.files import format_mapping, format_rows, safe_name, to_json, write_result_dir
 
 DESCRIPTION = (
     "A discrete-event performance simulator of ZionEX-style GPU clusters training DLRMs. "
@@ -65,17 +67,156 @@ def build_parser() -> argparse.ArgumentParser:
         ("trace", "write (or import) the trace of one iteration", _add_trace_options),
         ("plan", "shard the tables of a workload and show the plan", _add_plan_options),
     ):
-        p = sub.add_parser(name, help=helptext)
-        _add_workload_options(p)
+        p = sub.add_parser(
+            name,
+            help=helptext,
+            description=f"{helptext[0].upper()}{helptext[1:]}.",
+            epilog=_EXAMPLES[name] + _builtins_epilog(),
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        _add_workload_options(p, name)
         add_options(p)
     _add_topology_parser(sub)
     _add_collective_parser(sub)
+    _add_rerun_parser(sub)
     from zionsim.cli import measure as cli_measure
     from zionsim.cli import studies as cli_studies
 
     cli_studies.add_parsers(sub)
     cli_measure.add_parsers(sub)
+    _describe_commands(sub)
     return parser
+
+
+def _describe_commands(sub) -> None:
+    """Give every subcommand's ``--help`` a description (its one-line help) and examples."""
+    helps = {a.dest: a.help for a in sub._choices_actions}
+    for name, p in sub.choices.items():
+        if p.description is None:
+            p.description = f"{helps[name][0].upper()}{helps[name][1:]}."
+        if p.epilog is None and name in _MORE_EXAMPLES:
+            p.epilog = "examples:\n" + "\n".join(f"  {e}" for e in _MORE_EXAMPLES[name])
+            p.formatter_class = argparse.RawDescriptionHelpFormatter
+
+
+#: examples under the ``--help`` of the commands defined in other modules (paths under results/)
+_MORE_EXAMPLES = {
+    "topology": ["zionsim topology zionex --nodes 16", "zionsim topology dgx_h100 --set gpu=h200"],
+    "collective": [
+        "zionsim collective --topology zionex --nodes 16 --op all_to_all --sizes 1M:1G",
+        "zionsim collective --op all_reduce --sizes 8M:8M --algorithm ring --protocol Simple",
+    ],
+    "sweep": [
+        "zionsim sweep examples/nic_speed.yaml --out results/runs/nic_speed --workers 2",
+        "zionsim sweep examples/nic_speed.yaml --scheduler tcp://127.0.0.1:8786  (docs/sweeps.md)",
+    ],
+    "compare": ["zionsim compare results/runs/A results/runs/B --names 200G 400G"],
+    "plot": ["zionsim plot results/runs/nic_speed --x topology.scale_out.nic_bw"],
+    "studies": ["zionsim studies                  (all, into results/)", "zionsim studies scaling"],
+    "validate": ["zionsim validate --fast", "zionsim validate --plots results/runs/validation"],
+    "calibrate": [
+        "zionsim calibrate --topology zionex --nccl-log examples/all_reduce.log "
+        "--kernels examples/kernels.csv --out results/runs/zionex_mine.yaml",
+    ],
+}
+
+
+#: examples shown under each core command's ``--help`` (written under results/, git-ignored)
+_EXAMPLES = {
+    "run": """examples:
+  zionsim run --workload tiny --nodes 2
+  zionsim run --nodes 16 --set scale_out.nic_bw=400Gbps --out results/runs/nic400
+  zionsim run --workload dle_dlrm_small --stack nvidia_pytorch_dlrm --global-batch 4096
+  zionsim run --set stack.step_overhead=0us --sync shadow-easgd --sync-servers 2
+  zionsim rerun results/runs/nic400      (rebuilds the run from its summary.json)""",
+    "trace": """examples:
+  zionsim trace --workload tiny --nodes 1 --out results/tiny_trace.json
+  zionsim trace --import-kineto examples/profile.json --global-batch 2048 --out results/k.json""",
+    "plan": """examples:
+  zionsim plan --workload neo_model_a --nodes 16
+  zionsim plan --workload tiny --nodes 2 --set stack.step_overhead=0us --out results/plan.yaml
+  zionsim plan --workload tiny --nodes 2 --refine --max-evals 20""",
+}
+
+
+def _builtins_epilog() -> str:
+    """The built-in topologies, workloads and stacks, for a command's ``--help``."""
+    from zionsim.base.config import builtin_names
+
+    lists = {k: ", ".join(builtin_names(k)) for k in ("topologies", "workloads", "stacks")}
+    return "\n\nbuilt-in " + "\nbuilt-in ".join(f"{k}: {v}" for k, v in lists.items())
+
+
+def _add_rerun_parser(sub) -> None:
+    """``zionsim rerun RESULT_DIR``: the run again from its ``summary.json``'s ``inputs``."""
+    p = sub.add_parser(
+        "rerun",
+        help="rebuild a run from its result folder and check summary.json is reproduced",
+        description="Rebuild the run of RESULT_DIR from the `inputs` block of its summary.json "
+        "(options, --set overrides, stack, plan and trace files, checked by SHA-256), write it "
+        "to --out and compare the two summary.json byte for byte: exit 0 when identical, 1 "
+        "when not (the differing fields are named). Run it from the folder the run was made "
+        "in: relative file paths are read as given.",
+        epilog="example:\n  zionsim run --workload tiny --nodes 2 --out results/runs/a\n"
+        "  zionsim rerun results/runs/a",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("result", metavar="RESULT_DIR", help="a folder written by zionsim run")
+    p.add_argument("--out", default=None, help="where the rerun goes (default RESULT_DIR_rerun)")
+    force_option(p)
+    format_option(p)
+    memory_option(p)
+    p.add_argument("--no-plot", action="store_true", help="skip breakdown.png")
+
+
+def cmd_rerun(args) -> int:
+    """``zionsim rerun``: the run of a result folder again, from its ``inputs``; exit 1 when the
+    new ``summary.json`` differs from the old one."""
+    import json
+
+    src = Path(args.result)
+    summary_file = src / "summary.json"
+    if not summary_file.is_file():
+        raise InputError("no summary.json: not a zionsim run folder", file=str(src))
+    old_text = summary_file.read_text()
+    try:
+        block = json.loads(old_text)["inputs"]
+        options = {**block["options"], **block["overrides"]}
+    except (json.JSONDecodeError, KeyError, TypeError):
+        raise InputError(
+            "summary.json has no inputs block (written by zionsim before rerun existed)",
+            file=str(summary_file),
+        ) from None
+    _check_input_files(block, summary_file)
+    out = Path(args.out) if args.out else src.with_name(src.name + "_rerun")
+    rerun = argparse.Namespace(
+        **{**vars(args), "trace_file": block.get("trace_file"), "out": str(out),
+           "trace_ranks": "auto", "command": "run", "format": "none"}
+    )  # fmt: skip
+    run_and_write(rerun, _inputs(rerun, options))
+    new_text = (out / "summary.json").read_text()
+    if new_text == old_text:
+        print(f"{out}/summary.json is identical to {summary_file}", file=sys.stderr)
+        return 0
+    old, new = json.loads(old_text), json.loads(new_text)
+    keys = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
+    print(f"zionsim: rerun differs from {summary_file} in: {', '.join(keys)}", file=sys.stderr)
+    return 1
+
+
+def _check_input_files(block: dict, summary_file: Path) -> None:
+    """Refuse to rerun when a file the run read has changed since (its SHA-256 differs)."""
+    from zionsim.base.config import file_sha256
+
+    for role, entry in (block.get("files") or {}).items():
+        if entry and file_sha256(entry["path"]) != entry["sha256"]:
+            raise InputError(
+                f"the {role} file {entry['path']} is missing or changed since the run "
+                f"(sha256 {entry['sha256'][:12]}...)",
+                file=str(summary_file),
+                field=f"inputs.files.{role}",
+                allowed="the file as it was",
+            )
 
 
 def _add_topology_parser(sub) -> None:
@@ -122,68 +263,33 @@ def _trace_ranks_arg(text: str) -> str | list[int]:
         raise argparse.ArgumentTypeError("auto, all or ranks such as 0,7,100") from None
 
 
-def _add_workload_options(p) -> None:
-    """Options that ``run``, ``trace`` and ``plan`` share: cluster, workload, plan and batch."""
-    common_options(p)
+def _add_workload_options(p, command: str = "run") -> None:
+    """Options that ``run``, ``trace`` and ``plan`` share: cluster, workload, then the run
+    options of ``sim.inputs.OPTIONS`` that ``command`` takes (flag, type, default and help come
+    from that table: a new run option is added there, not here)."""
+    from zionsim.sim.inputs import OPTIONS
+
+    common_options(p, overrides=True)
     p.add_argument("--workload", default=DEFAULT_WORKLOAD, help="built-in name or YAML path")
-    p.add_argument(
-        "--plan",
-        default="auto",
-        help="auto (the stack's planner: greedy, or HugeCTR's for --stack hugectr), greedy, "
-        "round_robin, ps (tables on CPU parameter servers), hugectr, or a plan YAML",
-    )
-    p.add_argument(
-        "--batch-per-gpu", type=int, default=None, help="samples per GPU (default: the workload's)"
-    )
-    p.add_argument(
-        "--global-batch", type=int, default=None, help="samples per iteration over all GPUs"
-    )
-    p.add_argument(
-        "--unfused",
-        action="store_true",
-        help="native embeddings: per-table nn.EmbeddingBag kernels, a materialised sparse "
-        "gradient and a separate torch.optim pass (default: FBGEMM TBE)",
-    )
-    p.add_argument(
-        "--stack",
-        default=None,
-        help="software stack profile: torchrec (default), hugectr, nvidia_pytorch_dlrm, "
-        "tensorflow_sok, bare, or a YAML path (docs/stacks.md)",
-    )
+    types = {"int": int, "int0": int, "time": float, "text": str}
+    for o in OPTIONS:
+        if command not in o.commands:
+            continue
+        if o.kind == "flag":
+            store = "store_false" if o.flag.startswith(("--no", "--un")) else "store_true"
+            p.add_argument(o.flag, dest=o.name, action=store, help=o.help)
+        else:
+            p.add_argument(o.flag, dest=o.name, type=types[o.kind], default=o.default, help=o.help)
 
 
 def _add_run_options(p) -> None:
-    """``zionsim run``: trace replay, iterations, sync mode and the result folder."""
+    """``zionsim run``: trace replay, trace ranks and the result folder (the run options come
+    from ``sim.inputs.OPTIONS``)."""
     p.add_argument(
         "--trace",
         dest="trace_file",
         default=None,
         help="replay a trace file instead of lowering the workload",
-    )
-    p.add_argument(
-        "--iterations", type=int, default=3, help="iterations, warm-up included (default 3)"
-    )
-    p.add_argument(
-        "--sync",
-        default=None,
-        help="allreduce (default), foreground-ma|bmuf|easgd, shadow-ma|bmuf|easgd",
-    )
-    p.add_argument("--sync-every", type=int, default=None, help="foreground: every K")
-    p.add_argument("--sync-servers", type=int, default=None, help="EASGD servers")
-    p.add_argument(
-        "--sync-period",
-        type=float,
-        default=None,
-        help="shadow: minimum seconds between a trainer's rounds",
-    )
-    p.add_argument(
-        "--sync-trainer",
-        default=None,
-        choices=("rank", "node"),
-        help="shadow/foreground: a trainer is one GPU (rank) or one node",
-    )
-    p.add_argument(
-        "--warmup", type=int, default=1, help="iterations left out of the figures (default 1)"
     )
     p.add_argument(
         "--trace-ranks",
@@ -231,15 +337,35 @@ class _Deprecated(argparse.Action):
 
 
 def _cluster(args):
+    """The cluster of ``topology`` and ``collective``: ``--topology``, ``--nodes``,
+    ``--gpus-per-node`` and ``--set`` topology paths, guarded before it is built."""
     from zionsim.hardware.cluster import Cluster
     from zionsim.hardware.topology import load_topology
 
     name = getattr(args, "name", None) or args.topology
     spec = load_topology(
-        name, nodes=args.nodes, gpus_per_node=args.gpus_per_node, overrides=args.set
+        name, nodes=args.nodes, gpus_per_node=args.gpus_per_node, overrides=_topology_sets(args)
     )
-    guard_cluster(args, spec)
+    guard_cluster(spec, memory_limit_of(args), getattr(args, "op", None))
     return Cluster.build(spec)
+
+
+def _topology_sets(args) -> dict:
+    """``--set`` of a command that builds only a cluster: topology paths (``topology.`` prefix
+    optional); a workload or stack path is refused."""
+    from zionsim.sim.inputs import split_override
+
+    out = {}
+    for text in args.set:
+        path, value = split_override(text)
+        if not path.startswith("topology."):
+            raise InputError(
+                f"{path.split('.')[0]} fields do not apply to zionsim {args.command}",
+                field=f"--set {text.split('=')[0]}",
+                allowed="topology paths",
+            )
+        out[path[len("topology.") :]] = value
+    return out
 
 
 def cmd_topology(args) -> int:
@@ -259,10 +385,16 @@ def cmd_collective(args) -> int:
     """``zionsim collective``: one collective at each size of ``--sizes`` (bytes, doubling), like
     nccl-tests; prints the rows and writes ``collective.csv`` and ``summary.json``."""
     from zionsim.base.units import parse_size_list
+    from zionsim.io.files import check_result_target, prepare_parent
     from zionsim.network.simulate import simulate_collective
 
     sizes = parse_size_list(args.sizes)
     cluster = _cluster(args)
+    name = f"collective_{cluster.spec.name}_{cluster.spec.nodes}n_{args.op}"
+    out, ident = default_out("collective", name, args)
+    out = Path(args.out) if args.out else out
+    check_result_target(out, ident, args.force)  # before any simulation
+    prepare_parent(out)
     rows = [
         simulate_collective(
             cluster,
@@ -275,9 +407,6 @@ def cmd_collective(args) -> int:
     ]
     shown = [nccl_tests_row(r, args.op) for r in rows] if args.format == "table" else rows
     print(format_rows(shown, args.format), end="")
-    name = f"collective_{cluster.spec.name}_{cluster.spec.nodes}n_{args.op}"
-    out, ident = default_out("collective", name, args)
-    out = Path(args.out) if args.out else out
     summary = {
         "topology": cluster.spec.name,
         "nodes": cluster.spec.nodes,
@@ -315,152 +444,95 @@ def nccl_tests_row(row: dict, op: str) -> dict:
     }
 
 
-def _split_overrides(values: list[str]) -> tuple[list[str], list[str]]:
-    """``--set`` paths go to the topology unless prefixed ``workload.`` (or ``topology.``)."""
-    topo, work = [], []
-    for v in values:
-        if v.startswith("workload."):
-            work.append(v[len("workload.") :])
-        else:
-            topo.append(v[len("topology.") :] if v.startswith("topology.") else v)
-    return topo, work
+def _options(args) -> dict:
+    """The run options (``sim.inputs`` grammar) of a parsed ``run``/``trace``/``plan`` command
+    line: its run-option flags, then each ``--set`` as a ``topology.``/``workload.``/``stack.``
+    path (``sim.inputs.split_override``)."""
+    from zionsim.sim.inputs import OPTIONS, split_override
+
+    options = {o.name: getattr(args, o.name) for o in OPTIONS if hasattr(args, o.name)}
+    options.update(split_override(text) for text in args.set)
+    return options
 
 
-def _run_inputs(args):
-    from zionsim.base.errors import InputError
-    from zionsim.dlrm.workload import WORKLOAD_KEYS, load_workload, with_global_batch
-    from zionsim.hardware.cluster import Cluster
-    from zionsim.hardware.topology import load_topology
+def _inputs(args, options: dict | None = None):
+    """The :class:`~zionsim.sim.inputs.RunInputs` of a command (or of ``options``), guarded:
+    capacity and the memory the specs alone decide are checked before any plan or cluster."""
+    from zionsim.sim.inputs import resolve_inputs
+    from zionsim.sim.run import guard_inputs
 
-    topo_sets, work_sets = _split_overrides(args.set)
-    # bare workload fields (batch_per_gpu=..., precision.embedding=...) are accepted too
-    work_sets += [v for v in topo_sets if v.split("=", 1)[0].split(".")[0] in WORKLOAD_KEYS]
-    topo_sets = [v for v in topo_sets if v.split("=", 1)[0].split(".")[0] not in WORKLOAD_KEYS]
-    spec = load_topology(
-        args.topology, nodes=args.nodes, gpus_per_node=args.gpus_per_node, overrides=topo_sets
+    trace_file = getattr(args, "trace_file", None)
+    inputs = resolve_inputs(
+        _options(args) if options is None else options, "command line", trace_file
     )
-    w = load_workload(args.workload, overrides=work_sets, batch_per_gpu=args.batch_per_gpu)
-    if args.global_batch is not None:
-        if args.batch_per_gpu is not None:
-            raise InputError(
-                "give --batch-per-gpu or --global-batch, not both", field="--global-batch"
-            )
-        w = with_global_batch(w, args.global_batch, spec.gpus)
-    from zionsim.dlrm.stack import apply_stack, resolve_stack
-
-    w = apply_stack(w, resolve_stack(args.stack))
-    guard_inputs(args, spec, w)  # capacity and memory the specs alone decide, before any plan
-    return Cluster.build(spec), w
+    guard_inputs(inputs, memory_limit_of(args), 1 if args.command != "run" else None)
+    return inputs
 
 
-def _plan(args, cluster, w):
-    """The plan named by ``--plan``: a planner (auto = the stack's) or a plan YAML file."""
-    from zionsim.dlrm.planner import PLANNERS, named_plan
-    from zionsim.dlrm.stack import resolve_stack
+def _read_trace(inputs):
+    """The replayed trace of ``--trace`` (None when the workload is lowered)."""
+    from zionsim.io.files import read_trace
 
-    if args.plan == "auto" or args.plan in PLANNERS:
-        return named_plan(args.plan, cluster, w, resolve_stack(getattr(args, "stack", None)))
-    from zionsim.io.files import read_plan
-
-    return read_plan(args.plan, w, len(cluster.gpus), cluster.spec.gpus_per_node, _servers(cluster))
-
-
-def _servers(cluster) -> int:
-    """Service hosts of the front-end network: the parameter servers a plan may name."""
-    fe = cluster.spec.front_end
-    return fe.servers if fe is not None else 0
-
-
-def _trace_cluster(args):
-    """The cluster a replayed ``--trace`` runs on (topology options and ``--set``)."""
-    from zionsim.hardware.cluster import Cluster
-    from zionsim.hardware.topology import load_topology
-
-    topo_sets, _ = _split_overrides(args.set)
-    spec = load_topology(
-        args.topology, nodes=args.nodes, gpus_per_node=args.gpus_per_node, overrides=topo_sets
-    )
-    guard_cluster(args, spec)
-    return Cluster.build(spec)
+    return read_trace(inputs.trace_file) if inputs.trace_file else None
 
 
 def cmd_run(args) -> int:
     """``zionsim run``: simulate a workload under a plan (or replay ``--trace``), write the result
     folder and print the summary (table, JSON, or the breakdown as CSV)."""
-    from zionsim.io.files import write_run
+    return run_and_write(args, _inputs(args))
 
-    name = Path(args.trace_file or args.workload).stem
-    bar = Phases(f"run {name}", ["load", "simulate", "write"])
-    result = _simulate(args, bar)
-    s = result.summary
-    out, ident = default_out("run", f"{s['workload']}_{s['topology']}_{s['nodes']}n", args)
-    out = Path(args.out) if args.out else out
+
+def run_and_write(args, inputs) -> int:
+    """Simulate ``inputs`` and write the result folder of ``zionsim run`` (``--out``, checked
+    before any simulation; its ``summary.json`` carries ``inputs``); print the summary."""
+    from zionsim.io.files import check_result_target, inputs_id, prepare_parent, write_run
+    from zionsim.sim.run import simulate_inputs
+
+    trace = _read_trace(inputs)
+    spec = inputs.cluster
+    name = trace.meta.get("workload") if trace is not None else inputs.workload.name
+    block = inputs.provenance(_version())
+    ident = inputs_id({"kind": "run", "inputs": block, "trace_ranks": args.trace_ranks})
+    default = Path("results") / "runs" / f"{safe_name(f'{name}_{spec.name}_{spec.nodes}n')}_{ident}"
+    out = Path(args.out) if args.out else default
+    check_result_target(out, ident, args.force)  # before any simulation
+    prepare_parent(out)
+    bar = Phases(f"run {name}", ["plan", "simulate", "write"])
+    result = simulate_inputs(
+        inputs, trace=trace, max_memory_bytes=memory_limit_of(args), guarded=True,
+        on_phase=bar.start,
+    )  # fmt: skip
+    result.summary["inputs"] = block
     bar.start("write")
     write_run(
-        out,
-        result,
-        plot=not args.no_plot,
-        inputs=ident,
-        force=args.force,
+        out, result, plot=not args.no_plot, inputs=ident, force=args.force,
         trace_ranks=args.trace_ranks,
-    )
+    )  # fmt: skip
     bar.close()
+    s = result.summary
     if args.format == "table":
         print(format_run_summary(s), end="")
         print(f"wrote {out}/", file=sys.stderr)
     elif args.format == "json":
         print(to_json(s), end="")
-    else:
+    elif args.format == "csv":
         print(format_rows(result.breakdown.to_dict("records"), "csv"), end="")
     return 0
-
-
-def _simulate(args, bar: Phases):
-    """The run of ``zionsim run``: the workload under its plan, or the replayed ``--trace``."""
-    from zionsim.io.files import read_trace
-    from zionsim.sim.run import simulate_run
-
-    if args.trace_file:
-        cluster = _trace_cluster(args)
-        trace = read_trace(args.trace_file)
-        bar.start("simulate")
-        return simulate_run(
-            cluster, trace=trace, iterations=args.iterations, warmup=args.warmup,
-            max_memory_bytes=memory_limit_of(args),
-        )  # fmt: skip
-    cluster, w = _run_inputs(args)
-    plan = _plan(args, cluster, w)
-    bar.start("simulate")
-    return simulate_run(
-        cluster,
-        w,
-        plan,
-        iterations=args.iterations,
-        warmup=args.warmup,
-        fused=not args.unfused,
-        sync=args.sync,
-        sync_every=args.sync_every,
-        sync_servers=args.sync_servers,
-        sync_period_s=args.sync_period,
-        sync_trainer=args.sync_trainer,
-        stack=args.stack,
-        max_memory_bytes=memory_limit_of(args),
-    )
 
 
 def cmd_trace(args) -> int:
     """``zionsim trace``: write the trace of one iteration, lowered from the workload or imported
     from a Kineto trace (``--import-kineto``)."""
-    from zionsim.io.files import write_trace
-    from zionsim.sim.run import build_trace
+    from zionsim.dlrm.trace import SCHEMA
+    from zionsim.io.files import check_file_target, prepare_parent, write_trace
+    from zionsim.sim.run import trace_of
 
+    check_file_target(args.out, SCHEMA, args.force)  # before any work
+    prepare_parent(args.out)
     if args.import_kineto:
         trace = _import_kineto(args)
     else:
-        cluster, w = _run_inputs(args)
-        trace, _ = build_trace(
-            cluster, w, _plan(args, cluster, w), fused=not args.unfused, stack=args.stack
-        )
+        trace, _, _ = trace_of(_inputs(args))
     write_trace(args.out, trace, force=args.force)
     print(
         f"wrote {args.out} ({len(trace.ops)} ops, {len(trace.collectives)} collectives, "
@@ -477,6 +549,12 @@ def _import_kineto(args):
     from zionsim.hardware.topology import load_topology
     from zionsim.measure.kineto import read_kineto
 
+    if args.global_batch is None:  # else every replay reports 0 samples/s
+        raise InputError(
+            "a Kineto trace does not record the batch it trained on",
+            field="--global-batch",
+            allowed="--global-batch N: samples per iteration over the profiled GPUs",
+        )
     trace = read_kineto(args.import_kineto, step=args.step, global_batch=args.global_batch)
     if args.nodes is None and args.gpus_per_node is None:
         return trace
@@ -484,7 +562,7 @@ def _import_kineto(args):
         args.topology,
         nodes=args.nodes,
         gpus_per_node=args.gpus_per_node,
-        overrides=_split_overrides(args.set)[0],
+        overrides=_topology_sets(args),
     )
     return retarget(trace, spec.gpus)
 
@@ -494,13 +572,20 @@ def cmd_plan(args) -> int:
     GPU; ``--refine`` improves it by simulation; ``--out`` writes the plan as YAML,
     ``--to-torchrec`` as a TorchRec plan dump."""
     from zionsim.dlrm.planner import plan_costs
+    from zionsim.hardware.cluster import Cluster
+    from zionsim.io.files import PLAN_HEADER, check_file_target, prepare_parent
+    from zionsim.sim.inputs import plan_of
 
-    cluster, w = _run_inputs(args)
-    plan = _plan(args, cluster, w)
+    if args.out:
+        check_file_target(args.out, PLAN_HEADER.strip(), args.force)  # before any work
+        prepare_parent(args.out)
+    inputs = _inputs(args)
+    cluster, w = Cluster.build(inputs.cluster), inputs.workload
+    plan = plan_of(inputs, cluster)
     # ---- refinement and TorchRec export live in cli/plan.py
     from zionsim.cli import plan as cli_plan
 
-    plan, refined = cli_plan.refine_plan(args, cluster, w, plan)
+    plan, refined = cli_plan.refine_plan(args, cluster, w, plan, inputs.stack)
     dump = cli_plan.torchrec_dump(args, cluster, w, plan)
     # ----
     rows, totals = plan_costs(cluster, w, plan)
@@ -509,7 +594,7 @@ def cmd_plan(args) -> int:
     elif args.format == "csv":
         print(format_rows(rows, "csv"), end="")
     else:
-        shown = sorted(rows, key=lambda r: -r["estimated_s"])[:20]
+        shown = sorted(rows, key=lambda r: -r["table_estimated_s"])[:20]
         print(format_rows(shown), end="")
         if len(rows) > len(shown):
             print(f"... {len(rows) - len(shown)} more tables (--format csv lists all)")
@@ -527,6 +612,8 @@ def cmd_plan(args) -> int:
 
 def format_run_summary(s: dict) -> str:
     """The terminal summary of a run: headline figures and the critical-path breakdown."""
+    from zionsim.dlrm.sync import SyncSpec
+
     it = s["iteration_time_s"]
     head = {
         "topology": f"{s['topology']} x {s['nodes']} nodes ({s['gpus']} GPUs)",
@@ -551,7 +638,7 @@ def format_run_summary(s: dict) -> str:
         head.update(
             {
                 "sync": f"{sync['mode']} (every {sync['every']})"
-                if sync["mode"].startswith("foreground")
+                if SyncSpec(sync["mode"]).is_foreground
                 else sync["mode"],
                 "sync_rounds_per_trainer": round(sync["rounds_per_trainer"], 2),
                 "sync_gap_iterations": "n/a"
@@ -571,6 +658,7 @@ CORE_COMMANDS = {
     "plan": cmd_plan,
     "topology": cmd_topology,
     "collective": cmd_collective,
+    "rerun": cmd_rerun,
 }
 
 
@@ -611,6 +699,29 @@ def main(argv: list[str] | None = None) -> int:
     except ModelError as exc:  # accepted input, non-finite result: a bug (docs/input_bounds.md)
         print(f"zionsim: internal error: {exc}", file=sys.stderr)
         return 3
+    except KeyboardInterrupt:  # Ctrl-C: temporaries are removed on the way out
+        print("zionsim: interrupted (finished sweep points are kept)", file=sys.stderr)
+        return 130
+    except OSError as exc:  # the machine, not the input: a full disk, a lost scheduler
+        status = 1 if exc.errno in ENVIRONMENT_ERRNOS or exc.errno is None else 2
+        print(f"zionsim: error: {_os_message(exc)}", file=sys.stderr)
+        return status
+
+
+#: errors of the machine (exit 1), not of the input (exit 2): full disk, quota, I/O, memory,
+#: read-only file system, too many open files
+ENVIRONMENT_ERRNOS = {
+    errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.ENOMEM, errno.EROFS, errno.EMFILE, errno.ENFILE,
+}  # fmt: skip
+
+
+def _os_message(exc: OSError) -> str:
+    """An ``OSError`` on one line: the file, what the system said, and for a full disk what to
+    do."""
+    where = f"{exc.filename}: " if exc.filename else ""
+    what = exc.strerror or str(exc) or type(exc).__name__
+    hint = " (free some space or write elsewhere with --out)" if exc.errno == errno.ENOSPC else ""
+    return f"{where}{what}{hint}".replace("\n", " ")
 
 
 if __name__ == "__main__":

@@ -32,10 +32,16 @@ def _validate_parser(sub) -> None:
 
 def cmd_validate(args) -> int:
     """Run the validation cases; print and write the table and the geomean |error| per family."""
+    from zionsim.io.files import check_result_target, prepare_parent
     from zionsim.measure import validate
 
+    check_result_target(Path(args.out), None, args.force)  # before any work
+    prepare_parent(args.out)
+    from tqdm import tqdm
+
     cases = validate.load_cases(args.cases, fast_only=args.fast)
-    table = validate.run_cases(cases)
+    with tqdm(total=len(cases), desc="validate", unit="case", leave=False, disable=None) as bar:
+        table = validate.run_cases(cases, on_case=lambda _id: bar.update(1))
     summary = validate.summarize(table)
     report = validate.report(table, summary, args.cases or "validation/cases.yaml", args.fast)
     if args.format == "json":
@@ -69,6 +75,11 @@ def _calibrate_parser(sub) -> None:
     )
     p.add_argument("--kernels", default=None, metavar="CSV", help="measured kernel times")
     p.add_argument("--out", required=True, metavar="OVERLAY.yaml", help="overlay to write")
+    force_option(p)
+
+
+#: first line of every overlay ``zionsim calibrate`` writes (recognised before overwriting one)
+CALIBRATE_HEADER = "# Written by `zionsim calibrate` (docs/calibration.md).\n"
 
 
 def cmd_calibrate(args) -> int:
@@ -78,11 +89,13 @@ def cmd_calibrate(args) -> int:
     import yaml
 
     from zionsim.hardware.cluster import Cluster
-    from zionsim.io.files import write_atomic
+    from zionsim.io.files import check_file_target, prepare_parent, write_atomic
     from zionsim.measure.calibration import calibrate, fitted_rows, overlay
     from zionsim.measure.kernel_times import read_kernel_csv
     from zionsim.measure.nccl_logs import read_nccl_log, world_of
 
+    check_file_target(args.out, CALIBRATE_HEADER.strip(), args.force)  # before any work
+    prepare_parent(args.out)
     bar = Phases(f"calibrate {Path(args.out).name}", ["read", "fit", "write"])
     frames = [read_nccl_log(f) for f in args.nccl_log]
     kernels = read_kernel_csv(args.kernels) if args.kernels else None
@@ -107,7 +120,7 @@ def cmd_calibrate(args) -> int:
     }
     data = overlay(cal, topo, {k: v for k, v in provenance.items() if v})
     text = yaml.safe_dump(data, sort_keys=False, width=100)
-    write_atomic(args.out, "# Written by `zionsim calibrate` (docs/calibration.md).\n" + text)
+    write_atomic(args.out, CALIBRATE_HEADER + text)
     bar.close()
     if args.format == "json":
         print(to_json({"fields": cal.fields, "fit": cal.summary, "notes": cal.notes}), end="")

@@ -35,7 +35,7 @@ def add_options(p) -> None:
     )
 
 
-def refine_plan(args, cluster, w, plan) -> tuple[object, dict]:
+def refine_plan(args, cluster, w, plan, stack=None) -> tuple[object, dict]:
     """With ``--refine``: the refined plan and a report (simulations, times, changes), the
     search's progress on stderr.  Without it: ``plan`` unchanged and an empty report."""
     if not args.refine:
@@ -45,15 +45,19 @@ def refine_plan(args, cluster, w, plan) -> tuple[object, dict]:
         return plan, {}
     from zionsim.studies.refine import refine
 
-    if args.budget is not None and args.budget <= 0:
-        raise InputError(f"must be > 0, got {args.budget:g}", field="--budget")
+    if args.budget is not None and not 0 < args.budget < float("inf"):
+        raise InputError(
+            f"must be a finite number of seconds > 0, got {args.budget:g}",
+            field="--budget",
+            allowed="e.g. 60",
+        )
     if args.max_evals is not None and args.max_evals < 1:
         raise InputError(f"must be >= 1, got {args.max_evals}", field="--max-evals")
     budget = args.budget if args.budget or args.max_evals else DEFAULT_BUDGET_S
     with _Progress(args.format == "table") as progress:
         result = refine(
             cluster, w, plan, seed=args.seed, max_evals=args.max_evals, budget_s=budget,
-            stack=args.stack, on_eval=progress,
+            stack=stack, on_eval=progress,
         )  # fmt: skip
     report = {
         "start_plan": result.start.name,

@@ -397,7 +397,12 @@ def named_plan(name: str, cluster, w: WorkloadSpec, stack=None) -> Plan:
 
 
 def plan_costs(cluster, w: WorkloadSpec, plan: Plan) -> tuple[list[dict], dict]:
-    """Per-table rows (sharding, ranks, bytes, estimated seconds) and per-GPU totals."""
+    """Per-table rows and per-GPU totals of the planner's cost model.
+
+    A row's ``table_estimated_s`` is the table's estimated time summed over the ranks that hold
+    it (GPU-seconds per iteration); the totals' ``gpu_estimated_s_max``/``_mean`` are the
+    estimated seconds of one GPU (the sum of its tables' parts), the most loaded and the mean:
+    different quantities, hence different names."""
     ctx = context(cluster, w)
     mem = memory_by_rank(w, plan, ctx.n, ctx.g, w.zipf_alpha)
     load = np.zeros(ctx.n)
@@ -423,7 +428,7 @@ def plan_costs(cluster, w: WorkloadSpec, plan: Plan) -> tuple[list[dict], dict]:
                 "ranks": _ranks_text(s.ranks),
                 "tier": s.tier,
                 "bytes": float(t.rows * row_bytes(t.dim, w.precision["embedding"])),
-                "estimated_s": cost.total_s + extra * len(s.ranks),
+                "table_estimated_s": cost.total_s + extra * len(s.ranks),
             }
         )
     hbm = sum(mem[k] for k in ("embedding", "embedding_optimizer", "dense", "activations"))
@@ -437,8 +442,8 @@ def plan_costs(cluster, w: WorkloadSpec, plan: Plan) -> tuple[list[dict], dict]:
         "dram_bytes_max": float(mem["host_dram"].max()),
         "lookup_bytes_max": float(lay_bytes.max()),
         "lookup_bytes_mean": float(lay_bytes.mean()),
-        "estimated_s_max": float(load.max()),
-        "estimated_s_mean": float(load.mean()),
+        "gpu_estimated_s_max": float(load.max()),
+        "gpu_estimated_s_mean": float(load.mean()),
         "imbalance": float(load.max() / load.mean()) if load.mean() > 0 else 1.0,
     }
     return rows, totals
@@ -452,7 +457,7 @@ def _ps_row(w: WorkloadSpec, t, s: Shard) -> dict:
         "ranks": f"ps{s.server}",
         "tier": s.tier,
         "bytes": float(t.rows * row_bytes(t.dim, w.precision["embedding"])),
-        "estimated_s": 0.0,
+        "table_estimated_s": 0.0,
     }
 
 

@@ -28,7 +28,7 @@ def retarget(trace: Trace, ranks: int) -> Trace:
         raise InputError(f"must be >= 1, got {ranks}", field="--nodes/--gpus-per-node")
     if ranks == R:
         return trace
-    if (trace.meta.get("sync") or {}).get("background"):
+    if trace.sync is not None and trace.sync.background:
         raise InputError("cannot retarget a trace with background sync rounds", field="meta.sync")
     full = [len(c.ranks) == R for c in trace.collectives]
     blocks = ranks // R
@@ -66,7 +66,7 @@ def retarget(trace: Trace, ranks: int) -> Trace:
     original = original if len(original) == R else list(range(R))
     meta["ranks_global"] = [original[r % R] for r in range(ranks)]
     meta["retargeted_from_ranks"] = R
-    return Trace(ranks, ops, colls, meta)
+    return Trace(ranks, ops, colls, meta, trace.stack, trace.sync)
 
 
 def _tiled(matrix, ranks: int):

@@ -66,6 +66,26 @@ class SyncSpec:
         """``ma``, ``bmuf``, ``easgd`` (or ``allreduce``)."""
         return self.mode.split("-")[-1]
 
+    @property
+    def is_allreduce(self) -> bool:
+        """Synchronous all-reduce every iteration (no sync rounds)."""
+        return self.kind == "allreduce"
+
+    @property
+    def is_shadow(self) -> bool:
+        """ShadowSync: rounds run in the background, beside training."""
+        return self.kind == "shadow"
+
+    @property
+    def is_foreground(self) -> bool:
+        """Trainers stop every ``every`` iterations for a round."""
+        return self.kind == "foreground"
+
+    @property
+    def uses_servers(self) -> bool:
+        """EASGD: rounds exchange parameters with central sync servers (not an all-reduce)."""
+        return self.method == "easgd"
+
     def to_dict(self) -> dict:
         """The spec as a plain mapping (a trace's ``meta["sync"]``, ``summary.json``'s ``sync``)."""
         return {
@@ -76,6 +96,16 @@ class SyncSpec:
             "trainer": self.trainer,
             "placement": self.placement,
         }
+
+
+@dataclass(frozen=True)
+class TraceSync:
+    """The sync of a lowered trace: its :class:`SyncSpec`, the collective each rank's background
+    round runs (ShadowSync MA/BMUF; empty otherwise) and the parameter bytes a round moves."""
+
+    spec: SyncSpec
+    background: dict[int, int]
+    bytes: float = 0.0
 
 
 def sync_spec(

@@ -28,13 +28,14 @@ their gradients after the interaction backward.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
 from zionsim.dlrm.plan import Plan
 from zionsim.dlrm.sharding import layout
 from zionsim.dlrm.stack import BARE, StackSpec
-from zionsim.dlrm.sync import SyncSpec
+from zionsim.dlrm.sync import SyncSpec, TraceSync
 from zionsim.dlrm.workload import (
     DENSE_OPTIMIZERS,
     DTYPE_BYTES,
@@ -73,6 +74,108 @@ PS_PARTS = {"ps_lookup": ("index", "gather", "pooled"), "ps_update": ("push", "u
 BUCKET_BYTES = 25 * 2**20
 
 
+class GemmArgs(NamedTuple):
+    """A GEMM: ``m x k @ k x n`` in ``dtype``; ``launches`` kernels (bias/activation kernels
+    when unfused) moving ``eltwise_bytes`` of activations beside it."""
+
+    m: int
+    n: int
+    k: int
+    dtype: str
+    launches: int = 1
+    eltwise_bytes: float = 0.0
+    measured_us: float | None = None
+
+
+class MemoryArgs(NamedTuple):
+    """A memory-bound kernel moving ``nbytes`` (the optimizer, the interaction)."""
+
+    nbytes: float
+    launches: int = 1
+    measured_us: float | None = None
+
+
+class HostArgs(NamedTuple):
+    """Host time the GPU waits for (a stack's ``step_overhead``)."""
+
+    seconds: float
+    measured_us: float | None = None
+
+
+class EmbeddingFwdArgs(NamedTuple):
+    """Embedding lookups: ``lookups`` rows of ``row_bytes`` over ``tables`` tables, pooled into
+    ``out_bytes``; ``unique_rows`` distinct rows (None: every lookup)."""
+
+    lookups: float
+    row_bytes: float
+    tables: int
+    fused: bool
+    out_bytes: float
+    launches: int = 1
+    unique_rows: float | None = None
+    measured_us: float | None = None
+
+
+class EmbeddingBwdArgs(NamedTuple):
+    """Embedding backward and update under ``optimizer``; ``state_bytes_per_row`` of optimizer
+    state per row."""
+
+    lookups: float
+    row_bytes: float
+    tables: int
+    fused: bool
+    optimizer: str
+    launches: int = 1
+    unique_rows: float | None = None
+    state_bytes_per_row: float = 4.0
+    measured_us: float | None = None
+
+
+class TransferArgs(NamedTuple):
+    """Host traffic: ``direction`` (UVM ``h2d``/``d2h``, EASGD ``to_ps``/``from_ps``,
+    parameter-server ``ps_lookup``/``ps_update``) and ``nbytes``; EASGD ``servers`` (a count) or
+    a parameter server's ``servers`` (indices) with per-server parts; EASGD's ``placement``
+    (sync servers on service hosts or on the training hosts, ``sync.PLACEMENTS``)."""
+
+    direction: str
+    nbytes: float
+    servers: int | list[int] | None = None
+    every: int = 1
+    placement: str | None = None
+    index: list[float] | None = None
+    gather: list[float] | None = None
+    pooled: list[float] | None = None
+    push: list[float] | None = None
+    update: list[float] | None = None
+    measured_us: float | None = None
+
+
+class CollectiveArgs(NamedTuple):
+    """A rank's part in collective ``coll``; foreground sync rounds run ``every`` iterations."""
+
+    coll: int
+    every: int = 1
+    measured_us: float | None = None
+
+
+#: the arguments of each op kind: the one schema the lowering writes, the trace file checks
+#: (``trace_file.REQUIRED_ARGS``/``OPTIONAL_ARGS`` derive from it) and the engine reads
+OP_ARGS: dict[str, type] = {
+    "gemm": GemmArgs,
+    "memory": MemoryArgs,
+    "host": HostArgs,
+    "embedding_fwd": EmbeddingFwdArgs,
+    "embedding_bwd": EmbeddingBwdArgs,
+    "transfer": TransferArgs,
+    "collective": CollectiveArgs,
+}
+
+
+def op_args(op: Op):
+    """``op.args`` as its kind's typed arguments (:data:`OP_ARGS`), defaults filled in."""
+    return OP_ARGS[op.kind](**op.args)
+
+
 @dataclass(frozen=True, slots=True)
 class Op:
     """One op of a rank's iteration.  ``deps`` are ids of earlier ops on the same rank (the
@@ -104,12 +207,21 @@ class Collective:
 @dataclass
 class Trace:
     """One training iteration: every rank's ops (``ops[i].id == i``), the collectives they
-    reference, and ``meta`` (of a lowered trace: workload, plan, global batch, fused, sync)."""
+    reference, ``meta`` (names and figures: workload, plan, global batch, fused, model), and,
+    typed, the software ``stack`` it runs under and its dense-parameter ``sync`` (None: a trace
+    that states neither runs as the bare stack under all-reduce)."""
 
     ranks: int
     ops: list[Op]
     collectives: list[Collective]
     meta: dict = field(default_factory=dict)
+    stack: StackSpec | None = None
+    sync: TraceSync | None = None
+
+    @property
+    def sync_spec(self) -> SyncSpec:
+        """The trace's sync spec (all-reduce when it states none)."""
+        return self.sync.spec if self.sync is not None else SyncSpec()
 
     def by_rank(self) -> list[list[Op]]:
         """Each rank's ops in id order (list index = rank)."""
@@ -232,15 +344,10 @@ def lower(
         "plan": plan.name,
         "global_batch": w.batch_per_gpu * ranks,
         "fused": fused,
-        "stack": stack.to_dict(),
         "model": model_figures(w),
-        "sync": {
-            **sync.to_dict(),
-            "background": sync_colls if sync.kind == "shadow" else {},
-            "bytes": sync_bytes,
-        },
     }
-    return Trace(ranks, b.ops, b.colls, meta)
+    background = sync_colls if sync.is_shadow else {}
+    return Trace(ranks, b.ops, b.colls, meta, stack, TraceSync(sync, background, sync_bytes))
 
 
 def model_figures(w: WorkloadSpec) -> dict:

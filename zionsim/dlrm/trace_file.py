@@ -10,10 +10,12 @@ import numpy as np
 
 from zionsim.base import bounds
 from zionsim.base.errors import InputError
-from zionsim.dlrm.sync import PLACEMENTS
+from zionsim.dlrm.stack import StackSpec
+from zionsim.dlrm.sync import PLACEMENTS, TraceSync, sync_spec
 from zionsim.dlrm.trace import (
     CATEGORIES,
     KINDS,
+    OP_ARGS,
     PS_PARTS,
     SCHEMA,
     STREAMS,
@@ -25,11 +27,12 @@ from zionsim.dlrm.trace import (
 
 
 def trace_to_dict(trace: Trace) -> dict:
-    """The trace as plain JSON-able data (schema ``zionsim.trace/1``)."""
+    """The trace as plain JSON-able data (schema ``zionsim.trace/1``); its typed stack and sync
+    become ``meta.stack`` and ``meta.sync`` (here only: the model never flattens them)."""
     return {
         "schema": SCHEMA,
         "ranks": trace.ranks,
-        "meta": trace.meta,
+        "meta": _meta_to_dict(trace),
         "collectives": [
             {
                 "id": c.id,
@@ -54,6 +57,34 @@ def trace_to_dict(trace: Trace) -> dict:
             for o in trace.ops
         ],
     }
+
+
+def _meta_to_dict(trace: Trace) -> dict:
+    """``meta`` with ``stack`` after ``fused`` and ``sync`` after ``model`` (where a lowered
+    trace has always had them), or last."""
+    out = {}
+    extra = {
+        "stack": None if trace.stack is None else stack_to_dict(trace.stack),
+        "sync": None if trace.sync is None else sync_to_dict(trace.sync),
+    }
+    after = {"fused": "stack", "model": "sync"}
+    for key, value in trace.meta.items():
+        out[key] = value
+        if key in after and extra[after[key]] is not None:
+            out[after[key]] = extra.pop(after[key])
+    out.update({k: v for k, v in extra.items() if v is not None})
+    return out
+
+
+def stack_to_dict(stack: StackSpec) -> dict:
+    """A stack profile as a trace file's ``meta.stack`` (``StackSpec.to_dict``)."""
+    return stack.to_dict()
+
+
+def sync_to_dict(sync: TraceSync) -> dict:
+    """A trace's sync as its file's ``meta.sync``: the spec, the background collective of each
+    rank and the bytes of a round."""
+    return {**sync.spec.to_dict(), "background": dict(sync.background), "bytes": sync.bytes}
 
 
 def trace_from_dict(data: dict, file: str = "<trace>") -> Trace:
@@ -87,8 +118,53 @@ def _trace(data: dict, err) -> Trace:
     colls = [_load_collective(i, c, ranks, err) for i, c in enumerate(colls_data)]
     ops = [_load_op(i, o, ops_data, ranks, len(colls), err) for i, o in enumerate(ops_data)]
     meta = _check_meta(data.get("meta"), ranks, len(colls), err)
-    _check_members(ops, colls, meta, err)
-    return Trace(ranks, ops, colls, meta)
+    stack = _stack_from_meta(meta.pop("stack", None))
+    sync = _sync_from_meta(meta.pop("sync", None))
+    _check_members(ops, colls, sync, err)
+    return Trace(ranks, ops, colls, meta, stack, sync)
+
+
+def _stack_from_meta(data: dict | None) -> StackSpec | None:
+    """The :class:`StackSpec` of a file's ``meta.stack`` (checked by :func:`_check_meta`);
+    absent fields take the profile's defaults, the name ``bare``."""
+    if not data:
+        return None
+    fields = {
+        "name": str(data.get("name", "bare")),
+        "precision": dict(data.get("precision") or {}),
+        "kernel_launch_s": data.get("kernel_launch_s"),
+        "mlp_kernels": tuple(data.get("mlp_kernels") or (1, 2)),
+        "optimizer_kernels_per_tensor": int(data.get("optimizer_kernels_per_tensor", 0)),
+        "step_overhead_s": float(data.get("step_overhead_s", 0.0)),
+        "compute_slowdown": float(data.get("compute_slowdown", 0.0)),
+        "comm_slowdown": float(data.get("comm_slowdown", 0.0)),
+        "fused_embedding": bool(data.get("fused_embedding", True)),
+        "embedding_stream": bool(data.get("embedding_stream", False)),
+        "grouped_allreduce": bool(data.get("grouped_allreduce", False)),
+        "planner": str(data.get("planner", "greedy")),
+        "planner_settings": _Settings(data["planner_settings"])
+        if data.get("planner_settings") is not None
+        else None,
+    }
+    return StackSpec(**fields)
+
+
+class _Settings(dict):
+    """A planner's settings as a trace file holds them (plain data, written back as read)."""
+
+    def to_dict(self) -> dict:
+        """The settings as read."""
+        return dict(self)
+
+
+def _sync_from_meta(data: dict | None) -> TraceSync | None:
+    """The :class:`TraceSync` of a file's ``meta.sync`` (checked by :func:`_check_meta`)."""
+    if not data:
+        return None
+    spec = sync_spec(base={k: v for k, v in data.items() if k not in ("background", "bytes")},
+                     file="trace meta")  # fmt: skip
+    background = {int(k): int(v) for k, v in (data.get("background") or {}).items()}
+    return TraceSync(spec, background, float(data.get("bytes", 0.0)))
 
 
 #: top-level fields of a trace file
@@ -203,25 +279,14 @@ def _check_deps(i: int, deps: tuple, rank: int, ops: list, err) -> None:
             )
 
 
-#: op args by kind: required, then optional (``measured_us``, the time a profiler measured, is
-#: allowed on every op); :func:`_check_arg` gives each name its type and bound
+#: op args by kind, derived from the typed schema ``trace.OP_ARGS``: required (no default),
+#: then optional (``measured_us``, the time a profiler measured, is allowed on every op);
+#: :func:`_check_arg` gives each name its type and bound
 REQUIRED_ARGS = {
-    "gemm": ("m", "n", "k", "dtype"),
-    "memory": ("nbytes",),
-    "host": ("seconds",),
-    "embedding_fwd": ("lookups", "row_bytes", "tables", "fused", "out_bytes"),
-    "embedding_bwd": ("lookups", "row_bytes", "tables", "fused", "optimizer"),
-    "transfer": ("direction", "nbytes"),
-    "collective": ("coll",),
+    kind: tuple(f for f in t._fields if f not in t._field_defaults) for kind, t in OP_ARGS.items()
 }
 OPTIONAL_ARGS = {
-    "gemm": ("launches", "eltwise_bytes"),
-    "memory": ("launches",),
-    "host": (),
-    "embedding_fwd": ("launches", "unique_rows"),
-    "embedding_bwd": ("launches", "unique_rows", "state_bytes_per_row"),
-    "transfer": ("servers", "every", "placement", "index", "gather", "pooled", "push", "update"),
-    "collective": ("every",),
+    kind: tuple(f for f in t._field_defaults if f != "measured_us") for kind, t in OP_ARGS.items()
 }
 #: numeric args: (key of the bound in ``base.bounds``, dimension, smallest whole number or None
 #: for a real number >= 0)
@@ -343,8 +408,6 @@ def _check_stack_meta(stack: dict, err) -> None:
 
 def _check_sync_meta(sync: dict, ranks: int, n_colls: int, err) -> None:
     """The sync mode (as ``sync_spec`` takes it), its bytes, and background collectives."""
-    from zionsim.dlrm.sync import sync_spec
-
     spec = sync_spec(base={k: sync[k] for k in sync if k not in ("background", "bytes")},
                      file="trace meta")  # fmt: skip
     _number(sync.get("bytes", 0.0), "bytes", "bytes", "meta.sync.bytes", err)
@@ -356,20 +419,20 @@ def _check_sync_meta(sync: dict, ranks: int, n_colls: int, err) -> None:
             raise err("meta.sync.background", f"{rank!r} is not a rank", f"0..{ranks - 1}")
         if not isinstance(cid, int) or isinstance(cid, bool) or not 0 <= cid < n_colls:
             raise err(f"meta.sync.background.{rank}", f"unknown collective {cid!r}")
-    if spec.kind == "shadow" and spec.method != "easgd":
+    if spec.is_shadow and not spec.uses_servers:
         missing = sorted(set(range(ranks)) - {int(r) for r in background})
         if missing:
             raise err("meta.sync.background", f"rank {missing[0]} has no background collective")
 
 
-def _check_members(ops: list[Op], colls: list[Collective], meta: dict, err) -> None:
+def _check_members(ops: list[Op], colls: list[Collective], sync: TraceSync | None, err) -> None:
     """Each member of a collective has exactly one op on it (background sync collectives, run
     outside the iteration, have none)."""
     members: dict[int, list[int]] = {}
     for op in ops:
         if op.kind == "collective":
             members.setdefault(op.args["coll"], []).append(op.rank)
-    background = set((meta.get("sync") or {}).get("background", {}).values())
+    background = set(sync.background.values()) if sync is not None else set()
     for c in colls:
         if c.id in background:
             continue

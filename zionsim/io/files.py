@@ -129,10 +129,12 @@ def _protected(path: Path) -> bool:
 
 def check_result_target(out: Path, inputs: str | None = None, force: bool = False) -> None:
     """Refuse (:class:`InputError`) to replace ``out`` unless it is absent, an empty folder, or a
-    zionsim result folder (``MARKER``) of the same inputs; ``force`` also allows a result of other
-    inputs, a foreign folder or a regular file — never ``/``, the home or working folder or a
-    parent of it, a link, or a device, socket or pipe."""
+    zionsim result folder (``MARKER``) of the same inputs; ``force`` also allows a zionsim result
+    of other inputs — never anything else (a foreign folder, a file, ``/tmp``, a link, a device).
+    Called before any work, and again at the write."""
     from zionsim.base.errors import InputError
+
+    out = Path(out)
 
     def refuse(problem: str, allowed: str) -> None:
         raise InputError(problem, file=str(out), field="--out", allowed=allowed)
@@ -144,10 +146,8 @@ def check_result_target(out: Path, inputs: str | None = None, force: bool = Fals
     if _protected(out.resolve()):
         refuse("is /, the home folder or the working folder (or above it)", "a folder below it")
     if not out.is_dir():
-        if out.is_file() and force:
-            return
         kind = "a file" if out.is_file() else "a device, socket or pipe"
-        refuse(f"is {kind}, not a result folder", "a new folder, or --force for a file")
+        refuse(f"is {kind}, not a zionsim result folder", "a new, empty or result folder")
     marker = out / MARKER
     if marker.is_file():
         try:
@@ -157,8 +157,22 @@ def check_result_target(out: Path, inputs: str | None = None, force: bool = Fals
         if force or inputs is None or held == inputs:
             return
         refuse("holds a zionsim result of other inputs", "another --out, or --force to replace it")
-    if any(out.iterdir()) and not force:
-        refuse("is a folder that is not a zionsim result", "a new or empty folder, or --force")
+    try:
+        empty = not any(out.iterdir())
+    except OSError as exc:
+        refuse(f"cannot be read ({exc.strerror})", "a new, empty or result folder")
+    if not empty:
+        refuse(
+            "is a folder that zionsim did not write" + (" (--force replaces only zionsim "
+            "results)" if force else ""),
+            "a new or empty folder, or a zionsim result folder",
+        )  # fmt: skip
+
+
+def prepare_parent(path: str | Path) -> None:
+    """Create the folder ``path`` goes into, before any work, so that an output nobody can write
+    (``--out /proc/x/y``) fails at once (``OSError``) and not after a long simulation."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
 
 
 def write_atomic(path: str | Path, data: bytes | str) -> None:
@@ -387,14 +401,26 @@ def read_plan(
     return load_plan(path, workload, gpus, gpus_per_node, servers)
 
 
+#: significant digits of the floats in committed study tables (``results/<study>/*.csv``): the
+#: simulation is deterministic, but sums taken by another numpy or BLAS build can differ in the
+#: last of Python's 17 digits; at 6 they are the same on every install
+STUDY_DIGITS = 6
+
+
+def study_csv(table) -> str:
+    """A study table as CSV, floats at :data:`STUDY_DIGITS` significant digits."""
+    return table.to_csv(index=False, float_format=f"%.{STUDY_DIGITS}g")
+
+
 def write_tables_and_figures(out_dir: str | Path, files: dict) -> list[Path]:
-    """Write each DataFrame as CSV and each matplotlib axes as PNG, atomically; return paths."""
+    """Write each DataFrame as CSV (:func:`study_csv`) and each matplotlib axes as PNG,
+    atomically; return the paths."""
     from zionsim.io.plots import png_bytes
 
     written = []
     for name, obj in files.items():
         path = Path(out_dir) / name
-        write_atomic(path, png_bytes(obj) if name.endswith(".png") else obj.to_csv(index=False))
+        write_atomic(path, png_bytes(obj) if name.endswith(".png") else study_csv(obj))
         written.append(path)
     return written
 

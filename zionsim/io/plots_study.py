@@ -174,9 +174,16 @@ def _log_if_wide(ax, values, axis: str = "x") -> None:
             getattr(ax, f"set_{axis}scale")("symlog", linthresh=linthresh)
             getattr(ax, f"set_{axis}lim")(-linthresh / 2, pos.max() * 2)  # zeros drawn clear
         return
-    powers = axis == "x" and all(float(n).is_integer() and int(n) & (int(n) - 1) == 0 for n in v)
+    powers = axis == "x" and _doubling(v)
     if v.max() >= (4 if powers else 100) * v.min():
         getattr(ax, f"set_{axis}scale")("log", **({"base": 2} if powers else {}))
+
+
+def _doubling(values: pd.Series) -> bool:
+    """Whether positive ``values`` are the smallest times powers of two (8, 16, 32 GPUs; 100,
+    200, 400, 800 Gb/s): a doubling grid, drawn on a base-2 axis."""
+    ratios = [math.log2(v / values.min()) for v in values]
+    return all(abs(r - round(r)) < 1e-9 for r in ratios)
 
 
 def _style(i: int) -> dict:
@@ -364,7 +371,11 @@ def plot_compare(
     for x, ta, tb in zip(xs, tops_a, tops_b, strict=True):
         if tb > 0:
             ax.annotate(f"x{ta / tb:.2f}", (x + 0.2, tb), ha="center", va="bottom", fontsize=8)
-    _set_xlabels(ax, xs, _labels(a, label) if label is not None else [""] * len(xs), label)
+    if label is not None:
+        _set_xlabels(ax, xs, _labels(a, label), label)
+    else:  # each bar labelled with its run's name
+        ticks = [t for x in xs for t in (x - 0.2, x + 0.2)]
+        _set_xlabels(ax, ticks, [n for _ in xs for n in names], None)
     ax.set_ylabel("critical path per iteration (ms)")
     title = f"{names[0]} (left) vs {names[1]} (right, hatched)"
     ax.set_title(textwrap.fill(title, 60), fontsize=10)
@@ -441,7 +452,7 @@ def sweep_plots(df: pd.DataFrame, params=None, x: str | None = None) -> dict:
     ``scaling_efficiency`` too when ``x`` counts resources (:data:`COUNT_AXES`); ``compare`` when
     ``topology`` takes exactly 2 values with the same number of points each (Zion vs ZionEX).
     """
-    from zionsim.sim.run import RUN_OPTIONS
+    from zionsim.sim.inputs import RUN_OPTIONS
 
     rows = _ok(df)
     if params is None:

@@ -72,15 +72,22 @@ def parse_kernel_csv(text: str, source: str = "<kernels>") -> pd.DataFrame:
     if len(numbered) < 2:
         raise InputError("no kernel rows (a header and at least one row)", file=source)
     reader = csv.DictReader(io.StringIO("\n".join(line for _, line in numbered)))
-    header = [h.strip() for h in reader.fieldnames or []]
+    try:
+        header = [h.strip() for h in reader.fieldnames or []]
+    except csv.Error as exc:
+        raise InputError(f"not a readable CSV header ({exc})", file=source) from None
     if "kind" not in header or not {"time_s", "time_us"} & set(header):
         raise InputError(
             f"header {header} needs kind and time_s or time_us",
             file=source,
             field=f"line {numbered[0][0]}",
         )
+    try:
+        records = list(reader)
+    except csv.Error as exc:  # e.g. a cell beyond csv's field size limit (131,072 characters)
+        raise InputError(f"not a readable CSV ({exc})", file=source) from None
     rows = []
-    for (number, _), raw in zip(numbered[1:], reader, strict=True):
+    for (number, _), raw in zip(numbered[1:], records, strict=True):
         if None in raw:  # csv puts the cells beyond the header under the key None
             raise InputError(
                 f"{len(header) + len(raw[None])} fields, the header has {len(header)}",

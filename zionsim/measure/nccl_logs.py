@@ -69,8 +69,17 @@ _DEFAULT_COLUMNS = ["size", "count", "type", "redop", "root"] + 2 * _RUN_COLUMNS
 
 
 def read_nccl_log(path: str | Path, op: str | None = None) -> pd.DataFrame:
-    """:func:`parse_nccl_tests` of the file at ``path``."""
-    return parse_nccl_tests(Path(path).read_text(errors="replace"), str(path), op)
+    """:func:`parse_nccl_tests` of the file at ``path`` (a missing file or a folder is an
+    :class:`InputError` naming it)."""
+    p = Path(path)
+    if not p.is_file():
+        what = "is a folder" if p.is_dir() else "no such file"
+        raise InputError(what, file=str(p), field="--nccl-log", allowed="an nccl-tests log file")
+    try:
+        text = p.read_text(errors="replace")
+    except OSError as exc:
+        raise InputError(f"cannot read: {exc.strerror}", file=str(p), field="--nccl-log") from None
+    return parse_nccl_tests(text, str(p), op)
 
 
 def parse_nccl_tests(text: str, source: str = "<log>", op: str | None = None) -> pd.DataFrame:

@@ -238,8 +238,9 @@ def _gpu(topology: str):
     return load_topology(topology, nodes=1).gpu
 
 
-def run_cases(cases: list[Case]) -> pd.DataFrame:
-    """One row per case: measured, simulated, error and provenance, in the file's order."""
+def run_cases(cases: list[Case], on_case=None) -> pd.DataFrame:
+    """One row per case: measured, simulated, error and provenance, in the file's order;
+    ``on_case(id)`` is told each case as it finishes (a progress bar)."""
     rows = []
     for c in cases:
         try:
@@ -265,6 +266,8 @@ def run_cases(cases: list[Case]) -> pd.DataFrame:
                 "citation": c.citation,
             }
         )
+        if on_case is not None:
+            on_case(c.id)
     return pd.DataFrame(rows, columns=_COLUMNS)
 
 

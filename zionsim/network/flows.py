@@ -33,6 +33,7 @@ Modelling assumptions:
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import NamedTuple
 
 import numpy as np
 import simpy
@@ -48,6 +49,17 @@ class _Batch:
     nbytes: float = 0.0
 
 
+class Span(NamedTuple):
+    """One batch of flows on the network: its ``tag`` (what the traffic belongs to, given by
+    the caller: ``sim.records.SpanTag`` for a run), start and end (s), bytes, and flows."""
+
+    tag: object
+    start_s: float
+    end_s: float
+    bytes: float
+    flows: int
+
+
 @dataclass
 class NetworkStats:
     """What a network did: bytes carried per link, rate solves, batches."""
@@ -57,7 +69,7 @@ class NetworkStats:
     batches: int = 0
     flows: int = 0
     splits: int = 0  # class rows split into their flows (assumption 6)
-    spans: list = field(default_factory=list)  # (tag, start_s, end_s, bytes, n_flows)
+    spans: list[Span] = field(default_factory=list)
 
 
 def maxmin_rates(
@@ -213,7 +225,7 @@ class _Network:
     def _finish_batch(self, bid: int) -> None:
         b = self._batches.pop(bid)
         if self.record_spans:
-            self.stats.spans.append((b.tag, b.start_s, b.finish_s, b.nbytes, 0))
+            self.stats.spans.append(Span(b.tag, b.start_s, b.finish_s, b.nbytes, 0))
         delay = max(0.0, b.finish_s - self.env.now)
         if delay > 0:
             self.env.timeout(delay).callbacks.append(

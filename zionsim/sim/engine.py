@@ -25,14 +25,19 @@ import numpy as np
 import simpy
 
 from zionsim.base.errors import InputError
-from zionsim.dlrm.sync import server_devices, service_hosts
-from zionsim.dlrm.trace import STREAMS, Trace
+from zionsim.dlrm.stack import BARE, StackSpec
+from zionsim.dlrm.sync import TraceSync, server_devices, service_hosts
+from zionsim.dlrm.trace import STREAMS, Trace, op_args
 from zionsim.hardware import compute
 from zionsim.hardware.services import service_routes
 from zionsim.network import nccl
 from zionsim.network.flows import FlowNetwork, NetworkStats
 from zionsim.network.simulate import CountingEnvironment
+from zionsim.sim.records import OpRecord, SpanTag, SyncRound
 from zionsim.sim.templates import TemplateBroken, templates
+
+#: a named tuple from a tuple without a Python call (the engine's hot loop)
+_new = tuple.__new__
 
 
 @dataclass
@@ -57,14 +62,14 @@ class RunRecords:
     trace: Trace
     iterations: int
     durations_s: np.ndarray
-    #: (iteration, op id, stream free time, start, end) per executed op
-    ops: list[tuple[int, int, float, float, float]] = field(default_factory=list)
+    #: one :class:`~zionsim.sim.records.OpRecord` per executed op
+    ops: list[OpRecord] = field(default_factory=list)
     collectives: dict[tuple[int, int], CollectiveRecord] = field(default_factory=dict)
     network: NetworkStats | None = None
     sim_time_s: float = 0.0
     events: int = 0
-    #: background (ShadowSync) rounds: (trainer rank, start, end, iteration at start, at end)
-    sync_rounds: list[tuple[int, float, float, int, int]] = field(default_factory=list)
+    #: background (ShadowSync) rounds
+    sync_rounds: list[SyncRound] = field(default_factory=list)
 
 
 def op_durations(cluster, trace: Trace, model: compute.ComputeModel | None = None) -> np.ndarray:
@@ -77,41 +82,34 @@ def op_durations(cluster, trace: Trace, model: compute.ComputeModel | None = Non
             continue
         key = (op.kind, tuple(sorted(op.args.items())))
         if key not in cache:
-            cache[key] = _duration(gpu, op.kind, op.args, model)
+            cache[key] = _duration(gpu, op.kind, op_args(op), model)
         out[op.id] = cache[key]
     return out
 
 
-def _duration(gpu, kind: str, a: dict, model) -> float:
+def _duration(gpu, kind: str, a, model) -> float:
+    """Seconds of one compute op from its typed arguments (``trace.OP_ARGS``)."""
     if kind == "host":
-        return float(a["seconds"])
-    extra = (a.get("launches", 1) - 1) * compute.launch_overhead_s(gpu, model)
+        return float(a.seconds)
+    extra = (a.launches - 1) * compute.launch_overhead_s(gpu, model)
     if kind == "gemm":
-        eltwise = a.get("eltwise_bytes", 0.0)
-        if eltwise:
-            extra += compute.memory_time_s(gpu, eltwise, model) - compute.launch_overhead_s(
+        if a.eltwise_bytes:
+            extra += compute.memory_time_s(gpu, a.eltwise_bytes, model) - compute.launch_overhead_s(
                 gpu, model
             )
-        return compute.gemm_time_s(gpu, a["m"], a["n"], a["k"], a["dtype"], model) + extra
+        return compute.gemm_time_s(gpu, a.m, a.n, a.k, a.dtype, model) + extra
     if kind == "memory":
-        return compute.memory_time_s(gpu, a["nbytes"], model) + extra
-    if a["lookups"] == 0:
+        return compute.memory_time_s(gpu, a.nbytes, model) + extra
+    if a.lookups == 0:
         return 0.0
     if kind == "embedding_fwd":
         return compute.embedding_forward_time_s(
-            gpu, a["lookups"], a["row_bytes"], a["tables"], a["fused"], a["out_bytes"], model
+            gpu, a.lookups, a.row_bytes, a.tables, a.fused, a.out_bytes, model
         )
     return compute.embedding_backward_time_s(
-        gpu,
-        a["lookups"],
-        a["row_bytes"],
-        a["tables"],
-        a["fused"],
-        a["optimizer"],
-        a.get("state_bytes_per_row", 4.0),
-        model,
-        a.get("unique_rows"),
-    )
+        gpu, a.lookups, a.row_bytes, a.tables, a.fused, a.optimizer, a.state_bytes_per_row,
+        model, a.unique_rows,
+    )  # fmt: skip
 
 
 def simulate_trace(
@@ -125,8 +123,7 @@ def simulate_trace(
 ) -> RunRecords:
     """Run ``iterations`` iterations of ``trace`` on ``cluster``; return the records."""
     check_cluster(cluster, trace)
-    stack = trace.meta.get("stack") or {}
-    compute_model = stack_compute_model(cluster, stack, compute_model)
+    compute_model = stack_compute_model(cluster, trace.stack or BARE, compute_model)
     durations = op_durations(cluster, trace, compute_model)
     try:
         return _simulate(cluster, trace, iterations, durations, collective_model, sync_traffic)
@@ -146,8 +143,8 @@ def _simulate(
     env = CountingEnvironment()
     net = FlowNetwork(env, cluster.router.capacity_Bps, router=cluster.router)
     rec = RunRecords(trace, iterations, durations)
-    sync = trace.meta.get("sync") or {}
-    background = sync.get("mode", "allreduce").startswith("shadow") and sync_traffic
+    sync = trace.sync
+    background = trace.sync_spec.is_shadow and sync_traffic
     g = cluster.spec.gpus_per_node
     tpl = templates(trace, rec.durations_s, alone=background or not alike, g=g)
     run = _Run(env, net, cluster, trace, rec, collective_model, sync_traffic, tpl)
@@ -182,7 +179,7 @@ def check_complete(rec: RunRecords) -> None:
     """InputError naming the first op that never ran, unless every op ran every iteration."""
     trace = rec.trace
     if len(rec.ops) != rec.iterations * len(trace.ops):
-        stuck = {o.id for o in trace.ops} - {op for it, op, *_ in rec.ops if it == 0}
+        stuck = {o.id for o in trace.ops} - {r.op for r in rec.ops if r.iteration == 0}
         first = trace.ops[min(stuck)] if stuck else trace.ops[-1]
         raise InputError(
             f"the trace stalls: op {first.id} ({first.name}, rank {first.rank}) "
@@ -193,11 +190,11 @@ def check_complete(rec: RunRecords) -> None:
 
 
 def stack_compute_model(
-    cluster, stack: dict, model: compute.ComputeModel | None = None
+    cluster, stack: StackSpec, model: compute.ComputeModel | None = None
 ) -> compute.ComputeModel | None:
     """The compute model with the stack's per-kernel launch cost for ``cluster``'s GPU (the
     model unchanged when the stack states none)."""
-    launch = stack.get("kernel_launch_s")
+    launch = stack.kernel_launch_s
     if launch is None:
         return model
     from dataclasses import replace
@@ -229,16 +226,16 @@ class _Run:
         self.n_ops = len(trace.ops)
         self.done: list[simpy.Event | None] = [None] * (rec.iterations * self.n_ops)
         self.prepared: dict[tuple, nccl.Prepared] = {}
-        stack = trace.meta.get("stack") or {}
+        stack = trace.stack or BARE
         #: interference (``stack.py``): compute under in-flight NCCL kernels, NCCL under compute
-        self.slow_compute = float(stack.get("compute_slowdown", 0.0))
-        self.slow_comm = float(stack.get("comm_slowdown", 0.0))
+        self.slow_compute = stack.compute_slowdown
+        self.slow_comm = stack.comm_slowdown
         self.comm_in_flight = [0] * trace.ranks  # a rank's collective ops launched, not ended
         self.compute_busy = np.zeros(trace.ranks, dtype=bool)  # a compute kernel is running
+        #: the host starts a step only once the previous one has ended (a stack's host overlap)
+        self.host_waits = not stack.host_overlap
         #: with a second compute stream (a stack's ``embedding_stream``) the streams of a GPU take
         #: turns, one kernel at a time; None when each GPU has one compute stream
-        #: the host starts a step only once the previous one has ended (a stack's host overlap)
-        self.host_waits = not stack.get("host_overlap", True)
         two = any(op.stream == "embedding" for op in trace.ops)
         self.gpu = [simpy.Resource(env, 1) for _ in range(trace.ranks)] if two else None
 
@@ -280,9 +277,10 @@ class _Run:
                         yield from self._compute(rank, op, dur[op.id])
                 elif dur[op.id] > 0:
                     yield from self._compute(rank, op, dur[op.id])
-                rows.append((it, op.id, free, start, env.now))
+                rows.append(OpRecord(it, op.id, free, start, env.now))
                 if op.id in member_ops:  # the other members of its class: the same times
-                    rows.extend((it, m, free, start, env.now) for m in member_ops[op.id])
+                    rows.extend(_new(OpRecord, (it, m, free, start, env.now))
+                                for m in member_ops[op.id])  # fmt: skip
                 self._done(it, op.id).succeed()
             if ops[0].stream == "compute":
                 self.iteration[rank] = it + 1
@@ -307,7 +305,7 @@ class _Run:
             return False
         return not self.sync_traffic or (it + 1) % op.args.get("every", 1) != 0
 
-    def background(self, rank: int, sync: dict):
+    def background(self, rank: int, sync: TraceSync):
         """ShadowSync: sync rounds in the background until training ends, paced by the sync
         thread: a round starts once its trainer has run ``every`` iterations (K, default 1)
         since the last round began, and no sooner than ``period_s`` after it.
@@ -320,32 +318,26 @@ class _Run:
         no-op, and a round that costs no time (an ideal network) must not loop forever at one
         instant."""
         env, n_round, last = self.env, 0, 0  # trainers start from the same parameters
-        every = int(sync.get("every", 1))  # a round at most every K of the trainer's iterations
-        background = {int(k): v for k, v in (sync.get("background") or {}).items()}
-        share = sync["bytes"] / (
-            self.cluster.spec.gpus_per_node if sync.get("trainer") == "node" else 1
-        )
+        spec, background = sync.spec, sync.background
+        every = spec.every  # a round at most every K of the trainer's iterations
+        share = sync.bytes / (self.cluster.spec.gpus_per_node if spec.trainer == "node" else 1)
         while self.computing > 0:
             if self.iteration[rank] < last + every:
                 yield self.progress[rank]
                 continue
             start, it0 = env.now, self.iteration[rank]
             last = it0
-            if sync["mode"].endswith("easgd"):
-                args = {
-                    "nbytes": share,
-                    "servers": sync.get("servers", 1),
-                    "placement": sync.get("placement", "service"),
-                }
+            if spec.uses_servers:
+                args = {"nbytes": share, "servers": spec.servers, "placement": spec.placement}
                 yield self._host_transfer(n_round, rank, {**args, "direction": "to_ps"}, "sync")
                 yield self._host_transfer(n_round, rank, {**args, "direction": "from_ps"}, "sync")
             else:  # NCCL kernels of the round hold SMs from launch to end (interference)
                 self.comm_in_flight[rank] += 1
                 yield self._arrive_round(background[rank], n_round, rank)
                 self.comm_in_flight[rank] -= 1
-            self.rec.sync_rounds.append((rank, start, env.now, it0, self.iteration[rank]))
+            self.rec.sync_rounds.append(SyncRound(rank, start, env.now, it0, self.iteration[rank]))
             n_round += 1
-            wait = sync.get("period_s", 0.0) - (env.now - start)
+            wait = spec.period_s - (env.now - start)
             if wait > 0:
                 yield env.timeout(wait)
 
@@ -356,14 +348,14 @@ class _Run:
             cr = self.rounds[key] = CollectiveRecord(n_round, cid, event=self.env.event())
         cr.arrived += 1
         if cr.arrived == len(self.trace.collectives[cid].ranks):
-            self.env.process(self._run_collective(cr, tag=("sync", n_round, cid)))
+            self.env.process(self._run_collective(cr, tag=SpanTag("sync", n_round, cid)))
         return cr.event
 
     def _host_transfer(self, it: int, rank: int, args: dict, label: str = "") -> simpy.Event:
         """Host traffic of ``rank`` (:func:`transfer_flows`) on the network, tagged by label,
         iteration and rank."""
         routes, nbytes, latency, label = transfer_flows(self.cluster, rank, args, label)
-        return self.net.transfer(routes, nbytes, latency, tag=(label, it, rank))
+        return self.net.transfer(routes, nbytes, latency, tag=SpanTag(label, it, rank))
 
     def _arrive(self, it: int, cid: int, rank: int) -> simpy.Event:
         copies = self.tpl.copies[int(self.tpl.coll_class[cid])] if self.tpl.copies else [cid]
@@ -417,7 +409,7 @@ class _Run:
         if self.slow_comm:  # share of members computing as it begins: their kernels share SMs
             reps, counts = self.coll_reps[cr.coll]
             busy = float((self.compute_busy[reps] * counts).sum() / counts.sum())
-        tag = tag or (cr.iteration, cr.coll)
+        tag = tag or SpanTag("collective", cr.iteration, cr.coll)
         yield from nccl.execute(self.env, self.net, prep, tag=tag, coalesce=coalesce)
         if busy:
             yield self.env.timeout((self.env.now - start) * self.slow_comm * busy)

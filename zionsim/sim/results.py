@@ -23,6 +23,7 @@ import pandas as pd
 
 from zionsim.base.errors import InputError
 from zionsim.dlrm.trace import CATEGORIES
+from zionsim.sim.records import SpanTag
 
 BREAKDOWN_KEYS = CATEGORIES + ("idle",)
 
@@ -182,7 +183,7 @@ class Analysis:
         spans = self.rec.network.spans if self.rec.network else []
         if not spans:
             return None
-        labels = [_span_label(t, self.trace.collectives) for t, *_ in spans]
+        labels = [_span_label(s.tag, self.trace.collectives) for s in spans]
         return pd.DataFrame(
             {
                 "iteration": [x[0] for x in labels],
@@ -191,10 +192,10 @@ class Analysis:
                 "name": [x[1] for x in labels],
                 "kind": "flows",
                 "category": [x[2] for x in labels],
-                "start_s": [s[1] for s in spans],
-                "end_s": [s[2] for s in spans],
+                "start_s": [s.start_s for s in spans],
+                "end_s": [s.end_s for s in spans],
                 "wait_s": 0.0,
-                "bytes": [s[3] for s in spans],
+                "bytes": [s.bytes for s in spans],
             }
         )
 
@@ -218,16 +219,17 @@ class Analysis:
         )
 
 
-def _span_label(tag: tuple, colls) -> tuple:
+def _span_label(tag: SpanTag, colls) -> tuple:
     """(iteration, name, category) of a network span from its tag: a UVM transfer, an embedding
     parameter-server transfer, a sync transfer or round, or a collective phase."""
-    if tag[0] == "host":
-        return tag[1], f"uvm_rank{tag[2]}", "host_transfer"
-    if tag[0] == "emb_ps":
-        return tag[1], f"ps_rank{tag[2]}", "parameter_server"
-    if tag[0] in ("ps", "sync"):
-        return tag[1], f"sync_rank{tag[2]}" if tag[0] == "ps" else "sync_round", "sync"
-    return tag[0], f"coll{tag[1]}", colls[tag[1]].op
+    kind, it, index = tag
+    if kind == "host":
+        return it, f"uvm_rank{index}", "host_transfer"
+    if kind == "emb_ps":
+        return it, f"ps_rank{index}", "parameter_server"
+    if kind in ("ps", "sync"):
+        return it, f"sync_rank{index}" if kind == "ps" else "sync_round", "sync"
+    return it, f"coll{index}", colls[index].op
 
 
 def links_table(cluster, network, sim_time_s: float) -> pd.DataFrame:

@@ -29,6 +29,7 @@ from zionsim.dlrm.sync import SyncSpec, gap_stats, sync_spec
 from zionsim.dlrm.trace import Trace, lower
 from zionsim.dlrm.workload import WorkloadSpec
 from zionsim.sim.engine import simulate_trace
+from zionsim.sim.inputs import RunInputs, plan_of, resolve_inputs
 from zionsim.sim.resources import check_inputs, check_trace
 from zionsim.sim.results import Analysis, links_table, perfetto, rank_totals, sample_events
 
@@ -66,10 +67,19 @@ def build_trace(
     stack: StackSpec | str | None = None,
 ) -> tuple[Trace, pd.DataFrame]:
     """The iteration trace and the per-GPU memory table, after the capacity checks, as the
-    software ``stack`` (default ``torchrec``) runs the workload."""
+    software ``stack`` (default ``torchrec``) runs the ``workload`` (as written: the stack's
+    precisions are applied here)."""
     stack = resolve_stack(stack)
     workload = apply_stack(workload, stack)
-    fused = fused and stack.fused_embedding
+    sync = sync or sync_spec(base=workload.sync)
+    return lower_checked(cluster, workload, plan, fused and stack.fused_embedding, sync, stack)
+
+
+def lower_checked(
+    cluster, workload: WorkloadSpec, plan: Plan | None, fused: bool, sync: SyncSpec, stack
+) -> tuple[Trace, pd.DataFrame]:
+    """:func:`build_trace` of a workload the ``stack`` already applies to (``RunInputs.workload``):
+    the capacity checks, the memory table, the lowered trace; ``fused`` as the stack allows."""
     gpus, g = len(cluster.gpus), cluster.spec.gpus_per_node
     plan = plan or default_plan(workload, gpus)
     mem = memory_by_rank(workload, plan, gpus, g, workload.zipf_alpha)
@@ -90,7 +100,6 @@ def build_trace(
     table["hbm_bytes"] = sum(mem[k] for k in MEMORY_KINDS)
     table["hbm_capacity_bytes"] = cluster.spec.gpu.hbm_bytes
     table["host_dram_bytes"] = mem["host_dram"]
-    sync = sync or sync_spec(base=workload.sync)
     return lower(workload, plan, gpus, fused, g, workload.zipf_alpha, sync, stack), table
 
 
@@ -120,11 +129,21 @@ def simulate_run(
     check_iterations(iterations, warmup)
     memory = pd.DataFrame()
     if trace is None:
+        stack = resolve_stack(stack)
+        workload = apply_stack(workload, stack)
         spec = sync_spec(
             sync, sync_every, sync_servers, sync_period_s, sync_trainer, base=workload.sync
         )
-        trace, memory = build_trace(cluster, workload, plan, fused, spec, stack)
-    _guard(trace, workload, iterations, max_memory_bytes, cluster.spec)
+        fused = fused and stack.fused_embedding
+        trace, memory = lower_checked(cluster, workload, plan, fused, spec, stack)
+    return _execute(cluster, trace, memory, workload, iterations, warmup, max_memory_bytes, t0)
+
+
+def _execute(
+    cluster, trace: Trace, memory, workload, iterations: int, warmup: int, limit, t0: float
+) -> RunResult:
+    """Simulate a lowered (or replayed) ``trace`` and gather the :class:`RunResult`."""
+    _guard(trace, workload, iterations, limit, cluster.spec)
     with _few_gc_passes():
         rec = simulate_trace(cluster, trace, iterations=iterations)
     a = Analysis(rec, warmup)
@@ -168,7 +187,7 @@ def _guard(trace: Trace, workload, iterations: int, limit_bytes: float | None, s
     sync mode other than ``allreduce`` simulates twice (with and without its traffic)."""
     if limit_bytes is None:
         return
-    passes = 1 if (trace.meta.get("sync") or {}).get("mode", "allreduce") == "allreduce" else 2
+    passes = 1 if trace.sync_spec.is_allreduce else 2
     tables = len(workload.tables) if workload is not None else 0
     check_trace(trace, iterations, limit_bytes, passes, tables, spec)
 
@@ -197,7 +216,7 @@ def _run_header(cluster, trace: Trace, iterations: int, warmup: int) -> dict:
         "gpus": len(cluster.gpus),
         "workload": trace.meta.get("workload"),
         "plan": trace.meta.get("plan"),
-        "stack": (trace.meta.get("stack") or {}).get("name", "bare"),
+        "stack": trace.stack.name if trace.stack is not None else "bare",
         "model": trace.meta.get("model", {}),
         "global_batch": int(trace.meta.get("global_batch", 0)),
         "iterations": iterations,
@@ -219,31 +238,32 @@ def _breakdown_table(breakdown: dict, busy: dict, exposed: dict) -> pd.DataFrame
 
 def _sync_summary(cluster, trace: Trace, rec, a: Analysis, iterations, warmup) -> dict:
     """Rounds, sync gaps, bytes and the foreground slowdown caused by sync traffic."""
-    sync = dict(trace.meta.get("sync") or {"mode": "allreduce"})
-    sync.pop("background", None)
-    sync.pop("bytes", None)
-    if sync["mode"] == "allreduce":
+    if trace.sync is None:
+        return {"mode": "allreduce"}
+    spec = trace.sync.spec
+    sync = spec.to_dict()
+    if spec.is_allreduce:
         return sync
     completions: dict[int, list[int]] = {}
-    if sync["mode"].startswith("shadow"):
-        for rank, _, _, _, it_end in rec.sync_rounds:
-            completions.setdefault(rank, []).append(it_end)
+    if spec.is_shadow:
+        for r in rec.sync_rounds:
+            completions.setdefault(r.rank, []).append(r.last_iteration)
     else:
         first = {o.rank: o.id for o in reversed(trace.ops) if o.category == "sync"}
-        for it, op, *_ in rec.ops:
+        for r in rec.ops:
+            op = trace.ops[r.op]
             if (
-                trace.ops[op].category == "sync"
-                and first.get(trace.ops[op].rank) == op
-                and (it + 1) % trace.ops[op].args.get("every", 1) == 0
+                op.category == "sync"
+                and first.get(op.rank) == r.op
+                and (r.iteration + 1) % op.args.get("every", 1) == 0
             ):
-                completions.setdefault(trace.ops[op].rank, []).append(it + 1)
+                completions.setdefault(op.rank, []).append(r.iteration + 1)
     gaps = [b - a_ for c in completions.values() for a_, b in zip([0, *c[:-1]], c, strict=True)]
     spans = rec.network.spans if rec.network else []
     sync_colls = {o.args["coll"] for o in trace.ops if o.category == "sync" and "coll" in o.args}
+    of_sync = {("collective", c) for c in sync_colls}
     sync_bytes = sum(
-        s[3]
-        for s in spans
-        if s[0][0] in ("ps", "sync") or (isinstance(s[0][0], int) and s[0][1] in sync_colls)
+        s.bytes for s in spans if s.tag.kind in ("ps", "sync") or (s.tag[0], s.tag[2]) in of_sync
     )
     quiet = simulate_trace(cluster, trace, iterations=iterations, sync_traffic=False)
     base = float(Analysis(quiet, warmup).iteration_times().mean())
@@ -310,31 +330,10 @@ def _memory_summary(memory: pd.DataFrame) -> dict:
     }
 
 
-#: run options shared by ``zionsim run``, sweeps (``base:``/``grid:``) and ``run_point``
-RUN_OPTIONS = (
-    "topology",
-    "workload",
-    "nodes",
-    "gpus_per_node",
-    "plan",
-    "sync",
-    "sync_every",
-    "sync_servers",
-    "sync_period_s",
-    "sync_trainer",
-    "iterations",
-    "warmup",
-    "batch_per_gpu",
-    "global_batch",
-    "seed",
-    "fused",
-    "stack",
-)
-
-
 def run_point(options: dict, max_memory_bytes: float | None = None) -> RunResult:
-    """One run from a flat mapping of run options plus ``topology.*`` / ``workload.*`` paths;
-    ``max_memory_bytes`` as in :func:`simulate_run`, checked before the cluster is built too.
+    """One run from a flat mapping of run options plus ``topology.*`` / ``workload.*`` /
+    ``stack.*`` paths (``sim.inputs``); ``max_memory_bytes`` as in :func:`simulate_run`, checked
+    before the cluster is built too.
 
     Every run option is validated with its type: integers are integers (``2.7`` is refused, not
     run as 2), ``fused`` is a YAML boolean (the string ``"false"`` is refused, not run as True).
@@ -342,69 +341,70 @@ def run_point(options: dict, max_memory_bytes: float | None = None) -> RunResult
     >>> run_point({"topology": "zionex", "nodes": 1, "workload": "tiny"}).summary["gpus"]
     8
     """
-    from zionsim.dlrm.workload import load_workload, with_global_batch
+    return simulate_inputs(resolve_inputs(options), max_memory_bytes=max_memory_bytes)
+
+
+def guard_inputs(inputs: RunInputs, limit_bytes: float | None, iterations: int | None = None):
+    """Refuse what the specs alone decide (capacity, a memory lower bound against
+    ``limit_bytes``; ``sim.resources.check_inputs``) before the cluster is built or a plan
+    searched; ``iterations`` defaults to the run's."""
+    n = inputs.options["iterations"] if iterations is None else iterations
+    if inputs.workload is None:  # a replayed trace: the cluster's graph only
+        from zionsim.sim.resources import Sizes, check_memory, estimate
+
+        return check_memory(estimate(Sizes(gpus=inputs.cluster.gpus)), limit_bytes, "command")
+    return check_inputs(inputs.cluster, inputs.workload, n, limit_bytes, inputs.options["plan"])
+
+
+def simulate_inputs(
+    inputs: RunInputs,
+    cluster=None,
+    plan: Plan | None = None,
+    *,
+    trace: Trace | None = None,
+    max_memory_bytes: float | None = None,
+    guarded: bool = False,
+    on_phase=None,
+) -> RunResult:
+    """The run ``inputs`` describe: its workload under ``plan`` (default: :func:`plan_of`) on
+    ``cluster`` (default: built from the spec), or the replayed ``trace``.  ``guarded``: the
+    caller already ran :func:`guard_inputs`; ``on_phase(name)`` is told ``plan`` and
+    ``simulate`` as they start (a progress bar)."""
+    t0 = time.perf_counter()
+    o = inputs.options
+    check_iterations(o["iterations"], o["warmup"])
+    if not guarded:
+        guard_inputs(inputs, max_memory_bytes)
+    memory = pd.DataFrame()
+    if trace is None:
+        (on_phase or _quiet)("plan")
+        trace, memory, cluster = trace_of(inputs, cluster, plan)
+    else:
+        cluster = cluster or _build(inputs)
+    (on_phase or _quiet)("simulate")
+    return _execute(
+        cluster, trace, memory, inputs.workload, o["iterations"], o["warmup"], max_memory_bytes, t0
+    )
+
+
+def trace_of(inputs: RunInputs, cluster=None, plan: Plan | None = None):
+    """The lowered iteration trace of ``inputs``, its per-GPU memory table and the cluster (built
+    from the spec unless given), under ``plan`` (default: :func:`plan_of`)."""
+    cluster = cluster or _build(inputs)
+    plan = plan or plan_of(inputs, cluster)
+    fused = inputs.options["fused"] and inputs.stack.fused_embedding
+    trace, memory = lower_checked(cluster, inputs.workload, plan, fused, inputs.sync, inputs.stack)
+    return trace, memory, cluster
+
+
+def _build(inputs: RunInputs):
     from zionsim.hardware.cluster import Cluster
-    from zionsim.hardware.topology import load_topology
 
-    o = run_options(options)
-    topo_sets = {k[9:]: v for k, v in options.items() if k.startswith("topology.")}
-    work_sets = {k[9:]: v for k, v in options.items() if k.startswith("workload.")}
-    spec = load_topology(
-        o["topology"], nodes=o["nodes"], gpus_per_node=o["gpus_per_node"], overrides=topo_sets
-    )
-    w = load_workload(o["workload"], overrides=work_sets, batch_per_gpu=o["batch_per_gpu"])
-    if o["global_batch"] is not None:
-        w = with_global_batch(w, o["global_batch"], spec.gpus)
-    stack = _run_stack(o["stack"], options)
-    w = apply_stack(w, stack)
-    if max_memory_bytes is not None:
-        check_inputs(spec, w, o["iterations"], max_memory_bytes, o["plan"])
-    cluster = Cluster.build(spec)
-    return simulate_run(
-        cluster,
-        w,
-        _point_plan(o["plan"], cluster, w, stack),
-        iterations=o["iterations"],
-        warmup=o["warmup"],
-        fused=o["fused"],
-        stack=stack,
-        sync=o["sync"],
-        sync_every=o["sync_every"],
-        sync_servers=o["sync_servers"],
-        sync_period_s=o["sync_period_s"],
-        sync_trainer=o["sync_trainer"],
-        max_memory_bytes=max_memory_bytes,
-    )
+    return Cluster.build(inputs.cluster)
 
 
-def run_options(options: dict, file: str = "run options") -> dict:
-    """The run options of ``options`` (:data:`RUN_OPTIONS`; dotted paths pass through) checked
-    and typed, absent ones at their defaults; an unknown option or a value of the wrong type or
-    out of bounds is an :class:`InputError` naming it."""
-    from zionsim.base.config import Fields
-
-    _check_run_options(options)
-    f = Fields(options, file)
-    out = {k: f.text(k, None) for k in ("sync", "sync_trainer")}
-    # a stack profile object (library use) passes as it is; from files it is a name or a path
-    stack = options.get("stack")
-    out["stack"] = stack if isinstance(stack, StackSpec) else f.text("stack", None)
-    out.update({k: f.integer(k, None) for k in ("nodes", "gpus_per_node", "batch_per_gpu")})
-    out.update({k: f.integer(k, None) for k in ("global_batch", "sync_every", "sync_servers")})
-    period = f.raw("sync_period_s", None)
-    out.update(
-        topology=f.text("topology", "zionex"),
-        workload=f.text("workload", "neo_model_a"),
-        plan=f.text("plan", "auto"),
-        iterations=f.integer("iterations", 3),
-        warmup=f.integer("warmup", 1, minimum=0),
-        seed=f.integer("seed", None, minimum=0),
-        fused=f.flag("fused", True),
-        sync_period_s=None
-        if period is None
-        else f.quantity("sync_period_s", "time", unit=False, strict=False),  # fmt: skip
-    )
-    return out
+def _quiet(phase: str) -> None:
+    """No progress to show."""
 
 
 def check_iterations(iterations: int, warmup: int) -> None:
@@ -421,59 +421,3 @@ def check_iterations(iterations: int, warmup: int) -> None:
             field="warmup",
             allowed=f"0..{iterations - 1}",
         )
-
-
-def _check_run_options(options: dict) -> None:
-    """Every undotted key is one of :data:`RUN_OPTIONS` (InputError naming the first that isn't)."""
-    from zionsim.base.errors import InputError
-
-    if not isinstance(options, dict):
-        raise InputError(f"expected a mapping of run options, got {options!r}", field="options")
-    if "fidelity" in options:
-        raise InputError(
-            f"run option 'fidelity' ({options['fidelity']!r}) was removed: the flow model "
-            "(max-min shared links) is the only network model",
-            field="fidelity",
-            allowed="delete the key",
-        )
-    unknown = sorted(str(k) for k in options if "." not in str(k) and k not in RUN_OPTIONS)
-    if unknown:
-        raise InputError(
-            f"unknown run option {unknown[0]!r}",
-            field=unknown[0],
-            allowed=", ".join(RUN_OPTIONS) + ", topology.PATH, workload.PATH, stack.PATH",
-        )
-
-
-def _run_stack(stack, options: dict) -> StackSpec:
-    """The run's stack profile, with the run's ``stack.PATH`` overrides applied to its file."""
-    from zionsim.base.errors import InputError
-    from zionsim.dlrm.stack import DEFAULT_STACK, load_stack
-
-    sets = {k[6:]: v for k, v in options.items() if k.startswith("stack.")}
-    if not sets:
-        return resolve_stack(stack)
-    if isinstance(stack, StackSpec):
-        raise InputError(
-            "stack.PATH overrides need a stack name or file, not a profile object",
-            field=next(iter(sets)),
-        )
-    return load_stack(stack or DEFAULT_STACK, sets)
-
-
-def _point_plan(name: str, cluster, w: WorkloadSpec, stack: StackSpec | None = None) -> Plan:
-    """The plan of a run: a planner's (``auto`` is the stack's, greedy by default) or a plan
-    file's."""
-    from zionsim.dlrm.planner import PLANNERS, named_plan
-
-    if name == "auto" or name in PLANNERS:
-        return named_plan(name, cluster, w, stack)
-    from zionsim.dlrm.plan_file import load_plan
-
-    return load_plan(
-        name,
-        w,
-        len(cluster.gpus),
-        cluster.spec.gpus_per_node,
-        cluster.spec.nodes * cluster.spec.host.sockets,
-    )

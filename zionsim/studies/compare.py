@@ -14,7 +14,10 @@ Components, each in seconds per iteration (definitions also in ``docs/outputs.md
    that compute did not hide.  Their subtotal is the ``exposed_communication`` row.  Any other
    category of the breakdown (e.g. ``parameter_server``) is communication too and gets its own
    row after these.
-3. **Imbalance**: critical-path compute beyond the rank average,
+3. **Host** (``framework``): host time per iteration the GPUs wait for (a stack's fitted
+   ``step_overhead``: data-loader hand-off, framework bookkeeping), group ``host``: neither
+   compute nor communication, so it is not folded into either subtotal.
+4. **Imbalance**: critical-path compute beyond the rank average,
    ``Σ max(0, critical_path_s − busy_s)`` over compute categories (the slowest rank's excess over
    the mean, e.g. a GPU with more embedding rows), plus ``idle`` gaps on the critical path.
 
@@ -35,8 +38,12 @@ COMMUNICATION = (
     "host_transfer",
     "sync",
 )
+#: host time the GPUs wait for: its own row and group, never communication
+HOST = ("framework",)
 #: rows of the attribution table, in order; the last two are subtotal and total
-ROWS = (*COMPUTE, *COMMUNICATION, "imbalance", "exposed_communication", "iteration_time")
+ROWS = (
+    *COMPUTE, *HOST, *COMMUNICATION, "imbalance", "exposed_communication", "iteration_time"
+)  # fmt: skip
 COLUMNS = (
     "component",
     "group",
@@ -81,7 +88,7 @@ def components(summary: dict) -> dict[str, float]:
         balanced = min(on_path, float(busy.get(cat, on_path)))
         out[cat] = balanced
         imbalance += on_path - balanced
-    for cat in COMMUNICATION:
+    for cat in (*HOST, *COMMUNICATION):
         out[cat] = float(cp.get(cat, 0.0))
     out["imbalance"] = imbalance
     for cat in _extra(summary):
@@ -91,13 +98,15 @@ def components(summary: dict) -> dict[str, float]:
 
 def _extra(*summaries: dict) -> list[str]:
     """Breakdown categories of the summaries outside the known ones, sorted."""
-    known = set(COMPUTE) | set(COMMUNICATION) | {"idle"}
+    known = set(COMPUTE) | set(HOST) | set(COMMUNICATION) | {"idle"}
     return sorted({k for s in summaries for k in s["breakdown_s"] if k not in known})
 
 
 def _group(component: str, comm) -> str:
     if component in COMPUTE:
         return "compute"
+    if component in HOST:
+        return "host"
     if component in comm or component == "exposed_communication":
         return "exposed_communication"
     return "imbalance" if component == "imbalance" else "total"
@@ -123,7 +132,7 @@ def attribute(a: dict, b: dict) -> pd.DataFrame:
     busy_a, busy_b = a.get("busy_s", {}), b.get("busy_s", {})
     total = cb["iteration_time"] - ca["iteration_time"]
     rows = []
-    order = (*COMPUTE, *comm, "imbalance", "exposed_communication", "iteration_time")
+    order = (*COMPUTE, *HOST, *comm, "imbalance", "exposed_communication", "iteration_time")
     for comp in order:
         delta = cb[comp] - ca[comp]
         rows.append(

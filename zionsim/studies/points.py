@@ -118,7 +118,7 @@ def reuse_problem(record: dict | None, point: dict, inputs: str) -> str | None:
     """Why ``record`` cannot stand for ``point`` (its parameters and ``point_id``) under the
     current model and ``inputs`` hash; None when it can be reused as is."""
     if record is None:
-        return "missing or unreadable"
+        return "missing"
     if record.get("status") != "ok":
         return "failed before"
     if any(not isinstance(record.get(k), str) for k in HASHES):
@@ -145,7 +145,7 @@ def point_path(out: Path, pid: str) -> Path:
 
 
 #: reasons for rerunning a point that need no telling (never run, or failed: retried as before)
-_QUIET = ("missing or unreadable", "failed before")
+_QUIET = ("missing", "failed before")
 
 
 def to_run(out: Path, pts: list[dict], inputs: dict, notify: Callable[[str], None]) -> list[dict]:
@@ -153,8 +153,11 @@ def to_run(out: Path, pts: list[dict], inputs: dict, notify: Callable[[str], Non
     line to ``notify`` per reason other than a missing or failed point."""
     todo, why = [], {}
     for p in pts:
-        record = read_record(point_path(out, p["point_id"]))
+        path = point_path(out, p["point_id"])
+        record = read_record(path)
         problem = reuse_problem(record, p, inputs[p["point_id"]])
+        if record is None and path.exists():
+            problem = "unreadable (truncated or not JSON)"
         if problem is not None:
             todo.append(p)
             if problem not in _QUIET:

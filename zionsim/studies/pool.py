@@ -104,6 +104,8 @@ def _terminate(pool) -> None:
 LOOPBACK = ("localhost", "127.0.0.1", "::1", "[::1]")
 #: Dask transports without encryption
 INSECURE = ("tcp", "ws", "ucx")
+#: the transports Dask knows
+SCHEMES = ("tcp", "tls", "ws", "wss", "ucx", "inproc")
 
 
 def check_scheduler(address: str, secure: bool, allow_insecure: bool) -> None:
@@ -113,6 +115,12 @@ def check_scheduler(address: str, secure: bool, allow_insecure: bool) -> None:
 
     scheme, _, rest = address.partition("://") if "://" in address else ("tcp", "", address)
     host = rest.rsplit(":", 1)[0] if rest.count(":") == 1 or rest.startswith("[") else rest
+    if scheme not in SCHEMES or not host:
+        raise InputError(
+            f"{address!r} is not a Dask scheduler address",
+            field="--scheduler",
+            allowed="tls://HOST:PORT, or tcp://127.0.0.1:PORT (" + ", ".join(SCHEMES) + ")",
+        )
     if scheme in ("tls", "wss"):
         return
     if secure:

@@ -101,7 +101,8 @@ def describe(s: Shard) -> str:
 
 class Judge:
     """Simulated iteration time of a plan in seconds (None when it does not fit in memory),
-    cached by plan; counts the simulations it ran."""
+    cached by plan; counts the simulations it ran.  ``w`` is the workload as ``stack`` trains
+    it (``RunInputs.workload``: its precisions already the stack's)."""
 
     def __init__(self, cluster, w, *, iterations=2, warmup=1, stack=None):
         from zionsim.dlrm.stack import resolve_stack
@@ -119,12 +120,14 @@ class Judge:
         return self.cache[plan.shards]
 
     def _simulate(self, plan: Plan) -> float | None:
+        from zionsim.dlrm.sync import sync_spec
         from zionsim.sim.engine import simulate_trace
         from zionsim.sim.results import Analysis
-        from zionsim.sim.run import build_trace
+        from zionsim.sim.run import lower_checked
 
-        try:
-            trace, _ = build_trace(self.cluster, self.w, plan, stack=self.stack)
+        try:  # ``w`` is the workload as the stack trains it: the stack is not applied again
+            sync, fused = sync_spec(base=self.w.sync), self.stack.fused_embedding
+            trace, _ = lower_checked(self.cluster, self.w, plan, fused, sync, self.stack)
         except CapacityError:
             return None
         rec = simulate_trace(self.cluster, trace, iterations=self.iterations)

@@ -35,8 +35,9 @@ import pandas as pd
 
 from zionsim.base.errors import InputError
 from zionsim.io.files import print_note, to_json, write_atomic, write_sweep_table
+from zionsim.sim.inputs import ALLOWED_KEYS, OVERRIDE_PREFIXES, RUN_OPTIONS
 from zionsim.sim.results import summary_row
-from zionsim.sim.run import RUN_OPTIONS, run_point
+from zionsim.sim.run import run_point
 from zionsim.studies.points import (
     canonical,
     inputs_hash,
@@ -48,9 +49,9 @@ from zionsim.studies.points import (
     to_run,
 )
 
-PREFIXES = ("topology.", "workload.")
+PREFIXES = OVERRIDE_PREFIXES
 SWEEP_KEYS = ("base", "grid")
-_ALLOWED_KEYS = ", ".join(RUN_OPTIONS) + ", topology.PATH, workload.PATH"
+_ALLOWED_KEYS = ALLOWED_KEYS
 
 
 @dataclass(frozen=True)
@@ -99,7 +100,7 @@ def sweep_from_dict(data: dict, file: str = "<sweep>") -> Sweep:
 
 
 def _check_key(key, file: str, section: str) -> None:
-    """Raise unless ``key`` is a run option or a ``topology.``/``workload.`` dotted path."""
+    """Raise unless ``key`` is a run option or a ``topology.``/``workload.``/``stack.`` path."""
     ok = isinstance(key, str) and (
         key in RUN_OPTIONS or (key.startswith(PREFIXES) and len(key.split(".", 1)[1]) > 0)
     )
@@ -107,6 +108,25 @@ def _check_key(key, file: str, section: str) -> None:
         raise InputError(
             "unknown run option", file=file, field=f"{section}.{key}", allowed=_ALLOWED_KEYS
         )
+
+
+def check_grid(sweep: Sweep) -> None:
+    """Refuse up front (:class:`InputError` naming ``grid.KEY``) a grid key or value that names
+    something that does not exist — a misspelt ``topology.``/``workload.``/``stack.`` path, an
+    unknown topology, workload or stack — by resolving the base with each grid value in turn
+    (``sim.inputs.resolve_inputs``; files only, nothing simulated).  Other problems, which may
+    hold for some combinations only, are left to the points."""
+    from zionsim.sim.inputs import resolve_inputs
+
+    for key, values in sweep.grid.items():
+        for value in values:
+            try:
+                resolve_inputs({**sweep.base, key: value}, sweep.file)
+            except InputError as exc:
+                if "unknown" in exc.problem or exc.problem == "no such file":
+                    raise InputError(
+                        exc.one_line(), file=sweep.file, field=f"grid.{key}={value!r}"
+                    ) from None
 
 
 def point_id(params: dict) -> str:
@@ -203,6 +223,7 @@ def run_sweep(
         from zionsim.studies.pool import check_scheduler
 
         check_scheduler(scheduler, security is not None, allow_insecure)
+    check_grid(sweep)
     out = Path(out_dir)
     pts = points(sweep)
     inputs = {p["point_id"]: inputs_hash(p) for p in pts}
@@ -223,8 +244,6 @@ def run_sweep(
     return table
 
 
-#: a point file's record, or None if it is missing or unreadable
-read_point = read_record
 #: a point file's record, or None if it is missing or unreadable
 read_point = read_record
 
@@ -310,26 +329,81 @@ def _run_local(todo: list[dict], workers: int, run: _Run, limit) -> None:
         _drain(pending, workers, as_completed, run)
 
 
-def _run_dask(todo: list[dict], scheduler: str, run: _Run, limit, security=None) -> None:
-    """Run ``todo`` on the Dask distributed cluster at ``scheduler`` (``security``: TLS)."""
-    from distributed import Client, as_completed
+#: seconds a Dask sweep waits for a live worker (at the start, or after the last one left)
+#: before it fails naming the scheduler (environment variable ``ZIONSIM_DASK_WORKER_TIMEOUT``)
+DASK_WORKER_TIMEOUT_S = 60.0
 
+
+def _run_dask(todo: list[dict], scheduler: str, run: _Run, limit, security=None) -> None:
+    """Run ``todo`` on the Dask distributed cluster at ``scheduler`` (``security``: TLS).  With
+    no live worker for :data:`DASK_WORKER_TIMEOUT_S` (none joins, or all die) it raises
+    ``TimeoutError`` naming the scheduler; points already written stay for a resume."""
+    import os
+
+    from distributed import Client
+
+    wait_s = float(os.environ.get("ZIONSIM_DASK_WORKER_TIMEOUT", DASK_WORKER_TIMEOUT_S))
     kwargs = {"security": security} if security is not None else {}
-    with Client(scheduler, **kwargs) as client:
+    with Client(scheduler, timeout=f"{wait_s}s", **kwargs) as client:
+        _wait_for_worker(client, scheduler, wait_s)
         slots = max(1, sum(client.nthreads().values()))
         pending = {client.submit(run_one, p, limit, pure=False): p for p in todo}
-        _drain(pending, slots, as_completed, run)
+        _drain_dask(client, pending, slots, run, scheduler, wait_s)
+
+
+def _no_worker(scheduler: str, wait_s: float) -> TimeoutError:
+    return TimeoutError(
+        f"no live Dask worker at the scheduler {scheduler} for {wait_s:g} s (start one with "
+        f"`dask worker {scheduler}`; finished points are kept for a resume)"
+    )
+
+
+def _wait_for_worker(client, scheduler: str, wait_s: float) -> None:
+    """Return once the scheduler has a worker; TimeoutError naming it after ``wait_s``."""
+    try:
+        client.wait_for_workers(1, timeout=wait_s)
+    except TimeoutError:
+        raise _no_worker(scheduler, wait_s) from None
+
+
+def _drain_dask(client, pending: dict, slots: int, run: _Run, scheduler: str, wait_s) -> None:
+    """:func:`_drain` for Dask, polling so that a cluster whose workers all died fails after
+    ``wait_s`` instead of waiting forever."""
+    import time
+
+    from distributed import wait
+
+    alone_since = None
+    run.bar.running(min(slots, len(pending)))
+    while pending:
+        try:
+            done = wait(list(pending), timeout=2.0, return_when="FIRST_COMPLETED").done
+        except TimeoutError:
+            done = set()
+        for fut in done:
+            _finish(_result(fut, pending.pop(fut)), run)
+            run.bar.running(min(slots, len(pending)))
+        if done or client.nthreads():
+            alone_since = None
+        elif alone_since is None:
+            alone_since = time.monotonic()
+        elif time.monotonic() - alone_since > wait_s:
+            raise _no_worker(scheduler, wait_s)
+
+
+def _finish(record: dict, run: _Run) -> None:
+    """Seal a finished point's record and write its file atomically."""
+    record = seal(record, run.inputs[record["point_id"]])
+    run.check_model(record)
+    write_atomic(point_path(run.out, record["point_id"]), to_json(record))
+    run.bar.finished(record["status"] == "ok")
 
 
 def _drain(pending: dict, slots: int, as_completed, run: _Run) -> None:
     """Seal and write each point's file atomically as its future finishes (parent side)."""
     run.bar.running(min(slots, len(pending)))
     for fut in as_completed(list(pending)):
-        record = _result(fut, pending.pop(fut))
-        record = seal(record, run.inputs[record["point_id"]])
-        run.check_model(record)
-        write_atomic(point_path(run.out, record["point_id"]), to_json(record))
-        run.bar.finished(record["status"] == "ok")
+        _finish(_result(fut, pending.pop(fut)), run)
         run.bar.running(min(slots, len(pending)))
 
 
