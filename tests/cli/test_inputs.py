@@ -26,7 +26,7 @@ def _summary(folder: Path) -> dict:
 def test_stack_overrides_are_accepted_wherever_run_takes_them(command, tmp_path):
     """``--set stack.PATH=...`` (and workload paths) work for run, plan and trace alike."""
     out = tmp_path / ("r" if command == "run" else "f.json" if command == "trace" else "p.yaml")
-    argv = [command, *BASE, "--set", "stack.step_overhead=0us", "--set", "batch_per_gpu=64"]
+    argv = [command, *BASE, "--set", "stack.host.per_step=0us", "--set", "batch_per_gpu=64"]
     if command == "run":
         argv += ["--iterations", "2", "--no-plot"]
     assert main([*argv, "--out", str(out)]) == 0
@@ -35,7 +35,7 @@ def test_stack_overrides_are_accepted_wherever_run_takes_them(command, tmp_path)
 def test_cli_and_run_point_build_the_same_run(tmp_path):
     """The same options through the CLI and through ``run_point`` give the same summary."""
     out = tmp_path / "r"
-    sets = ["stack.step_overhead=5us", "workload.batch_per_gpu=64", "scale_out.nic_bw=50Gbps"]
+    sets = ["stack.host.per_step=5us", "workload.batch_per_gpu=64", "scale_out.nic_bw=50Gbps"]
     argv = [*RUN, "--stack", "hugectr", "--out", str(out)]
     assert main([*argv, *(a for s in sets for a in ("--set", s))]) == 0
     options = {"topology": TINY, "workload": "tiny", "iterations": 2, "stack": "hugectr"}
@@ -43,7 +43,7 @@ def test_cli_and_run_point_build_the_same_run(tmp_path):
     via_cli = _summary(out)
     block = via_cli.pop("inputs")
     assert block["overrides"] == {
-        "stack.step_overhead": "5us",
+        "stack.host.per_step": "5us",
         "workload.batch_per_gpu": 64,
         "topology.scale_out.nic_bw": "50Gbps",
     }
@@ -85,7 +85,7 @@ def test_rerun_reproduces_overrides_stack_and_plan_file(tmp_path, monkeypatch):
     replayed trace are rebuilt from their folder, summary.json byte for byte."""
     monkeypatch.chdir(tmp_path)
     stack = tmp_path / "mystack.yaml"
-    stack.write_text("base: hugectr\nstep_overhead: 7us\n")
+    stack.write_text("base: hugectr\ngpu_per_step: 7us\n")
     assert main(["plan", *BASE, "--plan", "round_robin", "--out", "plan.yaml"]) == 0
     assert main(["trace", *BASE, "--out", "t.json"]) == 0
     runs = {
@@ -140,4 +140,4 @@ def test_every_command_help_has_a_description_and_parsing_examples():
             parser.parse_args(shlex.split(line)[1:])
     for name in ("run", "trace", "plan"):
         assert "built-in stacks: hugectr" in sub[name].epilog
-        assert "stack.step_overhead" in sub[name].format_help()
+        assert "stack.host.per_step" in sub[name].format_help()

@@ -32,7 +32,7 @@ def common_options(
         "or gpu=h100"
         + (
             ", a workload path (workload.batch_per_gpu=512, or a bare workload field), or a "
-            "stack path (stack.step_overhead=0us); docs/architecture.md 'Run options'"
+            "stack path (stack.host.per_step=0us); docs/architecture.md 'Run options'"
             if overrides
             else ""
         ),

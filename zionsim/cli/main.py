@@ -127,14 +127,14 @@ _EXAMPLES = {
   zionsim run --workload tiny --nodes 2
   zionsim run --nodes 16 --set scale_out.nic_bw=400Gbps --out results/runs/nic400
   zionsim run --workload dle_dlrm_small --stack nvidia_pytorch_dlrm --global-batch 4096
-  zionsim run --set stack.step_overhead=0us --sync shadow-easgd --sync-servers 2
+  zionsim run --set stack.host.per_step=0us --sync shadow-easgd --sync-servers 2
   zionsim rerun results/runs/nic400      (rebuilds the run from its summary.json)""",
     "trace": """examples:
   zionsim trace --workload tiny --nodes 1 --out results/tiny_trace.json
   zionsim trace --import-kineto examples/profile.json --global-batch 2048 --out results/k.json""",
     "plan": """examples:
   zionsim plan --workload neo_model_a --nodes 16
-  zionsim plan --workload tiny --nodes 2 --set stack.step_overhead=0us --out results/plan.yaml
+  zionsim plan --workload tiny --nodes 2 --set stack.host.per_step=0us --out results/plan.yaml
   zionsim plan --workload tiny --nodes 2 --refine --max-evals 20""",
 }
 

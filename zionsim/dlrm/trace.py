@@ -96,7 +96,8 @@ class MemoryArgs(NamedTuple):
 
 
 class HostArgs(NamedTuple):
-    """Host time the GPU waits for (a stack's ``step_overhead``)."""
+    """``seconds`` of host-thread work (a stack's batch preparation or kernel launches, on the
+    ``host`` stream) or of GPU work the op list leaves out (``gpu_per_step``)."""
 
     seconds: float
     measured_us: float | None = None

@@ -135,7 +135,11 @@ def _stack_from_meta(data: dict | None) -> StackSpec | None:
         "kernel_launch_s": data.get("kernel_launch_s"),
         "mlp_kernels": tuple(data.get("mlp_kernels") or (1, 2)),
         "optimizer_kernels_per_tensor": int(data.get("optimizer_kernels_per_tensor", 0)),
-        "step_overhead_s": float(data.get("step_overhead_s", 0.0)),
+        "host_dispatch_s": float(data.get("host_dispatch_s", 0.0)),
+        "host_per_step_s": float(data.get("host_per_step_s", 0.0)),
+        "host_per_sample_s": float(data.get("host_per_sample_s", 0.0)),
+        "host_overlap": bool(data.get("host_overlap", True)),
+        "gpu_per_step_s": float(data.get("gpu_per_step_s", 0.0)),
         "compute_slowdown": float(data.get("compute_slowdown", 0.0)),
         "comm_slowdown": float(data.get("comm_slowdown", 0.0)),
         "fused_embedding": bool(data.get("fused_embedding", True)),
@@ -398,12 +402,18 @@ def _check_meta(meta, ranks: int, n_colls: int, err) -> dict:
 
 
 def _check_stack_meta(stack: dict, err) -> None:
-    """The stack fields the engine reads: launch cost and the two slowdowns."""
+    """The stack fields the engine reads: launch cost, the two slowdowns, the host's overlap
+    (its work is in the trace's ``host`` ops; the per-step figures are the profile's record)."""
     launch = stack.get("kernel_launch_s")
     if launch is not None:
         _number(launch, "kernel_launch", "time", "meta.stack.kernel_launch_s", err)
     for key in ("compute_slowdown", "comm_slowdown"):
         _number(stack.get(key, 0.0), key, None, f"meta.stack.{key}", err)
+    for key, bound in (("host_dispatch_s", "dispatch"), ("host_per_step_s", "per_step"),
+                       ("host_per_sample_s", "per_sample"), ("gpu_per_step_s", "gpu_per_step")):
+        _number(stack.get(key, 0.0), bound, "time", f"meta.stack.{key}", err)  # fmt: skip
+    if not isinstance(stack.get("host_overlap", True), bool):
+        raise err("meta.stack.host_overlap", "expected true or false")
 
 
 def _check_sync_meta(sync: dict, ranks: int, n_colls: int, err) -> None:

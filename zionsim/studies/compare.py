@@ -15,7 +15,7 @@ Components, each in seconds per iteration (definitions also in ``docs/outputs.md
    category of the breakdown (e.g. ``parameter_server``) is communication too and gets its own
    row after these.
 3. **Host** (``framework``): host time per iteration the GPUs wait for (a stack's fitted
-   ``step_overhead``: data-loader hand-off, framework bookkeeping), group ``host``: neither
+   host thread: batch preparation and kernel launches), group ``host``: neither
    compute nor communication, so it is not folded into either subtotal.
 4. **Imbalance**: critical-path compute beyond the rank average,
    ``Σ max(0, critical_path_s − busy_s)`` over compute categories (the slowest rank's excess over
