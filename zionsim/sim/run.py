@@ -24,10 +24,11 @@ from zionsim.dlrm.plan import (
     default_plan,
     memory_by_rank,
 )
-from zionsim.dlrm.stack import StackSpec, apply_stack, resolve_stack
+from zionsim.dlrm.stack import StackSpec, apply_stack, check_trainer, resolve_stack
 from zionsim.dlrm.sync import SyncSpec, gap_stats, sync_spec
 from zionsim.dlrm.trace import Trace, lower
 from zionsim.dlrm.workload import WorkloadSpec
+from zionsim.hardware.compute import architecture
 from zionsim.sim.engine import simulate_trace
 from zionsim.sim.resources import check_inputs, check_trace
 from zionsim.sim.results import Analysis, links_table, perfetto, rank_totals, sample_events
@@ -68,6 +69,7 @@ def build_trace(
     """The iteration trace and the per-GPU memory table, after the capacity checks, as the
     software ``stack`` (default ``torchrec``) runs the workload."""
     stack = resolve_stack(stack)
+    check_trainer(stack, architecture(cluster.spec.gpu))
     workload = apply_stack(workload, stack)
     fused = fused and stack.fused_embedding
     gpus, g = len(cluster.gpus), cluster.spec.gpus_per_node
