@@ -90,3 +90,18 @@ def test_nccl_on_cpu_trainers_is_a_one_line_error():
     assert p.returncode == 2
     assert "NCCL collectives need GPUs" in p.stderr
     assert "Traceback" not in p.stderr
+
+
+def test_the_capacity_precheck_counts_parameter_servers_under_plan_ps():
+    """Model F (48 TB of FP32 rows) fits the CPU platform's 64 TB of parameter servers, not its
+    trainers: the pre-check before any graph counts the service hosts only where a plan may use
+    them."""
+    from zionsim.dlrm.stack import apply_stack, load_stack
+    from zionsim.dlrm.workload import load_workload
+    from zionsim.sim.resources import check_inputs
+
+    spec = load_topology("cpu_ps_platform")
+    w = apply_stack(load_workload("neo_model_f"), load_stack("cpu_hogwild"))
+    check_inputs(spec, w, plan="ps")
+    with pytest.raises(InputError, match="HBM and host DRAM"):
+        check_inputs(spec, w, plan="round_robin")
