@@ -114,16 +114,22 @@ def check_fixed_fits(w: WorkloadSpec, hbm_bytes: float) -> None:
         )
 
 
-def check_cluster_holds(w: WorkloadSpec, gpus: int, hbm_bytes: float, dram_bytes: float) -> None:
+def check_cluster_holds(
+    w: WorkloadSpec, gpus: int, hbm_bytes: float, dram_bytes: float, ps_bytes: float = 0.0
+) -> None:
     """Raise :class:`CapacityError` when the embedding rows alone exceed all the HBM and host DRAM
-    of the cluster (``gpus`` × ``hbm_bytes`` plus ``dram_bytes`` of all nodes): no plan fits."""
+    of the cluster (``gpus`` × ``hbm_bytes`` plus ``dram_bytes`` of all nodes), and the DRAM of
+    the parameter-server hosts where the plan may use them (``ps_bytes``): no plan fits."""
     rows = float(sum(table_bytes(w, t) for t in w.tables))
-    if rows > gpus * hbm_bytes + dram_bytes:
+    have = gpus * hbm_bytes + dram_bytes + ps_bytes
+    if rows > have:
+        where = "HBM, host DRAM and parameter-server DRAM" if ps_bytes else "HBM and host DRAM"
         raise CapacityError(
             f"the embedding tables need {rows / 1e12:.2f} TB but the whole cluster has "
-            f"{(gpus * hbm_bytes + dram_bytes) / 1e12:.2f} TB of HBM and host DRAM",
+            f"{have / 1e12:.2f} TB of {where}",
             field="--nodes",
-            allowed="more nodes, fewer or smaller tables, or a smaller embedding precision",
+            allowed="more nodes, fewer or smaller tables, or a smaller embedding precision"
+            + (", or more service hosts (--set front_end.servers=N)" if ps_bytes else ""),
         )
 
 

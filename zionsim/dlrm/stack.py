@@ -42,6 +42,10 @@ TensorFlow + SOK.  A stack profile states, as data with sources, what differs be
    inter-iteration overlap).
 9. ``grouped_allreduce`` — one all-reduce of every dense (and replicated-table) gradient once
    the backward has produced the last of them, instead of DDP's buckets during the backward.
+10b. ``trainer`` — what the stack trains on: ``gpu`` (default) or ``cpu``, a CPU trainer host
+    whose Hogwild threads run the ops on its cores (``stacks/cpu_hogwild.yaml``); a run pairs a
+    ``cpu`` stack only with a topology of CPU trainers (``gpu.architecture: cpu``) and the other
+    way round.
 10. ``planner`` — the sharding planner ``plan: auto`` means under this stack (``name``, one of
     ``planner.PLANNERS``; default ``greedy``) and its settings: ``hugectr`` is NVIDIA's MLPerf
     planner with the settings of its configurations (``hugectr_plan.py``).
@@ -75,7 +79,10 @@ STACK_KEYS = {
     "embedding_stream",
     "planner",
     "grouped_allreduce",
+    "trainer",
 }
+#: what a stack trains on (``trainer:``): GPUs, or CPU trainer hosts
+TRAINER_KINDS = ("gpu", "cpu")
 #: planners a stack may name, with the parser of their settings (``planner:`` mapping)
 STACK_PLANNERS = ("greedy", "hugectr")
 PRECISION_KEYS = ("embedding", "dense", "communication")
@@ -114,6 +121,8 @@ class StackSpec:
     #: planner ``plan: auto`` runs, and its settings (a ``hugectr_plan.Settings`` for hugectr)
     planner: str = "greedy"
     planner_settings: object = None
+    #: ``gpu`` or ``cpu`` (:data:`TRAINER_KINDS`)
+    trainer: str = "gpu"
     file: str = ""
 
     def to_dict(self) -> dict:
@@ -140,6 +149,7 @@ class StackSpec:
                 if self.planner_settings is not None
                 else {}
             ),
+            **({"trainer": self.trainer} if self.trainer != "gpu" else {}),
         }
 
 
@@ -222,8 +232,26 @@ def stack_from_dict(data: dict, file: str = "<stack>") -> StackSpec:
         grouped_allreduce=f.flag("grouped_allreduce", False),
         planner=planner,
         planner_settings=settings,
+        trainer=f.choice("trainer", TRAINER_KINDS, "gpu"),
         file=file,
     )
+
+
+def check_trainer(stack: StackSpec, architecture: str) -> None:
+    """InputError unless ``stack`` trains on the kind of trainer the topology has: a ``cpu``
+    stack on CPU trainers (``gpu.architecture: cpu``), a GPU stack on GPUs."""
+    from zionsim.base.errors import InputError
+
+    cpu = architecture == "cpu"
+    if cpu != (stack.trainer == "cpu"):
+        raise InputError(
+            f"stack {stack.name!r} trains on {stack.trainer.upper()}s but the topology's "
+            f"trainers are {'CPU hosts' if cpu else 'GPUs'}",
+            field="--stack",
+            allowed="cpu_hogwild (or a stack with trainer: cpu)"
+            if cpu
+            else "a GPU stack: torchrec, hugectr, nvidia_pytorch_dlrm, tensorflow_sok, bare",
+        )
 
 
 def _planner(f: Fields) -> tuple[str, object]:

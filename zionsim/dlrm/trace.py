@@ -17,7 +17,8 @@ The iteration, per rank (streams: ``compute``, ``a2a`` and ``allreduce``, each i
    sparse gradient and ``emb_opt``, category ``optimizer``, the separate ``torch.optim`` pass);
 With ``ps``-tier tables (``sharding.py``), ``ps_lookup`` (indices out, pooled rows back) runs on
 the ``ps`` stream from the iteration's start and feeds the interaction; ``ps_update`` pushes
-their gradients after the interaction backward.
+their gradients after the interaction backward (on CPU trainers, on a stream of its own,
+``ps_push``: their Hogwild threads are out of step, so pushes overlap the next lookups).
 
 6. dense gradients all-reduced in buckets of ``BUCKET_BYTES`` as backward produces them (PyTorch
    DDP: 25 MiB, a tensor larger than that is a bucket of its own); DP tables' gradients join the
@@ -47,8 +48,10 @@ SCHEMA = "zionsim.trace/1"
 #: in-order streams of a rank: the GPU's compute stream, two NCCL streams, the host threads
 #: that talk to embedding parameter servers (``ps`` tier), the embedding stream of a stack
 #: that runs its lookups on a stream of their own (``embedding_stream``), and the host thread
-#: that prepares each batch and launches the kernels (a stack's ``host``)
-STREAMS = ("compute", "a2a", "allreduce", "ps", "embedding", "host")
+#: that prepares each batch and launches the kernels (a stack's ``host``); ``ps_push``: the
+#: parameter-server gradient pushes of a Hogwild CPU trainer (a ``trainer: cpu`` stack), whose
+#: threads run their iterations out of step, so one batch's push overlaps the next's lookup
+STREAMS = ("compute", "a2a", "allreduce", "ps", "embedding", "host", "ps_push")
 #: ``host``: a span of host-thread work (a stack's batch preparation and kernel launches)
 COMPUTE_KINDS = ("gemm", "embedding_fwd", "embedding_bwd", "memory", "host")
 KINDS = COMPUTE_KINDS + ("collective", "transfer")
@@ -430,13 +433,15 @@ class _RankOps:
         )  # fmt: skip
 
     def ps(self, name, deps, **parts):
-        """A parameter-server transfer, one byte count per server and part; None without servers."""
+        """A parameter-server transfer, one byte count per server and part; None without servers.
+        A CPU trainer's pushes go on ``ps_push`` (``STREAMS``), a GPU rank's on ``ps``."""
         if not self.servers:
             return None
         parts = {k: [float(v[self.r, j]) for j in self.servers] for k, v in parts.items()}
         nbytes = float(sum(parts.get("pooled", parts.get("push", []))))
+        hogwild = name == "ps_update" and self.stack.trainer == "cpu"
         return self.b.op(
-            self.r, name, "transfer", "parameter_server", "ps", deps,
+            self.r, name, "transfer", "parameter_server", "ps_push" if hogwild else "ps", deps,
             direction=name, servers=self.servers, nbytes=nbytes, **parts,
         )  # fmt: skip
 

@@ -58,14 +58,15 @@ from pathlib import Path
 
 from zionsim.base.config import Fields, safe_load
 from zionsim.base.errors import InputError
-from zionsim.hardware.topology import GPU_ARCHITECTURES, GpuSpec
+from zionsim.hardware.topology import TRAINER_ARCHITECTURES, GpuSpec
 
 GEMM_DTYPES = ("fp32", "tf32", "fp16", "bf16", "int8")
 ELEMENT_BYTES = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "int8": 1}
 OPTIMIZERS = ("sgd", "adagrad", "rowwise_adagrad", "adam")
-ARCHITECTURES = GPU_ARCHITECTURES
-#: GPU families recognised in ``GpuSpec.model`` and their architecture
+ARCHITECTURES = TRAINER_ARCHITECTURES
+#: GPU families (and the CPU trainers' Xeon) recognised in ``GpuSpec.model``, their architecture
 FAMILIES = {
+    "XEON": "cpu",
     "V100": "volta",
     "A100": "ampere",
     "A800": "ampere",
@@ -131,7 +132,7 @@ def load_compute_model(path: str | None = None) -> ComputeModel:
     emb, fitted = f.sub("embedding"), f.sub("fitted")
     return ComputeModel(
         arch={
-            a: _arch(f.sub("architectures").sub(a), fitted.sub("gemm").sub(a))
+            a: _arch(f.sub("architectures").sub(a), _gemm_fields(f, fitted, a))
             for a in ARCHITECTURES
         },
         sector_bytes=emb.quantity("sector_bytes", "bytes", unit=False),
@@ -144,6 +145,14 @@ def load_compute_model(path: str | None = None) -> ComputeModel:
         coalesce_index_bytes=emb.quantity("coalesce_index_bytes_per_lookup", "bytes", unit=False),
         coalesce_kernels=emb.integer("coalesce_kernels"),
     )
+
+
+def _gemm_fields(f: Fields, fitted: Fields, arch: str) -> Fields:
+    """An architecture's GEMM curve: the calibration's fit (``fitted.gemm``), else the one its
+    ``architectures`` entry states with its sources (``cpu``: no CPU data in the calibration)."""
+    if arch in (fitted.data.get("gemm") or {}):
+        return fitted.sub("gemm").sub(arch)
+    return f.sub("architectures").sub(arch).sub("gemm")
 
 
 def _arch(f: Fields, g: Fields) -> ArchModel:
@@ -160,8 +169,9 @@ def _arch(f: Fields, g: Fields) -> ArchModel:
 
 
 def architecture(gpu: GpuSpec) -> str:
-    """``"volta"``, ``"ampere"`` or ``"hopper"``: ``gpu.architecture`` when given (a preset
-    gives it), else from the family named in ``gpu.model``."""
+    """``"volta"``, ``"ampere"``, ``"hopper"`` (or ``"cpu"`` for a CPU trainer):
+    ``gpu.architecture`` when given (a preset gives it), else from the family named in
+    ``gpu.model``."""
     if gpu.architecture:
         return gpu.architecture
     found = _FAMILY.search(gpu.model)

@@ -33,6 +33,9 @@ LINK_ROLES = {
 }
 #: GPU generations with compute-model and NCCL parameters (``gpu.architecture``)
 GPU_ARCHITECTURES = ("volta", "ampere", "hopper")
+#: ... and ``cpu``: a CPU trainer host whose CPU complex stands in the GPU's place (one rank per
+#: host, no NCCL; docs/topologies.md "CPU trainers")
+TRAINER_ARCHITECTURES = (*GPU_ARCHITECTURES, "cpu")
 
 
 @dataclass(frozen=True)
@@ -287,7 +290,7 @@ def _gpu(f: Fields) -> GpuSpec:
         flops=flops,
         hbm_bytes=f.quantity("hbm", "bytes"),
         hbm_bw_Bps=f.quantity("hbm_bw", "bandwidth"),
-        architecture=f.choice("architecture", GPU_ARCHITECTURES) if arch else "",
+        architecture=f.choice("architecture", TRAINER_ARCHITECTURES) if arch else "",
     )
 
 

@@ -121,6 +121,17 @@ def estimate_s(
     return latency_s(model, st, sched.algorithm, protocol) + bw_s + fill
 
 
+def check_gpus(cluster) -> None:
+    """InputError on a topology of CPU trainers (``gpu.architecture: cpu``): NCCL needs GPUs."""
+    if generation(cluster) == "cpu":
+        raise InputError(
+            "NCCL collectives need GPUs: this topology's trainers are CPU hosts",
+            field="gpu.architecture",
+            allowed="a GPU topology (zionex, dgx_a100, ...); CPU trainers sync through EASGD "
+            "servers (--sync shadow-easgd) and parameter servers (--plan ps)",
+        )
+
+
 def choose(
     cluster,
     op: str,
@@ -132,6 +143,7 @@ def choose(
     matrix: np.ndarray | None = None,
 ) -> Choice:
     """The (algorithm, protocol) NCCL would use — or the one asked for — with its estimate."""
+    check_gpus(cluster)
     model = cluster_model(cluster, model)
     if op not in ALGORITHMS:
         raise InputError(f"unknown collective {op!r}", field="--op", allowed=", ".join(ALGORITHMS))

@@ -166,13 +166,37 @@ def _simulate(
 
 
 def check_cluster(cluster, trace: Trace) -> None:
-    """InputError unless ``trace`` has one rank per GPU of ``cluster``."""
+    """InputError unless ``trace`` has one rank per GPU of ``cluster``, and, on CPU trainers,
+    no NCCL collective (:func:`check_cpu_trainers`)."""
     if trace.ranks != len(cluster.gpus):
         raise InputError(
             f"the trace has {trace.ranks} ranks but the cluster has {len(cluster.gpus)} GPUs",
             field="--nodes/--gpus-per-node",
             allowed=f"a cluster of {trace.ranks} GPUs",
         )
+    check_cpu_trainers(cluster, trace)
+
+
+def check_cpu_trainers(cluster, trace: Trace) -> None:
+    """CPU trainers (``gpu.architecture: cpu``) run no NCCL: InputError naming the option that
+    asked for a collective (dense all-reduce: ``--sync``; embedding all-to-all: ``--plan``).
+    Their embeddings live on parameter servers and their dense replicas sync with EASGD
+    servers, both over the front-end network, as ShadowSync's CPU trainers did."""
+    if compute.architecture(cluster.spec.gpu) != "cpu" or not trace.collectives:
+        return
+    ops = {c.op for c in trace.collectives}
+    if "all_to_all" in ops or "all_to_allv" in ops or ops - {"all_reduce"}:
+        raise InputError(
+            "CPU trainers have no NCCL all-to-all: embedding tables sharded on the trainers "
+            "need one",
+            field="--plan",
+            allowed="ps (tables on CPU parameter servers)",
+        )
+    raise InputError(
+        "CPU trainers have no NCCL all-reduce: --sync allreduce, *-ma and *-bmuf need one",
+        field="--sync",
+        allowed="foreground-easgd or shadow-easgd (EASGD sync servers on the front-end network)",
+    )
 
 
 def check_complete(rec: RunRecords) -> None:

@@ -205,7 +205,12 @@ def check_inputs(
         from zionsim.dlrm.plan import check_cluster_holds, check_fixed_fits
 
         check_fixed_fits(w, spec.gpu.hbm_bytes)
-        check_cluster_holds(w, spec.gpus, spec.gpu.hbm_bytes, spec.nodes * spec.host.dram_bytes)
+        fe = spec.front_end
+        ps = fe is not None and plan not in ("auto", "greedy", "round_robin", "hugectr")
+        dram = spec.nodes * spec.host.dram_bytes
+        check_cluster_holds(  # ps, or a plan file: the service hosts' DRAM too
+            w, spec.gpus, spec.gpu.hbm_bytes, dram, fe.servers * fe.server_dram_bytes if ps else 0
+        )
     return check_memory(estimate(sizes_of_inputs(spec, w, iterations, plan)), limit_bytes)
 
 

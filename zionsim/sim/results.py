@@ -306,6 +306,7 @@ STREAM_TRACKS = {
     "sync": "sync stream",
     "embedding": "embedding stream",
     "host": "host thread",
+    "ps_push": "parameter-server push stream",
     "network": "network",
 }
 

@@ -24,10 +24,11 @@ from zionsim.dlrm.plan import (
     default_plan,
     memory_by_rank,
 )
-from zionsim.dlrm.stack import StackSpec, apply_stack, resolve_stack
+from zionsim.dlrm.stack import StackSpec, apply_stack, check_trainer, resolve_stack
 from zionsim.dlrm.sync import SyncSpec, gap_stats, sync_spec
 from zionsim.dlrm.trace import Trace, lower
 from zionsim.dlrm.workload import WorkloadSpec
+from zionsim.hardware.compute import architecture
 from zionsim.sim.engine import simulate_trace
 from zionsim.sim.inputs import RunInputs, plan_of, resolve_inputs
 from zionsim.sim.resources import check_inputs, check_trace
@@ -70,6 +71,7 @@ def build_trace(
     software ``stack`` (default ``torchrec``) runs the ``workload`` (as written: the stack's
     precisions are applied here)."""
     stack = resolve_stack(stack)
+    check_trainer(stack, architecture(cluster.spec.gpu))
     workload = apply_stack(workload, stack)
     sync = sync or sync_spec(base=workload.sync)
     return lower_checked(cluster, workload, plan, fused and stack.fused_embedding, sync, stack)
