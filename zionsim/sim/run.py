@@ -71,7 +71,6 @@ def build_trace(
     software ``stack`` (default ``torchrec``) runs the ``workload`` (as written: the stack's
     precisions are applied here)."""
     stack = resolve_stack(stack)
-    check_trainer(stack, architecture(cluster.spec.gpu))
     workload = apply_stack(workload, stack)
     sync = sync or sync_spec(base=workload.sync)
     return lower_checked(cluster, workload, plan, fused and stack.fused_embedding, sync, stack)
@@ -82,6 +81,7 @@ def lower_checked(
 ) -> tuple[Trace, pd.DataFrame]:
     """:func:`build_trace` of a workload the ``stack`` already applies to (``RunInputs.workload``):
     the capacity checks, the memory table, the lowered trace; ``fused`` as the stack allows."""
+    check_trainer(stack, architecture(cluster.spec.gpu))
     gpus, g = len(cluster.gpus), cluster.spec.gpus_per_node
     plan = plan or default_plan(workload, gpus)
     mem = memory_by_rank(workload, plan, gpus, g, workload.zipf_alpha)
