@@ -1,0 +1,244 @@
+"""The planner's estimate of a training iteration: the lowered trace played out without the flow
+simulation.
+
+:func:`iteration_estimate` lowers the workload under a plan exactly as a run does (``trace.py``)
+and walks every rank's streams in time order, as the engine does, but prices each op in closed
+form instead of sharing links flow by flow:
+
+* compute ops (GEMMs, embedding kernels, the stack's host work) take the seconds the engine gives
+  them (``op_costs.op_durations``), slowed by the stack's ``compute_slowdown`` when one of the
+  rank's collectives is in flight as they start (the engine's interference rule);
+* a collective starts when its last member arrives and takes NCCL's own estimate of the algorithm
+  and protocol NCCL picks (``network.nccl.choose``: latency, then each phase's bytes over its most
+  loaded link);
+* a host transfer (UVM rows, parameter-server traffic) takes its route's latency plus the time
+  its most loaded link needs for the bytes of every rank's transfer of the same op that crosses
+  it: all ranks move their UVM misses at the same point of the iteration, so GPUs behind one
+  PCIe switch share its uplink, and ranks on one socket its DRAM.
+
+What it leaves out, against the simulation: contention between *different* concurrent
+collectives or transfers (an all-reduce bucket beside a gradient all-to-all, the pooled
+all-to-all beside a host read), and ShadowSync's background rounds (foreground sync rounds are
+counted every K-th iteration, as they run).  docs/plans.md tabulates its error on every shipped
+workload.
+
+Several iterations run back to back, as in a run (the input all-to-all of the next iteration may
+start during this one's compute); the estimate is the mean end-to-end time of those after the
+first, the same measure as ``iteration_time_s``.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+
+import numpy as np
+
+from zionsim.dlrm.op_costs import op_durations, stack_compute_model, transfer_flows
+from zionsim.dlrm.stack import BARE, StackSpec
+from zionsim.dlrm.trace import Trace, lower
+from zionsim.network import nccl
+
+#: iterations played (the first is the warm-up), as ``zionsim run`` defaults to
+ITERATIONS = 3
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """Estimated seconds of one iteration, and the host seconds per step included in it."""
+
+    iteration_s: float
+    host_s: float
+
+
+def host_time_s(stack: StackSpec) -> float:
+    """Host seconds per iteration that the GPU waits for under ``stack``: the one place the
+    estimate reads the stack's host-time model (today its serial ``step_overhead``, which the
+    lowered trace carries as a ``host`` op at the start of each iteration)."""
+    return stack.step_overhead_s
+
+
+def iteration_estimate(cluster, w, plan, stack: StackSpec = BARE, sync=None) -> Estimate:
+    """Estimated iteration seconds of workload ``w`` (the stack's precisions already applied, as
+    ``apply_stack`` does) under ``plan`` on ``cluster``, as ``stack`` runs it."""
+    g = cluster.spec.gpus_per_node
+    trace = lower(
+        w, plan, len(cluster.gpus), stack.fused_embedding, g, w.zipf_alpha, sync, stack
+    )  # fmt: skip
+    return Estimate(evaluate(cluster, trace), host_time_s(stack))
+
+
+def evaluate(cluster, trace: Trace, iterations: int = ITERATIONS) -> float:
+    """Mean seconds of the iterations after the first, ``trace`` played as module docstring."""
+    stack = trace.meta.get("stack") or {}
+    durations = op_durations(cluster, trace, stack_compute_model(cluster, stack))
+    ends = _Walk(cluster, trace, durations, float(stack.get("compute_slowdown", 0.0))).run(
+        iterations
+    )
+    return float(np.diff(ends).mean()) if len(ends) > 1 else float(ends[0])
+
+
+class _Walk:
+    """Every rank's streams in time order: a heap of (ready time, op) with one head per stream."""
+
+    def __init__(self, cluster, trace: Trace, durations: np.ndarray, slowdown: float):
+        self.cluster, self.trace, self.dur, self.slow = cluster, trace, durations, slowdown
+        by_rank = trace.by_rank()
+        self.streams = [
+            [op.id for op in ops if op.stream == s]
+            for ops in by_rank
+            for s in dict.fromkeys(op.stream for op in ops)
+        ]
+        self.stream_of = {i: k for k, ids in enumerate(self.streams) for i in ids}
+        self.rank_streams: list[list[int]] = [[] for _ in range(trace.ranks)]
+        for k, ids in enumerate(self.streams):
+            self.rank_streams[trace.ops[ids[0]].rank].append(k)
+        two = any(op.stream == "embedding" for op in trace.ops)
+        self.gpu_free = np.zeros(trace.ranks) if two else None
+        self.coll_s: dict = {}
+        self.transfer_s = _transfer_seconds(cluster, trace)
+
+    def run(self, iterations: int) -> np.ndarray:
+        """End time of each iteration (latest end of any of its ops)."""
+        ops, n_ops = self.trace.ops, len(self.trace.ops)
+        self.end = np.full(iterations * n_ops, np.nan)
+        self.pos = [0] * len(self.streams)  # next op index, over iterations
+        self.free = np.zeros(len(self.streams))
+        self.arrived: dict = {}
+        self.flight: list[list[tuple[float, float]]] = [[] for _ in range(self.trace.ranks)]
+        self.heap: list = []
+        self.queued: set[int] = set()
+        self.iterations = iterations
+        for k in range(len(self.streams)):
+            self._push(k)
+        while self.heap:
+            t, _, k = heapq.heappop(self.heap)
+            self.queued.discard(k)
+            self._start(k, t)
+        ends = np.nanmax(self.end.reshape(iterations, n_ops), axis=1)
+        if np.isnan(self.end).any():
+            stuck = int(np.flatnonzero(np.isnan(self.end))[0] % n_ops)
+            raise ValueError(f"the trace stalls at op {stuck} ({ops[stuck].name})")
+        return ends
+
+    def _head(self, k: int) -> tuple[int, int] | None:
+        ids, p = self.streams[k], self.pos[k]
+        return None if p >= len(ids) * self.iterations else divmod(p, len(ids))
+
+    def _push(self, k: int) -> None:
+        """Queue stream ``k``'s next op once all its dependencies have ended."""
+        head = self._head(k)
+        if head is None:
+            return
+        it, j = head
+        op = self.trace.ops[self.streams[k][j]]
+        base = it * len(self.trace.ops)
+        dep_ends = [self.end[base + d] for d in op.deps]
+        if any(np.isnan(dep_ends)):
+            return
+        t = max([self.free[k], *dep_ends])
+        heapq.heappush(self.heap, (t, op.id + base, k))
+        self.queued.add(k)
+
+    def _start(self, k: int, t: float) -> None:
+        it, j = self._head(k)
+        op = self.trace.ops[self.streams[k][j]]
+        self.pos[k] += 1
+        if op.kind == "collective":
+            if op.category == "sync" and (it + 1) % op.args.get("every", 1):
+                return self._finish(op, it, t)
+            self.flight[op.rank].append((t, np.inf))
+            return self._arrive(op, it, t)
+        if op.kind == "transfer":
+            skip = op.category == "sync" and (it + 1) % op.args.get("every", 1)
+            return self._finish(op, it, t + (0.0 if skip else self.transfer_s[op.id]))
+        seconds = self.dur[op.id]
+        if self.gpu_free is not None and op.kind != "host" and seconds > 0:
+            t = max(t, self.gpu_free[op.rank])
+        if self.slow and op.kind != "host" and self._in_flight(op.rank, t):
+            seconds *= 1.0 + self.slow
+        if self.gpu_free is not None and op.kind != "host" and seconds > 0:
+            self.gpu_free[op.rank] = t + seconds
+        self._finish(op, it, t + seconds)
+
+    def _in_flight(self, rank: int, t: float) -> bool:
+        live = [(a, e) for a, e in self.flight[rank] if e > t]
+        self.flight[rank] = live
+        return any(a <= t for a, _ in live)
+
+    def _arrive(self, op, it: int, t: float) -> None:
+        cid = op.args["coll"]
+        members = self.arrived.setdefault((it, cid), [])
+        members.append((op, t))
+        c = self.trace.collectives[cid]
+        if len(members) < len(c.ranks):
+            return
+        end = max(a for _, a in members) + self._collective_s(cid)
+        for o, a in members:
+            fl = self.flight[o.rank]
+            if (a, np.inf) in fl:
+                fl[fl.index((a, np.inf))] = (a, end)
+            self._finish(o, it, end)
+        del self.arrived[it, cid]
+
+    def _finish(self, op, it: int, end: float) -> None:
+        self.end[it * len(self.trace.ops) + op.id] = end
+        k = self.stream_of[op.id]
+        self.free[k] = end
+        for s in self.rank_streams[op.rank]:
+            if s not in self.queued and not self._blocked(s):
+                self._push(s)
+
+    def _blocked(self, k: int) -> bool:
+        """Stream ``k`` waits inside a collective (its head was started, not yet ended)."""
+        p = self.pos[k]
+        if p == 0:
+            return False
+        it, j = divmod(p - 1, len(self.streams[k]))
+        return bool(np.isnan(self.end[it * len(self.trace.ops) + self.streams[k][j]]))
+
+    def _collective_s(self, cid: int) -> float:
+        """NCCL's estimate of collective ``cid`` (memoised by op, size and group where it has no
+        byte matrix, as the engine memoises its preparation)."""
+        c = self.trace.collectives[cid]
+        key = (c.op, c.size_bytes, c.ranks.tobytes()) if c.matrix is None else cid
+        if key not in self.coll_s:
+            devices = self.cluster.gpus[c.ranks]
+            choice = nccl.choose(self.cluster, c.op, devices, c.size_bytes, matrix=c.matrix)
+            self.coll_s[key] = choice.estimate_s
+        return self.coll_s[key]
+
+
+def _transfer_seconds(cluster, trace: Trace) -> dict[int, float]:
+    """Seconds of every transfer op: its route's latency plus, over the links it crosses, the
+    most any link needs for the bytes of all ranks' transfers of the same name (module
+    docstring)."""
+    by_name: dict[str, list] = {}
+    for op in trace.ops:
+        if op.kind == "transfer":
+            routes, nbytes, latency, _ = transfer_flows(cluster, op.rank, op.args)
+            by_name.setdefault(op.name, []).append((op.id, routes, np.asarray(nbytes), latency))
+    out = {}
+    for flows in by_name.values():
+        busy = link_seconds(cluster.router.capacity_Bps, [(f[1], f[2]) for f in flows])
+        for (op_id, _, _, latency), s in zip(flows, busy, strict=True):
+            out[op_id] = float((latency.max() if len(latency) else 0.0) + s)
+    return out
+
+
+def link_seconds(capacity_Bps: np.ndarray, transfers: list[tuple[np.ndarray, np.ndarray]]):
+    """For transfers running together, each a (routes, bytes per route) pair on links of
+    ``capacity_Bps`` (routes padded with -1): the seconds the busiest link each one crosses needs
+    for the bytes of all of them that cross it."""
+    cap = np.append(capacity_Bps, np.inf)  # -1 padding lands on a link that costs nothing
+    load = np.zeros(len(cap))
+    for routes, nbytes in transfers:
+        if routes.size:
+            np.add.at(load, routes, np.broadcast_to(np.asarray(nbytes)[:, None], routes.shape))
+    load[-1] = 0.0
+    busy = load / cap
+    out = []
+    for routes, nbytes in transfers:
+        used = routes[np.asarray(nbytes) > 0] if routes.size else routes
+        out.append(float(busy[used].max()) if used.size else 0.0)
+    return out
