@@ -22,9 +22,10 @@ all-to-all beside a host read), and ShadowSync's background rounds (foreground s
 counted every K-th iteration, as they run).  docs/plans.md tabulates its error on every shipped
 workload.
 
-Several iterations run back to back, as in a run (the input all-to-all of the next iteration may
-start during this one's compute); the estimate is the mean end-to-end time of those after the
-first, the same measure as ``iteration_time_s``.
+Two iterations run back to back, as in a run (the input all-to-all of the next iteration may
+start during this one's compute); the estimate is the second's end-to-end time, the measure of
+``iteration_time_s`` (a run averages two such iterations after its warm-up; the walk has no
+noise to average).
 """
 
 from __future__ import annotations
@@ -36,11 +37,13 @@ import numpy as np
 
 from zionsim.dlrm.op_costs import op_durations, stack_compute_model, transfer_flows
 from zionsim.dlrm.stack import BARE, StackSpec
+from zionsim.dlrm.sync import sync_spec
 from zionsim.dlrm.trace import Trace, lower
 from zionsim.network import nccl
 
-#: iterations played (the first is the warm-up), as ``zionsim run`` defaults to
-ITERATIONS = 3
+NAN = float("nan")
+#: iterations played (the first is the warm-up)
+ITERATIONS = 2
 
 
 @dataclass(frozen=True)
@@ -60,8 +63,10 @@ def host_time_s(stack: StackSpec) -> float:
 
 def iteration_estimate(cluster, w, plan, stack: StackSpec = BARE, sync=None) -> Estimate:
     """Estimated iteration seconds of workload ``w`` (the stack's precisions already applied, as
-    ``apply_stack`` does) under ``plan`` on ``cluster``, as ``stack`` runs it."""
+    ``apply_stack`` does) under ``plan`` on ``cluster``, as ``stack`` runs it, with dense sync
+    ``sync`` (a :class:`~zionsim.dlrm.sync.SyncSpec`; default: the workload's ``sync:``)."""
     g = cluster.spec.gpus_per_node
+    sync = sync or sync_spec(base=w.sync)
     trace = lower(
         w, plan, len(cluster.gpus), stack.fused_embedding, g, w.zipf_alpha, sync, stack
     )  # fmt: skip
@@ -69,7 +74,7 @@ def iteration_estimate(cluster, w, plan, stack: StackSpec = BARE, sync=None) -> 
 
 
 def evaluate(cluster, trace: Trace, iterations: int = ITERATIONS) -> float:
-    """Mean seconds of the iterations after the first, ``trace`` played as module docstring."""
+    """Mean seconds of the iterations after the first, ``trace`` played as the module says."""
     stack = trace.meta.get("stack") or {}
     durations = op_durations(cluster, trace, stack_compute_model(cluster, stack))
     ends = _Walk(cluster, trace, durations, float(stack.get("compute_slowdown", 0.0))).run(
@@ -90,9 +95,12 @@ class _Walk:
             for s in dict.fromkeys(op.stream for op in ops)
         ]
         self.stream_of = {i: k for k, ids in enumerate(self.streams) for i in ids}
-        self.rank_streams: list[list[int]] = [[] for _ in range(trace.ranks)]
-        for k, ids in enumerate(self.streams):
-            self.rank_streams[trace.ops[ids[0]].rank].append(k)
+        #: streams (other than its own) with an op that waits for each op
+        self.waiting: dict[int, set[int]] = {}
+        for op in trace.ops:
+            for d in op.deps:
+                if self.stream_of[d] != self.stream_of[op.id]:
+                    self.waiting.setdefault(d, set()).add(self.stream_of[op.id])
         two = any(op.stream == "embedding" for op in trace.ops)
         self.gpu_free = np.zeros(trace.ranks) if two else None
         self.coll_s: dict = {}
@@ -101,13 +109,14 @@ class _Walk:
     def run(self, iterations: int) -> np.ndarray:
         """End time of each iteration (latest end of any of its ops)."""
         ops, n_ops = self.trace.ops, len(self.trace.ops)
-        self.end = np.full(iterations * n_ops, np.nan)
+        self.end = [NAN] * (iterations * n_ops)  # a list: read one at a time, often
         self.pos = [0] * len(self.streams)  # next op index, over iterations
-        self.free = np.zeros(len(self.streams))
+        self.free = [0.0] * len(self.streams)
         self.arrived: dict = {}
         self.flight: list[list[tuple[float, float]]] = [[] for _ in range(self.trace.ranks)]
         self.heap: list = []
         self.queued: set[int] = set()
+        self.in_collective: set[int] = set()  # streams waiting inside a collective
         self.iterations = iterations
         for k in range(len(self.streams)):
             self._push(k)
@@ -115,11 +124,11 @@ class _Walk:
             t, _, k = heapq.heappop(self.heap)
             self.queued.discard(k)
             self._start(k, t)
-        ends = np.nanmax(self.end.reshape(iterations, n_ops), axis=1)
-        if np.isnan(self.end).any():
-            stuck = int(np.flatnonzero(np.isnan(self.end))[0] % n_ops)
+        end = np.array(self.end)
+        if np.isnan(end).any():
+            stuck = int(np.flatnonzero(np.isnan(end))[0] % n_ops)
             raise ValueError(f"the trace stalls at op {stuck} ({ops[stuck].name})")
-        return ends
+        return end.reshape(iterations, n_ops).max(axis=1)
 
     def _head(self, k: int) -> tuple[int, int] | None:
         ids, p = self.streams[k], self.pos[k]
@@ -134,7 +143,7 @@ class _Walk:
         op = self.trace.ops[self.streams[k][j]]
         base = it * len(self.trace.ops)
         dep_ends = [self.end[base + d] for d in op.deps]
-        if any(np.isnan(dep_ends)):
+        if any(e != e for e in dep_ends):  # NaN: not ended yet
             return
         t = max([self.free[k], *dep_ends])
         heapq.heappush(self.heap, (t, op.id + base, k))
@@ -148,6 +157,7 @@ class _Walk:
             if op.category == "sync" and (it + 1) % op.args.get("every", 1):
                 return self._finish(op, it, t)
             self.flight[op.rank].append((t, np.inf))
+            self.in_collective.add(k)
             return self._arrive(op, it, t)
         if op.kind == "transfer":
             skip = op.category == "sync" and (it + 1) % op.args.get("every", 1)
@@ -185,17 +195,11 @@ class _Walk:
         self.end[it * len(self.trace.ops) + op.id] = end
         k = self.stream_of[op.id]
         self.free[k] = end
-        for s in self.rank_streams[op.rank]:
-            if s not in self.queued and not self._blocked(s):
+        self.in_collective.discard(k)
+        self._push(k)
+        for s in self.waiting.get(op.id, ()):
+            if s not in self.queued and s not in self.in_collective:
                 self._push(s)
-
-    def _blocked(self, k: int) -> bool:
-        """Stream ``k`` waits inside a collective (its head was started, not yet ended)."""
-        p = self.pos[k]
-        if p == 0:
-            return False
-        it, j = divmod(p - 1, len(self.streams[k]))
-        return bool(np.isnan(self.end[it * len(self.trace.ops) + self.streams[k][j]]))
 
     def _collective_s(self, cid: int) -> float:
         """NCCL's estimate of collective ``cid`` (memoised by op, size and group where it has no

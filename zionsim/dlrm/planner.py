@@ -485,8 +485,12 @@ def named_plan(name: str, cluster, w: WorkloadSpec, stack=None) -> Plan:
     return PLANNERS[name](cluster, w)
 
 
-def plan_costs(cluster, w: WorkloadSpec, plan: Plan) -> tuple[list[dict], dict]:
-    """Per-table rows (sharding, ranks, bytes, estimated seconds) and per-GPU totals."""
+def plan_costs(
+    cluster, w: WorkloadSpec, plan: Plan, stack: StackSpec | None = None
+) -> tuple[list[dict], dict]:
+    """Per-table rows (sharding, ranks, bytes, estimated seconds) and per-GPU totals, with the
+    estimated iteration under ``stack`` (default: the default stack; ``estimate.py``), the
+    figure the planner compares its candidates by."""
     ctx = context(cluster, w)
     mem = memory_by_rank(w, plan, ctx.n, ctx.g, w.zipf_alpha)
     load = np.zeros(ctx.n)
@@ -521,6 +525,9 @@ def plan_costs(cluster, w: WorkloadSpec, plan: Plan) -> tuple[list[dict], dict]:
 
     lay_bytes = layout(w, plan, ctx.n, ctx.g, w.zipf_alpha).lookup_bytes
     totals = {
+        "estimated_iteration_s": iteration_estimate(
+            cluster, w, plan, resolve_stack(stack)
+        ).iteration_s,
         "hbm_bytes_max": float(hbm.max()),
         "hbm_bytes_mean": float(hbm.mean()),
         "dram_bytes_max": float(mem["host_dram"].max()),
