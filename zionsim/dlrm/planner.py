@@ -17,11 +17,11 @@ replaces one stage and keeps the others (``PLANNERS`` holds the built-in combina
 5. **rebalance**: while splitting the most loaded GPU's heaviest part finer lowers the placed
    plan's peak load, split it (as HugeCTR's and TorchRec's planners shard a hot table over
    more GPUs rather than leave one GPU the straggler);
-6. **compare**: the rebalanced plan, and one plan per way of sharding the tables it split (every
-   split table as CW in 2, 4 or 8 slices, TWRW, RW, or whole), each placed, are estimated as
-   whole iterations (``estimate.py``: the lowered trace priced by the simulator's own cost
-   models) and the one estimated fastest is returned, so the planner never returns a plan its
-   own estimate ranks below another it made.
+6. **compare**: the rebalanced plan, one plan per way of sharding the tables it split (every
+   split table as CW in 2, 4 or 8 slices, TWRW, RW, or whole) and one with its replicated
+   tables table-wise, each placed, are estimated as whole iterations (``estimate.py``: the
+   lowered trace priced by the simulator's own cost models) and the one estimated fastest is
+   returned, so the planner never returns a plan its own estimate ranks below another it made.
 
 The per-table costs of stages 2-5 price UVM misses at the host bandwidth one GPU gets while
 every GPU of its node reads its misses at once (:func:`host_Bps_per_gpu`: on ZionEX two GPUs
@@ -322,21 +322,24 @@ class Planner:
         )
 
     def candidates(self, ctx: Context, costed: dict, plan: Plan) -> list[Plan]:
-        """``plan`` first, then for each way of sharding a table (TW, CW in k slices, TWRW, RW)
-        the plan with every table ``plan`` splits sharded that way, placed; each plan once."""
+        """``plan`` first; then, for each way of sharding a table (TW, CW in k slices, TWRW,
+        RW), the plan with every table ``plan`` splits sharded that way; then the plan with
+        ``plan``'s replicated (DP) tables table-wise; each placed, each plan once."""
         chosen = []
         for s in plan.shards:
             opt = Option(s.table, s.kind, len(s.ranks))
             chosen.append((opt, dict(costed[s.table])[opt]))
         split = {o.table for o, _ in chosen if o.kind not in ("TW", "DP")}
-        out, seen = [plan], {plan.shards}
-        if not split:
-            return out
         ways = sorted({(o.kind, o.parts) for i in split for o, _ in costed[i] if o.kind != "DP"})
-        for kind, parts in ways:
+        changes = [(split, way) for way in ways]
+        dp = {o.table for o, _ in chosen if o.kind == "DP"}
+        if dp:
+            changes.append((dp, ("TW", 1)))
+        out, seen = [plan], {plan.shards}
+        for tables, way in changes:
             trial = [
-                next(((o, c) for o, c in costed[o0.table] if (o.kind, o.parts) == (kind, parts)),
-                     (o0, c0)) if o0.table in split else (o0, c0)
+                next(((o, c) for o, c in costed[o0.table] if (o.kind, o.parts) == way), (o0, c0))
+                if o0.table in tables else (o0, c0)
                 for o0, c0 in chosen
             ]  # fmt: skip
             p = self.place(ctx, trial, ctx.w.zipf_alpha)
@@ -344,6 +347,7 @@ class Planner:
                 seen.add(p.shards)
                 out.append(p)
         return out
+
     def rebalance(self, ctx: Context, costed: dict, chosen: list) -> Plan:
         """Place ``chosen``; then, while the most loaded GPU's heaviest own part can be split
         finer (more CW slices, TWRW, RW) so that the placed plan's most loaded GPU gets lighter,
