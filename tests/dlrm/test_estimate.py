@@ -46,6 +46,26 @@ def test_estimate_within_20_percent_of_the_simulation(workload, nodes, batch):
     assert est == pytest.approx(_simulated_s(c, w, plan), rel=0.2)
 
 
+@pytest.mark.parametrize(
+    "topology, workload, stack, plan",
+    [
+        ("dgx_a100", "mlperf_dlrm_dcnv2", "hugectr", "auto"),  # embeddings on their own stream
+        ("zion", "mlperf_dlrm", "torchrec", "ps"),  # tables on CPU parameter servers
+    ],
+)
+def test_estimate_follows_other_stacks_and_tiers(topology, workload, stack, plan):
+    """The estimate walks what the trace holds: a second compute stream taking turns with the
+    first (HugeCTR), parameter-server transfers; within 20 % of the simulation there too."""
+    from zionsim.dlrm.planner import named_plan
+
+    c, st = Cluster.load(topology, nodes=1), resolve_stack(stack)
+    w = apply_stack(load_workload(workload, batch_per_gpu=2048), st)
+    p = named_plan(plan, c, w, st)
+    est = iteration_estimate(c, w, p, st).iteration_s
+    sim = simulate_run(c, w, p, iterations=3, warmup=1, stack=st).summary["iteration_time_s"]
+    assert est == pytest.approx(sim, rel=0.2)
+
+
 def test_estimate_counts_the_stack_host_time():
     """The stack's per-step host time is in the estimate: a stack without it estimates that
     much less (the GPU waits for it at the start of every iteration)."""
