@@ -131,3 +131,21 @@ def test_fp16_communication_is_no_slower_with_a_plan_held_fixed(model_f):
         t16 = _simulated_s(c, out["fp16"][0], plan)
         t32 = _simulated_s(c, out["fp32"][0], plan)
         assert t16 <= t32
+
+
+def test_rail_copies_share_the_nics_in_the_estimate():
+    """Every table TWRW on 16 Zion nodes: an all-to-all runs on every rail at once and the rails
+    share NICs.  Priced alone, each rail's copy made the estimate 29 % short (67.6 against 95.7
+    ms), and in the zion_vs_zionex study the planner returned such a plan 17 % slower
+    (simulated) than a CW plan it also made; priced together they are within 20 %."""
+    c = Cluster.load("zion", nodes=16)
+    w = _workload("mlperf_dlrm")
+    twrw = Planner(
+        choose=lambda ctx, t, costed, target: next(
+            (o for o, _ in costed if o.kind == "TWRW"), costed[0][0]
+        ),
+        compare=lambda cluster, w, plans, stack: plans[0],
+    ).plan(c, w)
+    assert "TWRW" in {s.kind for s in twrw.shards}
+    est = iteration_estimate(c, w, twrw, TORCHREC).iteration_s
+    assert est == pytest.approx(_simulated_s(c, w, twrw), rel=0.2)

@@ -10,7 +10,9 @@ form instead of sharing links flow by flow:
   rank's collectives is in flight as they start (the engine's interference rule);
 * a collective starts when its last member arrives and takes NCCL's own estimate of the algorithm
   and protocol NCCL picks (``network.nccl.choose``: latency, then each phase's bytes over its most
-  loaded link);
+  loaded link); the copies of one step that run at once (a TWRW all-to-all on every rail, a
+  reduce-scatter in every node: the collectives of the ops of one name) are priced together, so
+  rails that share a NIC or a PCIe switch share its bandwidth (``nccl.estimate_together_s``);
 * a host transfer (UVM rows, parameter-server traffic) takes its route's latency plus the time
   its most loaded link needs for the bytes of every rank's transfer of the same op that crosses
   it: all ranks move their UVM misses at the same point of the iteration, so GPUs behind one
@@ -105,6 +107,12 @@ class _Walk:
         two = any(op.stream == "embedding" for op in trace.ops)
         self.gpu_free = np.zeros(trace.ranks) if two else None
         self.coll_s: dict = {}
+        #: the collectives of the ops of each name: copies of one step that run at once
+        copies: dict[str, set[int]] = {}
+        for op in trace.ops:
+            if op.kind == "collective":
+                copies.setdefault(op.name, set()).add(op.args["coll"])
+        self.copies = {c: tuple(sorted(g)) for g in copies.values() for c in g}
         self.transfer_s = _transfer_seconds(cluster, trace)
 
     def run(self, iterations: int) -> np.ndarray:
@@ -203,15 +211,29 @@ class _Walk:
                 self._push(s)
 
     def _collective_s(self, cid: int) -> float:
-        """NCCL's estimate of collective ``cid`` (memoised by op, size and group where it has no
-        byte matrix, as the engine memoises its preparation)."""
-        c = self.trace.collectives[cid]
-        key = (c.op, c.size_bytes, c.ranks.tobytes()) if c.matrix is None else cid
-        if key not in self.coll_s:
-            devices = self.cluster.gpus[c.ranks]
-            choice = nccl.choose(self.cluster, c.op, devices, c.size_bytes, matrix=c.matrix)
-            self.coll_s[key] = choice.estimate_s
-        return self.coll_s[key]
+        """NCCL's estimate of collective ``cid``, priced with the copies it runs beside
+        (memoised by op, size and group where a lone collective has no byte matrix, as the
+        engine memoises its preparation)."""
+        group = self.copies.get(cid, (cid,))
+        if cid in self.coll_s:
+            return self.coll_s[cid]
+        colls = [self.trace.collectives[c] for c in group]
+        if len(group) == 1:
+            c = colls[0]
+            key = (c.op, c.size_bytes, c.ranks.tobytes()) if c.matrix is None else None
+            if key is not None and key in self.coll_s:
+                return self.coll_s[key]
+            self.coll_s[cid] = self._choice(c).estimate_s
+            if key is not None:
+                self.coll_s[key] = self.coll_s[cid]
+            return self.coll_s[cid]
+        times = nccl.estimate_together_s(self.cluster, [self._choice(c) for c in colls])
+        self.coll_s.update(zip(group, times, strict=True))
+        return self.coll_s[cid]
+
+    def _choice(self, c) -> nccl.Choice:
+        devices = self.cluster.gpus[c.ranks]
+        return nccl.choose(self.cluster, c.op, devices, c.size_bytes, matrix=c.matrix)
 
 
 def _transfer_seconds(cluster, trace: Trace) -> dict[int, float]:
