@@ -38,6 +38,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from zionsim.base.errors import InputError
 from zionsim.dlrm.op_costs import op_durations, stack_compute_model, transfer_flows
 from zionsim.dlrm.stack import BARE, StackSpec
 from zionsim.dlrm.sync import sync_spec
@@ -136,7 +137,11 @@ class _Walk:
         end = np.array(self.end)
         if np.isnan(end).any():
             stuck = int(np.flatnonzero(np.isnan(end))[0] % n_ops)
-            raise ValueError(f"the trace stalls at op {stuck} ({ops[stuck].name})")
+            raise InputError(
+                f"the trace stalls: op {stuck} ({ops[stuck].name}, rank {ops[stuck].rank}) "
+                "never runs",
+                field=f"ops[{stuck}]",
+            )
         return end.reshape(iterations, n_ops).max(axis=1)
 
     def _head(self, k: int) -> tuple[int, int] | None:
