@@ -57,10 +57,12 @@ def test_table_larger_than_hbm_needs_rows_split_or_uvm(two_nodes):
 
 
 def test_stages_are_replaceable(two_nodes):
-    """Replacing the choose stage changes the plan; the other stages stay."""
+    """Replacing the choose stage (and the compare stage, which would otherwise return an
+    alternative its estimate prefers) changes the plan; the other stages stay."""
     w = load_workload("mlperf_dlrm_dcnv2")
     always_rw = Planner(
-        choose=lambda ctx, t, costed, target: next(o for o, _ in costed if o.kind == "RW")
+        choose=lambda ctx, t, costed, target: next(o for o, _ in costed if o.kind == "RW"),
+        compare=lambda cluster, w, plans, stack: plans[0],
     )
     assert {s.kind for s in always_rw.plan(two_nodes, w).shards} == {"RW"}
 
@@ -119,7 +121,8 @@ def test_rebalance_splits_the_straggler_part():
         def rebalance(self, ctx, costed, chosen):
             return self.place(ctx, chosen, ctx.w.zipf_alpha)
 
-    _, before = plan_costs(c, w, PlaceOnly().plan(c, w))
+    # the placed plan itself, not the alternatives the compare stage would weigh against it
+    _, before = plan_costs(c, w, PlaceOnly(compare=lambda c, w, plans, stack: plans[0]).plan(c, w))
     assert before["imbalance"] > totals["imbalance"]
     assert totals["gpu_estimated_s_max"] < before["gpu_estimated_s_max"]
 

@@ -588,7 +588,9 @@ def cmd_plan(args) -> int:
     plan, refined = cli_plan.refine_plan(args, cluster, w, plan, inputs.stack)
     dump = cli_plan.torchrec_dump(args, cluster, w, plan)
     # ----
-    rows, totals = plan_costs(cluster, w, plan)
+    from zionsim.dlrm.stack import resolve_stack
+
+    rows, totals = plan_costs(cluster, w, plan, resolve_stack(args.stack))
     if args.format == "json":
         print(to_json({"plan": plan.name, "tables": rows, "per_gpu": totals, **refined}), end="")
     elif args.format == "csv":

@@ -16,7 +16,16 @@ replaces one stage and keeps the others (``PLANNERS`` holds the built-in combina
    the GPU's remaining HBM, the rest in its node's DRAM);
 5. **rebalance**: while splitting the most loaded GPU's heaviest part finer lowers the placed
    plan's peak load, split it (as HugeCTR's and TorchRec's planners shard a hot table over
-   more GPUs rather than leave one GPU the straggler).
+   more GPUs rather than leave one GPU the straggler);
+6. **compare**: the rebalanced plan, one plan per way of sharding the tables it split (every
+   split table as CW in 2, 4 or 8 slices, TWRW, RW, or whole) and one with its replicated
+   tables table-wise, each placed, are estimated as whole iterations (``estimate.py``: the
+   lowered trace priced by the simulator's own cost models) and the one estimated fastest is
+   returned, so the planner never returns a plan its own estimate ranks below another it made.
+
+The per-table costs of stages 2-5 price UVM misses at the host bandwidth one GPU gets while
+every GPU of its node reads its misses at once (:func:`host_Bps_per_gpu`: on ZionEX two GPUs
+share a PCIe switch's uplink to the CPU).
 """
 
 from __future__ import annotations
@@ -26,9 +35,20 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from zionsim.base.errors import CapacityError
 from zionsim.dlrm.cache import hit_rate
-from zionsim.dlrm.plan import Plan, Shard, default_plan, memory_by_rank
+from zionsim.dlrm.estimate import iteration_estimate, link_seconds
+from zionsim.dlrm.op_costs import nearest_dram
+from zionsim.dlrm.plan import (
+    Plan,
+    Shard,
+    check_fits,
+    check_host_fits,
+    default_plan,
+    memory_by_rank,
+)
 from zionsim.dlrm.sharding import column_splits, row_splits
+from zionsim.dlrm.stack import StackSpec, resolve_stack
 from zionsim.dlrm.workload import DTYPE_BYTES, EMBEDDING_OPTIMIZERS, WorkloadSpec, row_bytes
 from zionsim.hardware import compute
 
@@ -75,7 +95,7 @@ class Context:
     dram_budget: float  # host DRAM bytes per node
     nic_Bps: float  # scale-out bandwidth per GPU
     nvlink_Bps: float
-    pcie_Bps: float
+    pcie_Bps: float  # host DRAM <-> GPU bandwidth per GPU while all of a node's GPUs use it
     #: share of all embedding bytes that fits in the cluster's HBM (1 when everything fits)
     hbm_share: float = 1.0
 
@@ -105,8 +125,20 @@ def context(cluster, w: WorkloadSpec) -> Context:
         spec.host.dram_bytes,
         nic,
         nvl * eff,
-        spec.pcie.bw_Bps * spec.links["pcie"].efficiency,
+        host_Bps_per_gpu(cluster),
     )
+
+
+def host_Bps_per_gpu(cluster) -> float:
+    """Bytes per second one GPU moves from its nearest host DRAM while every GPU of its node does
+    the same (UVM misses are read by all ranks at one point of the iteration): the capacity of
+    the most shared link on the way (a PCIe switch's uplink, a socket's DRAM) over the GPUs
+    sharing it, as the engine's flows share it (``op_costs.nearest_dram`` routes)."""
+    g, r = cluster.spec.gpus_per_node, cluster.router
+    gpus = np.asarray(cluster.gpus[:g])
+    routes = r.routes(np.array([nearest_dram(cluster, int(d)) for d in gpus]), gpus)
+    worst = max(link_seconds(r.capacity_Bps, [(routes, np.ones(len(gpus)))]))
+    return 1.0 / worst if worst > 0 else float(cluster.spec.pcie.bw_Bps)
 
 
 # ------------------------------------------------------------------------------ stages
@@ -260,17 +292,23 @@ def _largest_part(t, opt: Option) -> tuple[int, float]:
 # ------------------------------------------------------------------------------ planners
 @dataclass(frozen=True)
 class Planner:
-    """A planner as its four stages (module docstring); ``dataclasses.replace`` swaps one."""
+    """A planner as its stages (module docstring); ``dataclasses.replace`` swaps one (``compare``
+    None: :func:`best_estimated`)."""
 
     enumerate: Callable = enumerate_options
     estimate: Callable = estimate
     choose: Callable = choose
     place: Callable = place
+    #: (cluster, workload, candidate plans, stack) -> the plan returned (stage 6; None:
+    #: :func:`best_estimated`, defined below)
+    compare: Callable | None = None
 
-    def plan(self, cluster, w: WorkloadSpec) -> Plan:
-        """The plan of ``w`` on ``cluster``: every option of every table estimated, a per-GPU
-        target of (Σ over tables of the cheapest option's total seconds) / GPUs, one option
-        chosen per table against it, then placed."""
+    def plan(self, cluster, w: WorkloadSpec, stack: StackSpec | None = None) -> Plan:
+        """The plan of ``w`` on ``cluster`` under ``stack`` (default: the default stack): every
+        option of every table estimated, a per-GPU target of (Σ over tables of the cheapest
+        option's total seconds) / GPUs, one option chosen per table against it, placed and
+        rebalanced; then the candidates of :meth:`candidates` compared by their estimated
+        iteration (module docstring, stage 6)."""
         ctx = context(cluster, w)
         costed = {
             t.index: [(o, self.estimate(ctx, t, o)) for o in self.enumerate(ctx, t)]
@@ -284,7 +322,37 @@ class Planner:
         for t in w.tables:
             opt = self.choose(ctx, t, costed[t.index], target)
             chosen.append((opt, dict(costed[t.index])[opt]))
-        return self.rebalance(ctx, costed, chosen)
+        plan = self.rebalance(ctx, costed, chosen)
+        return (self.compare or best_estimated)(
+            cluster, w, self.candidates(ctx, costed, plan), stack
+        )
+
+    def candidates(self, ctx: Context, costed: dict, plan: Plan) -> list[Plan]:
+        """``plan`` first; then, for each way of sharding a table (TW, CW in k slices, TWRW,
+        RW), the plan with every table ``plan`` splits sharded that way; then the plan with
+        ``plan``'s replicated (DP) tables table-wise; each placed, each plan once."""
+        chosen = []
+        for s in plan.shards:
+            opt = Option(s.table, s.kind, len(s.ranks))
+            chosen.append((opt, dict(costed[s.table])[opt]))
+        split = {o.table for o, _ in chosen if o.kind not in ("TW", "DP")}
+        ways = sorted({(o.kind, o.parts) for i in split for o, _ in costed[i] if o.kind != "DP"})
+        changes = [(split, way) for way in ways]
+        dp = {o.table for o, _ in chosen if o.kind == "DP"}
+        if dp:
+            changes.append((dp, ("TW", 1)))
+        out, seen = [plan], {plan.shards}
+        for tables, way in changes:
+            trial = [
+                next(((o, c) for o, c in costed[o0.table] if (o.kind, o.parts) == way), (o0, c0))
+                if o0.table in tables else (o0, c0)
+                for o0, c0 in chosen
+            ]  # fmt: skip
+            p = self.place(ctx, trial, ctx.w.zipf_alpha)
+            if p.shards not in seen:
+                seen.add(p.shards)
+                out.append(p)
+        return out
 
     def rebalance(self, ctx: Context, costed: dict, chosen: list) -> Plan:
         """Place ``chosen``; then, while the most loaded GPU's heaviest own part can be split
@@ -318,6 +386,35 @@ class Planner:
                 break
             best, chosen, plan = peak, trial, p
         return plan
+
+
+def best_estimated(cluster, w: WorkloadSpec, plans: list[Plan], stack=None) -> Plan:
+    """The plan of ``plans`` with the shortest estimated iteration under ``stack`` (the first of
+    equals; a plan that overflows a GPU's HBM or a node's host DRAM is out unless all do, and a
+    single plan is returned without estimating it)."""
+    if len(plans) == 1:
+        return plans[0]
+    stack = resolve_stack(stack)
+    fits = [p for p in plans if _fits(cluster, w, p)] or plans[:1]
+    if len(fits) == 1:
+        return fits[0]
+    times = [iteration_estimate(cluster, w, p, stack).iteration_s for p in fits]
+    return fits[int(np.argmin(times))]
+
+
+def _fits(cluster, w: WorkloadSpec, plan: Plan) -> bool:
+    """Whether ``plan`` fits the GPUs' HBM and the nodes' host DRAM (the checks a run makes)."""
+    spec, n = cluster.spec, len(cluster.gpus)
+    mem = memory_by_rank(w, plan, n, spec.gpus_per_node, w.zipf_alpha)
+    try:
+        check_fits(mem, spec.gpu.hbm_bytes, [str(r) for r in range(n)])
+        check_host_fits(
+            mem["host_dram"], spec.host.dram_bytes, spec.gpus_per_node, mem["ps_dram"],
+            spec.host.sockets,
+        )  # fmt: skip
+    except CapacityError:
+        return False
+    return True
 
 
 def round_robin(cluster, w: WorkloadSpec) -> Plan:
@@ -393,11 +490,17 @@ def named_plan(name: str, cluster, w: WorkloadSpec, stack=None) -> Plan:
             from zionsim.dlrm.hugectr_plan import hugectr_plan
 
             return hugectr_plan(cluster, w, stack.planner_settings)
+    if name == "greedy":
+        return Planner().plan(cluster, w, stack)
     return PLANNERS[name](cluster, w)
 
 
-def plan_costs(cluster, w: WorkloadSpec, plan: Plan) -> tuple[list[dict], dict]:
-    """Per-table rows and per-GPU totals of the planner's cost model.
+def plan_costs(
+    cluster, w: WorkloadSpec, plan: Plan, stack: StackSpec | None = None
+) -> tuple[list[dict], dict]:
+    """Per-table rows and per-GPU totals of the planner's cost model, with the estimated
+    iteration under ``stack`` (default: the default stack; ``estimate.py``), the figure the
+    planner compares its candidates by.
 
     A row's ``table_estimated_s`` is the table's estimated time summed over the ranks that hold
     it (GPU-seconds per iteration); the totals' ``gpu_estimated_s_max``/``_mean`` are the
@@ -437,6 +540,9 @@ def plan_costs(cluster, w: WorkloadSpec, plan: Plan) -> tuple[list[dict], dict]:
 
     lay_bytes = layout(w, plan, ctx.n, ctx.g, w.zipf_alpha).lookup_bytes
     totals = {
+        "estimated_iteration_s": iteration_estimate(
+            cluster, w, plan, resolve_stack(stack)
+        ).iteration_s,
         "hbm_bytes_max": float(hbm.max()),
         "hbm_bytes_mean": float(hbm.mean()),
         "dram_bytes_max": float(mem["host_dram"].max()),

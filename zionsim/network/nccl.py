@@ -74,6 +74,7 @@ from zionsim.network.nccl_model import (  # noqa: F401 - re-exported: callers us
     setting,
 )
 from zionsim.network.nccl_wire import (  # noqa: F401 - re-exported: callers use nccl.<name>
+    _link_load,
     bandwidth_s,
     nvls_chunk_bytes,
     p2p_net_efficiency,
@@ -130,6 +131,43 @@ def check_gpus(cluster) -> None:
             allowed="a GPU topology (zionex, dgx_a100, ...); CPU trainers sync through EASGD "
             "servers (--sync shadow-easgd) and parameter servers (--plan ps)",
         )
+
+
+def estimate_together_s(
+    cluster, choices: list[Choice], model: CollectiveModel | None = None
+) -> list[float]:
+    """:func:`estimate_s` of each of ``choices``, collectives that run at the same time (the
+    copies of one step on every rail or node), with each phase's links loaded by that phase of
+    all of them: a link two copies cross carries both copies' bytes.  Copies on disjoint links
+    (one per node inside the node) come out as they do alone."""
+    model = cluster_model(cluster, model)
+    cap = cluster.router.capacity_Bps
+    parts = []  # per choice: its setting and, per phase, (link load, per-flow time at own cap)
+    for ch in choices:
+        sched, proto = ch.schedule, ch.protocol
+        st = setting(cluster, sched)
+        routes = ch.routes if ch.routes is not None else phase_routes(cluster, sched)
+        phases = []
+        for p, r in zip(sched.phases, routes, strict=True):
+            w = phase_wire(cluster, model, st, sched.algorithm, proto, p, r)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                own = np.where(w.wire > 0, w.wire / w.cap, 0.0)
+            load = _link_load(r, w.wire, len(cap)) if len(w.wire) else np.zeros(len(cap))
+            phases.append((load, float(own.max()) if len(own) else 0.0))
+        parts.append((st, phases))
+    depth = max(len(ph) for _, ph in parts)
+    total = [sum(ph[k][0] for _, ph in parts if k < len(ph)) for k in range(depth)]
+    out = []
+    for ch, (st, phases) in zip(choices, parts, strict=True):
+        bw_s = 0.0
+        for k, (load, own) in enumerate(phases):
+            mine = load > 0
+            worst = float((total[k][mine] / cap[mine]).max()) if mine.any() else 0.0
+            bw_s += max(worst, own)
+        alg = ch.schedule.algorithm
+        fill = pipeline_fill_s(model, st, alg, bw_s)
+        out.append(latency_s(model, st, alg, ch.protocol) + bw_s + fill)
+    return out
 
 
 def choose(

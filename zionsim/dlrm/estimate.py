@@ -1,0 +1,277 @@
+"""The planner's estimate of a training iteration: the lowered trace played out without the flow
+simulation.
+
+:func:`iteration_estimate` lowers the workload under a plan exactly as a run does (``trace.py``)
+and walks every rank's streams in time order, as the engine does, but prices each op in closed
+form instead of sharing links flow by flow:
+
+* compute ops (GEMMs, embedding kernels, the stack's host work) take the seconds the engine gives
+  them (``op_costs.op_durations``), slowed by the stack's ``compute_slowdown`` when one of the
+  rank's collectives is in flight as they start (the engine's interference rule);
+* a collective starts when its last member arrives and takes NCCL's own estimate of the algorithm
+  and protocol NCCL picks (``network.nccl.choose``: latency, then each phase's bytes over its most
+  loaded link); the copies of one step that run at once (a TWRW all-to-all on every rail, a
+  reduce-scatter in every node: the collectives of the ops of one name) are priced together, so
+  rails that share a NIC or a PCIe switch share its bandwidth (``nccl.estimate_together_s``);
+* a host transfer (UVM rows, parameter-server traffic) takes its route's latency plus the time
+  its most loaded link needs for the bytes of every rank's transfer of the same op that crosses
+  it: all ranks move their UVM misses at the same point of the iteration, so GPUs behind one
+  PCIe switch share its uplink, and ranks on one socket its DRAM.
+
+What it leaves out, against the simulation: contention between *different* concurrent
+collectives or transfers (an all-reduce bucket beside a gradient all-to-all, the pooled
+all-to-all beside a host read), and ShadowSync's background rounds.  Foreground sync rounds run
+every K-th iteration as in a run, so the walked iterations hold one only when K divides 2.
+docs/plans.md tabulates the estimate's error on every shipped workload.
+
+Two iterations run back to back, as in a run (the input all-to-all of the next iteration may
+start during this one's compute); the estimate is the second's end-to-end time, the measure of
+``iteration_time_s`` (a run averages two iterations after its warm-up; walking a third moves
+the estimates of the shipped workloads by at most 1.5 % of the iteration, for half as much
+work again).
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+
+import numpy as np
+
+from zionsim.base.errors import InputError
+from zionsim.dlrm.op_costs import op_durations, stack_compute_model, transfer_flows
+from zionsim.dlrm.stack import BARE, StackSpec
+from zionsim.dlrm.sync import sync_spec
+from zionsim.dlrm.trace import Trace, lower
+from zionsim.network import nccl
+
+NAN = float("nan")
+#: iterations played (the first is the warm-up)
+ITERATIONS = 2
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """Estimated seconds of one iteration, and the host seconds per step included in it."""
+
+    iteration_s: float
+    host_s: float
+
+
+def host_time_s(stack: StackSpec, batch_per_gpu: int = 0) -> float:
+    """Per-step seconds of the stack's host thread (batch preparation, without its kernel
+    launches) and of HugeCTR's ``gpu_per_step``: the one place the estimate reads the stack's
+    host-time model.  The lowered trace carries that work as ``host`` ops (the host stream's
+    ``input_pipeline`` and ``launch_*`` ops, the compute stream's ``step_gpu_work``), which the
+    walk plays like any other stream; an overlapped host runs ahead of the GPU there too."""
+    prepare = stack.host_per_step_s + stack.host_per_sample_s * batch_per_gpu
+    return prepare + stack.gpu_per_step_s
+
+
+def iteration_estimate(cluster, w, plan, stack: StackSpec = BARE, sync=None) -> Estimate:
+    """Estimated iteration seconds of workload ``w`` (the stack's precisions already applied, as
+    ``apply_stack`` does) under ``plan`` on ``cluster``, as ``stack`` runs it, with dense sync
+    ``sync`` (a :class:`~zionsim.dlrm.sync.SyncSpec`; default: the workload's ``sync:``)."""
+    g = cluster.spec.gpus_per_node
+    sync = sync or sync_spec(base=w.sync)
+    trace = lower(
+        w, plan, len(cluster.gpus), stack.fused_embedding, g, w.zipf_alpha, sync, stack
+    )  # fmt: skip
+    return Estimate(evaluate(cluster, trace), host_time_s(stack, w.batch_per_gpu))
+
+
+def evaluate(cluster, trace: Trace, iterations: int = ITERATIONS) -> float:
+    """Mean seconds of the iterations after the first, ``trace`` played as the module says."""
+    stack = trace.stack or BARE
+    durations = op_durations(cluster, trace, stack_compute_model(cluster, stack))
+    ends = _Walk(cluster, trace, durations, stack.compute_slowdown).run(iterations)
+    return float(np.diff(ends).mean()) if len(ends) > 1 else float(ends[0])
+
+
+class _Walk:
+    """Every rank's streams in time order: a heap of (ready time, op) with one head per stream."""
+
+    def __init__(self, cluster, trace: Trace, durations: np.ndarray, slowdown: float):
+        self.cluster, self.trace, self.dur, self.slow = cluster, trace, durations, slowdown
+        by_rank = trace.by_rank()
+        self.streams = [
+            [op.id for op in ops if op.stream == s]
+            for ops in by_rank
+            for s in dict.fromkeys(op.stream for op in ops)
+        ]
+        self.stream_of = {i: k for k, ids in enumerate(self.streams) for i in ids}
+        #: streams (other than its own) with an op that waits for each op
+        self.waiting: dict[int, set[int]] = {}
+        for op in trace.ops:
+            for d in op.deps:
+                if self.stream_of[d] != self.stream_of[op.id]:
+                    self.waiting.setdefault(d, set()).add(self.stream_of[op.id])
+        two = any(op.stream == "embedding" for op in trace.ops)
+        self.gpu_free = np.zeros(trace.ranks) if two else None
+        self.coll_s: dict = {}
+        #: the collectives of the ops of each name: copies of one step that run at once
+        copies: dict[str, set[int]] = {}
+        for op in trace.ops:
+            if op.kind == "collective":
+                copies.setdefault(op.name, set()).add(op.args["coll"])
+        self.copies = {c: tuple(sorted(g)) for g in copies.values() for c in g}
+        self.transfer_s = _transfer_seconds(cluster, trace)
+
+    def run(self, iterations: int) -> np.ndarray:
+        """End time of each iteration (latest end of any of its ops)."""
+        ops, n_ops = self.trace.ops, len(self.trace.ops)
+        self.end = [NAN] * (iterations * n_ops)  # a list: read one at a time, often
+        self.pos = [0] * len(self.streams)  # next op index, over iterations
+        self.free = [0.0] * len(self.streams)
+        self.arrived: dict = {}
+        self.flight: list[list[tuple[float, float]]] = [[] for _ in range(self.trace.ranks)]
+        self.heap: list = []
+        self.queued: set[int] = set()
+        self.in_collective: set[int] = set()  # streams waiting inside a collective
+        self.iterations = iterations
+        for k in range(len(self.streams)):
+            self._push(k)
+        while self.heap:
+            t, _, k = heapq.heappop(self.heap)
+            self.queued.discard(k)
+            self._start(k, t)
+        end = np.array(self.end)
+        if np.isnan(end).any():
+            stuck = int(np.flatnonzero(np.isnan(end))[0] % n_ops)
+            raise InputError(
+                f"the trace stalls: op {stuck} ({ops[stuck].name}, rank {ops[stuck].rank}) "
+                "never runs",
+                field=f"ops[{stuck}]",
+            )
+        return end.reshape(iterations, n_ops).max(axis=1)
+
+    def _head(self, k: int) -> tuple[int, int] | None:
+        ids, p = self.streams[k], self.pos[k]
+        return None if p >= len(ids) * self.iterations else divmod(p, len(ids))
+
+    def _push(self, k: int) -> None:
+        """Queue stream ``k``'s next op once all its dependencies have ended."""
+        head = self._head(k)
+        if head is None:
+            return
+        it, j = head
+        op = self.trace.ops[self.streams[k][j]]
+        base = it * len(self.trace.ops)
+        dep_ends = [self.end[base + d] for d in op.deps]
+        if any(e != e for e in dep_ends):  # NaN: not ended yet
+            return
+        t = max([self.free[k], *dep_ends])
+        heapq.heappush(self.heap, (t, op.id + base, k))
+        self.queued.add(k)
+
+    def _start(self, k: int, t: float) -> None:
+        it, j = self._head(k)
+        op = self.trace.ops[self.streams[k][j]]
+        self.pos[k] += 1
+        if op.kind == "collective":
+            if op.category == "sync" and (it + 1) % op.args.get("every", 1):
+                return self._finish(op, it, t)
+            self.flight[op.rank].append((t, np.inf))
+            self.in_collective.add(k)
+            return self._arrive(op, it, t)
+        if op.kind == "transfer":
+            skip = op.category == "sync" and (it + 1) % op.args.get("every", 1)
+            return self._finish(op, it, t + (0.0 if skip else self.transfer_s[op.id]))
+        seconds = self.dur[op.id]
+        if self.gpu_free is not None and op.kind != "host" and seconds > 0:
+            t = max(t, self.gpu_free[op.rank])
+        if self.slow and op.kind != "host" and self._in_flight(op.rank, t):
+            seconds *= 1.0 + self.slow
+        if self.gpu_free is not None and op.kind != "host" and seconds > 0:
+            self.gpu_free[op.rank] = t + seconds
+        self._finish(op, it, t + seconds)
+
+    def _in_flight(self, rank: int, t: float) -> bool:
+        live = [(a, e) for a, e in self.flight[rank] if e > t]
+        self.flight[rank] = live
+        return any(a <= t for a, _ in live)
+
+    def _arrive(self, op, it: int, t: float) -> None:
+        cid = op.args["coll"]
+        members = self.arrived.setdefault((it, cid), [])
+        members.append((op, t))
+        c = self.trace.collectives[cid]
+        if len(members) < len(c.ranks):
+            return
+        end = max(a for _, a in members) + self._collective_s(cid)
+        for o, a in members:
+            fl = self.flight[o.rank]
+            if (a, np.inf) in fl:
+                fl[fl.index((a, np.inf))] = (a, end)
+            self._finish(o, it, end)
+        del self.arrived[it, cid]
+
+    def _finish(self, op, it: int, end: float) -> None:
+        self.end[it * len(self.trace.ops) + op.id] = end
+        k = self.stream_of[op.id]
+        self.free[k] = end
+        self.in_collective.discard(k)
+        self._push(k)
+        for s in self.waiting.get(op.id, ()):
+            if s not in self.queued and s not in self.in_collective:
+                self._push(s)
+
+    def _collective_s(self, cid: int) -> float:
+        """NCCL's estimate of collective ``cid``, priced with the copies it runs beside
+        (memoised by op, size and group where a lone collective has no byte matrix, as the
+        engine memoises its preparation)."""
+        group = self.copies.get(cid, (cid,))
+        if cid in self.coll_s:
+            return self.coll_s[cid]
+        colls = [self.trace.collectives[c] for c in group]
+        if len(group) == 1:
+            c = colls[0]
+            key = (c.op, c.size_bytes, c.ranks.tobytes()) if c.matrix is None else None
+            if key is not None and key in self.coll_s:
+                return self.coll_s[key]
+            self.coll_s[cid] = self._choice(c).estimate_s
+            if key is not None:
+                self.coll_s[key] = self.coll_s[cid]
+            return self.coll_s[cid]
+        times = nccl.estimate_together_s(self.cluster, [self._choice(c) for c in colls])
+        self.coll_s.update(zip(group, times, strict=True))
+        return self.coll_s[cid]
+
+    def _choice(self, c) -> nccl.Choice:
+        devices = self.cluster.gpus[c.ranks]
+        return nccl.choose(self.cluster, c.op, devices, c.size_bytes, matrix=c.matrix)
+
+
+def _transfer_seconds(cluster, trace: Trace) -> dict[int, float]:
+    """Seconds of every transfer op: its route's latency plus, over the links it crosses, the
+    most any link needs for the bytes of all ranks' transfers of the same name (module
+    docstring)."""
+    by_name: dict[str, list] = {}
+    for op in trace.ops:
+        if op.kind == "transfer":
+            routes, nbytes, latency, _ = transfer_flows(cluster, op.rank, op.args)
+            by_name.setdefault(op.name, []).append((op.id, routes, np.asarray(nbytes), latency))
+    out = {}
+    for flows in by_name.values():
+        busy = link_seconds(cluster.router.capacity_Bps, [(f[1], f[2]) for f in flows])
+        for (op_id, _, _, latency), s in zip(flows, busy, strict=True):
+            out[op_id] = float((latency.max() if len(latency) else 0.0) + s)
+    return out
+
+
+def link_seconds(capacity_Bps: np.ndarray, transfers: list[tuple[np.ndarray, np.ndarray]]):
+    """For transfers running together, each a (routes, bytes per route) pair on links of
+    ``capacity_Bps`` (routes padded with -1): the seconds the busiest link each one crosses needs
+    for the bytes of all of them that cross it."""
+    cap = np.append(capacity_Bps, np.inf)  # -1 padding lands on a link that costs nothing
+    load = np.zeros(len(cap))
+    for routes, nbytes in transfers:
+        if routes.size:
+            np.add.at(load, routes, np.broadcast_to(np.asarray(nbytes)[:, None], routes.shape))
+    load[-1] = 0.0
+    busy = load / cap
+    out = []
+    for routes, nbytes in transfers:
+        used = routes[np.asarray(nbytes) > 0] if routes.size else routes
+        out.append(float(busy[used].max()) if used.size else 0.0)
+    return out
