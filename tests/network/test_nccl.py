@@ -242,8 +242,8 @@ def test_graph_channels_follow_nccls_search(topology, nodes, overrides, channels
 def test_copies_priced_together_share_the_links_they_share():
     """``estimate_together_s``: a collective priced with itself alone is ``estimate_s``; copies
     inside two different nodes share no link and cost what each does alone; two copies over the
-    same GPUs' NICs take about twice the bandwidth time (a large all-reduce is almost all
-    bandwidth)."""
+    same GPUs' NICs take well over one and at most two times as long (a large all-reduce is
+    mostly bandwidth; per-flow caps and latency do not double)."""
     c = Cluster.load("zionex", nodes=2)
     size = 256 * 2**20
     node0 = nccl.choose(c, "all_reduce", c.gpus[:8], size)
@@ -253,4 +253,4 @@ def test_copies_priced_together_share_the_links_they_share():
     assert apart == pytest.approx([node0.estimate_s, node1.estimate_s], rel=1e-9)
     both = nccl.choose(c, "all_reduce", c.gpus, size)
     shared = nccl.estimate_together_s(c, [both, both])
-    assert shared[0] == pytest.approx(2 * both.estimate_s, rel=0.1)
+    assert 1.5 * both.estimate_s < shared[0] <= 2 * both.estimate_s * (1 + 1e-9)

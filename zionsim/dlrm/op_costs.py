@@ -129,6 +129,7 @@ def _ps_flows(cluster, gpu: int, args: dict) -> tuple[np.ndarray, np.ndarray]:
 
 
 def nearest_dram(cluster, gpu: int) -> int:
+    """Device id of the DRAM of the socket closest to ``gpu`` (fewest hops, then lowest id)."""
     r, node = cluster.router, gpu // cluster.router.per_node
     drams = [r.local("dram", node, s) for s in range(cluster.spec.host.sockets)]
     return min(drams, key=lambda d: (len(r.path_names(gpu, d)), d))
