@@ -122,7 +122,7 @@ def test_ps_tables_must_fit_server_dram():
 
 def test_ps_trace_round_trips_and_rejects_bad_args():
     """A trace with parameter-server ops survives the file schema; a short byte list does not."""
-    from zionsim.dlrm.trace import lower
+    from zionsim.dlrm.lowering import lower
     from zionsim.dlrm.trace_file import trace_from_dict, trace_to_dict
 
     w = load_workload("tiny")

@@ -173,8 +173,8 @@ def test_grouped_allreduce_is_one_call_after_the_last_gradient():
     buckets make several), and it waits for the last gradient of the backward."""
     import dataclasses
 
+    from zionsim.dlrm.lowering import lower
     from zionsim.dlrm.plan import default_plan
-    from zionsim.dlrm.trace import lower
 
     w = load_workload("mlperf_dlrm_dcnv2", batch_per_gpu=64)
     plan = default_plan(w, 4)

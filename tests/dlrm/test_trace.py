@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from zionsim.base.errors import InputError
+from zionsim.dlrm.lowering import lower
 from zionsim.dlrm.plan import Plan, Shard
-from zionsim.dlrm.trace import lower
 from zionsim.dlrm.trace_file import trace_from_dict, trace_to_dict
 from zionsim.dlrm.workload import load_workload
 

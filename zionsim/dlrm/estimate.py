@@ -1,7 +1,7 @@
 """The planner's estimate of a training iteration: the lowered trace played out without the flow
 simulation.
 
-:func:`iteration_estimate` lowers the workload under a plan exactly as a run does (``trace.py``)
+:func:`iteration_estimate` lowers the workload under a plan exactly as a run does (``lowering.py``)
 and walks every rank's streams in time order, as the engine does, but prices each op in closed
 form instead of sharing links flow by flow:
 
@@ -39,10 +39,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from zionsim.base.errors import InputError
+from zionsim.dlrm.lowering import lower
 from zionsim.dlrm.op_costs import op_durations, stack_compute_model, transfer_flows
 from zionsim.dlrm.stack import BARE, StackSpec
 from zionsim.dlrm.sync import sync_spec
-from zionsim.dlrm.trace import Trace, lower
+from zionsim.dlrm.trace import Trace
 from zionsim.network import nccl
 
 NAN = float("nan")

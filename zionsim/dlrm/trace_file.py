@@ -409,8 +409,12 @@ def _check_stack_meta(stack: dict, err) -> None:
         _number(launch, "kernel_launch", "time", "meta.stack.kernel_launch_s", err)
     for key in ("compute_slowdown", "comm_slowdown"):
         _number(stack.get(key, 0.0), key, None, f"meta.stack.{key}", err)
-    for key, bound in (("host_dispatch_s", "dispatch"), ("host_per_step_s", "per_step"),
-                       ("host_per_sample_s", "per_sample"), ("gpu_per_step_s", "gpu_per_step")):
+    for key, bound in (
+        ("host_dispatch_s", "dispatch"),
+        ("host_per_step_s", "per_step"),
+        ("host_per_sample_s", "per_sample"),
+        ("gpu_per_step_s", "gpu_per_step"),
+    ):
         _number(stack.get(key, 0.0), bound, "time", f"meta.stack.{key}", err)  # fmt: skip
     if not isinstance(stack.get("host_overlap", True), bool):
         raise err("meta.stack.host_overlap", "expected true or false")

@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from zionsim.base.bounds import require_finite
+from zionsim.dlrm.lowering import lower
 from zionsim.dlrm.plan import (
     MEMORY_KINDS,
     Plan,
@@ -26,7 +27,7 @@ from zionsim.dlrm.plan import (
 )
 from zionsim.dlrm.stack import StackSpec, apply_stack, check_trainer, resolve_stack
 from zionsim.dlrm.sync import SyncSpec, gap_stats, sync_spec
-from zionsim.dlrm.trace import Trace, lower
+from zionsim.dlrm.trace import Trace
 from zionsim.dlrm.workload import WorkloadSpec
 from zionsim.hardware.compute import architecture
 from zionsim.sim.engine import simulate_trace

@@ -1,0 +1,523 @@
+"""Lowering: one DLRM training iteration of a workload under a plan, as a :class:`~.trace.Trace`.
+
+:func:`lower` turns workload + plan + rank count (+ the dense sync and the software stack) into
+the per-rank DAG of typed ops that ``trace.py`` defines.
+
+The iteration, per rank (streams: ``compute``, ``a2a`` and ``allreduce``, each in order):
+
+1. ``input_a2a`` — sparse indices and lengths to the table owners (all-to-allv);
+2. ``emb_fwd`` — pooled lookups of the local tables for the global batch (TW) or local batch (DP);
+3. ``pooled_a2a`` — pooled embeddings back to the samples' ranks; bottom MLP runs meanwhile;
+4. interaction (dot / concat / DCN), top MLP, loss;
+5. backward: top-MLP dgrad + wgrad per layer, interaction backward, ``grad_a2a`` of embedding
+   gradients, bottom-MLP backward, ``emb_bwd`` fused with the row-wise optimizer update
+   (native, ``fused=False``: ``emb_bwd`` is the memory op that materialises each table's
+   sparse gradient and ``emb_opt``, category ``optimizer``, the separate ``torch.optim`` pass);
+With ``ps``-tier tables (``sharding.py``), ``ps_lookup`` (indices out, pooled rows back) runs on
+the ``ps`` stream from the iteration's start and feeds the interaction; ``ps_update`` pushes
+their gradients after the interaction backward (on CPU trainers, on a stream of its own,
+``ps_push``: their Hogwild threads are out of step, so pushes overlap the next lookups).
+
+6. dense gradients all-reduced in buckets of ``BUCKET_BYTES`` as backward produces them (PyTorch
+   DDP: 25 MiB, a tensor larger than that is a bucket of its own); DP tables' gradients join the
+   last bucket; ``dense_opt`` waits for every bucket.  A stack with ``grouped_allreduce``
+   all-reduces every gradient in one call once the last is done (HugeCTR).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from zionsim.dlrm.plan import Plan
+from zionsim.dlrm.sharding import layout
+from zionsim.dlrm.stack import BARE, StackSpec
+from zionsim.dlrm.sync import SyncSpec, TraceSync
+from zionsim.dlrm.trace import Collective, Op, Trace
+from zionsim.dlrm.workload import (
+    DENSE_OPTIMIZERS,
+    DTYPE_BYTES,
+    WorkloadSpec,
+)
+from zionsim.hardware import compute
+
+#: PyTorch DDP's default bucket_cap_mb (torch.nn.parallel.DistributedDataParallel docs)
+BUCKET_BYTES = 25 * 2**20
+
+
+class _Builder:
+    """Accumulates the ops and collectives of a trace under construction.
+
+    With a host timeline (a stack's ``host``, ``stack.py`` item 5) every GPU op waits for the
+    host op that launches it: its own ``launch`` op on the rank's ``host`` stream when the stack
+    dispatches eagerly, else (a CUDA graph) the rank's batch preparation."""
+
+    def __init__(self, ranks: int, dispatch_s: float = 0.0):
+        self.ranks, self.ops, self.colls = ranks, [], []
+        self.dispatch_s = dispatch_s
+        self.prepared: dict[int, int] = {}  # rank -> its batch-preparation host op
+        self.last_launch: dict[int, int] = {}  # rank -> its latest launch op
+
+    def op(self, rank, name, kind, category, stream, deps=(), **args) -> int:
+        """Append an op (None deps dropped: absent ops) and return its id."""
+        deps = tuple(d for d in deps if d is not None)
+        if stream != "host" and rank in self.prepared:
+            if self.dispatch_s > 0:
+                deps += (self._launch(rank, name, kind, stream, args),)
+            elif not deps:
+                deps = (self.prepared[rank],)
+        return self._append(rank, name, kind, category, stream, deps, args)
+
+    def _launch(self, rank, name, kind, stream, args) -> int:
+        """The host op that launches a GPU op: a new ``launch_<name>``, or, for an op right after
+        another of the same stream, that one's launch lengthened (one host op per run of ops of
+        a stream keeps traces small; the run's first kernel then waits for the whole run's
+        launches, a difference of at most the run's GPU time when the host sets the pace)."""
+        seconds = self.dispatch_s * _kernels(kind, args)
+        last = self.ops[-1]
+        if (
+            last.rank == rank
+            and last.stream == stream
+            and last.deps
+            and self.ops[last.deps[-1]].name.startswith("launch_")
+            and last.deps[-1] == self.last_launch.get(rank)
+        ):
+            self.ops[last.deps[-1]].args["seconds"] += seconds
+            return last.deps[-1]
+        i = self._append(rank, f"launch_{name}", "host", "framework", "host", (),
+                         {"seconds": seconds})  # fmt: skip
+        self.last_launch[rank] = i
+        return i
+
+    def _append(self, rank, name, kind, category, stream, deps, args) -> int:
+        i = len(self.ops)
+        self.ops.append(Op(i, rank, name, kind, category, stream, deps, args))
+        return i
+
+    def prepare_batch(self, rank: int, seconds: float) -> None:
+        """The host's per-iteration batch preparation of ``rank`` (the first op of its host
+        stream); the rank's GPU ops then wait for the host (class docstring)."""
+        self.prepared[rank] = self._append(
+            rank, "input_pipeline", "host", "framework", "host", (), {"seconds": seconds}
+        )
+
+    def collective(self, op, size, matrix=None, ranks=None) -> int:
+        """Append a collective of ``size`` bytes over ``ranks`` (default all) and return its id."""
+        ranks = np.arange(self.ranks) if ranks is None else ranks
+        self.colls.append(Collective(len(self.colls), op, ranks, float(size), matrix))
+        return len(self.colls) - 1
+
+
+def _kernels(kind: str, args: dict) -> int:
+    """Kernels the host launches for one op: its ``launches`` (one per table for unfused
+    embeddings), one for a collective or a copy."""
+    if kind in ("embedding_fwd", "embedding_bwd") and not args.get("fused", True):
+        return max(int(args.get("tables", 1)), 1)
+    return int(args.get("launches", 1))
+
+
+def lower(
+    w: WorkloadSpec,
+    plan: Plan,
+    ranks: int,
+    fused: bool = True,
+    gpus_per_node: int | None = None,
+    zipf_alpha: float = 1.0,
+    sync: SyncSpec | None = None,
+    stack: StackSpec = BARE,
+) -> Trace:
+    """One training iteration of ``w`` under ``plan`` on ``ranks`` GPUs, as software ``stack``
+    runs it (its kernel counts and per-step host work; its precisions are already in ``w``)."""
+    g = gpus_per_node or ranks
+    sync = sync or SyncSpec()
+    lay = layout(w, plan, ranks, g, zipf_alpha)
+    b = _Builder(ranks, stack.host_dispatch_s)
+    c = _embedding_collectives(b, lay, ranks, g)
+    buckets = _buckets(w, lay.dp_params, stack.grouped_allreduce)
+    cb = DTYPE_BYTES[w.precision["communication"]]
+    dense_groups = _dense_groups(sync, ranks, g)
+    c_ar = {
+        key: [b.collective("all_reduce", n * cb, ranks=grp) for n, _ in buckets]
+        for key, grp in dense_groups.items()
+    }
+    sync_bytes = float((w.dense_params + lay.dp_params) * cb)
+    sync_colls = _sync_collectives(b, sync, sync_bytes, ranks, g)
+    for r in range(ranks):
+        group = next((k for k, grp in dense_groups.items() if r in grp), None)
+        host_s = stack.host_per_step_s + stack.host_per_sample_s * w.batch_per_gpu
+        if host_s > 0 or stack.host_dispatch_s > 0:
+            b.prepare_batch(r, host_s)
+        if stack.gpu_per_step_s > 0:  # GPU work the op list leaves out, serial on the GPU
+            b.op(r, "step_gpu_work", "host", "framework", "compute", (),
+                 seconds=stack.gpu_per_step_s)  # fmt: skip
+        ar = c_ar.get(group, [])
+        _lower_rank(b, w, r, r // g, r % g, lay, fused, c, ar, buckets, stack)
+        _lower_sync(b, sync, r, g, sync_colls, sync_bytes)
+    meta = {
+        "workload": w.name,
+        "plan": plan.name,
+        "global_batch": w.batch_per_gpu * ranks,
+        "fused": fused,
+        "model": model_figures(w),
+    }
+    background = sync_colls if sync.is_shadow else {}
+    return Trace(ranks, b.ops, b.colls, meta, stack, TraceSync(sync, background, sync_bytes))
+
+
+def model_figures(w: WorkloadSpec) -> dict:
+    """Size and work of the model: parameters and forward MFLOPs per sample (as papers quote)."""
+    return {
+        "embedding_params": int(w.embedding_params),
+        "dense_params": int(w.dense_params),
+        "params": int(w.embedding_params + w.dense_params),
+        "mflops_per_sample": w.flops_per_sample / 1e6,
+    }
+
+
+def _embedding_collectives(b: _Builder, lay, ranks: int, g: int) -> dict:
+    """The embedding collectives the layout implies, by key: input, pooled and gradient
+    all-to-alls, RW reduce-scatter/all-gather, TWRW per-node and per-rail collectives."""
+    c: dict = {}
+    if lay.input_matrix.any():
+        c["in"] = b.collective("all_to_all", lay.input_matrix.sum(1).max(), lay.input_matrix)
+    if lay.pooled_matrix.any():
+        pm = lay.pooled_matrix
+        c["pool"] = b.collective("all_to_all", pm.sum(1).max(), pm)
+        c["grad"] = b.collective("all_to_all", pm.T.sum(1).max(), pm.T.copy())
+    if lay.rw_bytes:
+        c["rs"] = b.collective("reduce_scatter", lay.rw_bytes)
+        c["ag"] = b.collective("all_gather", lay.rw_bytes)
+    for node, size in sorted(lay.twrw_rs.items()):
+        members = np.arange(node * g, (node + 1) * g)
+        c["twrw_rs", node] = b.collective("reduce_scatter", size, ranks=members)
+        c["twrw_ag", node] = b.collective("all_gather", size, ranks=members)
+    if lay.twrw_matrix.any():
+        tm = lay.twrw_matrix
+        for j in range(g):
+            rail = np.arange(ranks // g) * g + j
+            c["twrw_a2a", j] = b.collective("all_to_all", tm.sum(1).max(), tm, ranks=rail)
+            c["twrw_a2a_bwd", j] = b.collective(
+                "all_to_all", tm.T.sum(1).max(), tm.T.copy(), ranks=rail
+            )
+    return c
+
+
+class _RankOps:
+    """Op constructors for one rank ``r``: its collectives (by key in ``c``), GEMMs, UVM host
+    transfers and parameter-server transfers; each returns the new op's id, or None when the rank
+    has no such work."""
+
+    def __init__(self, b: _Builder, w: WorkloadSpec, r: int, lay, c: dict, stack=BARE):
+        self.b, self.w, self.r, self.lay, self.c = b, w, r, lay, c
+        self.stack = stack
+        self.emb_stream = "embedding" if stack.embedding_stream else "compute"
+        self.dt = w.precision["dense"]
+        self.servers = [int(k) for k in np.flatnonzero(lay.ps_pooled[r])]
+
+    def coll(self, name, key, cat, stream, deps=()):
+        """The rank's op of collective ``c[key]``; None when the trace has no such collective."""
+        if key not in self.c:
+            return None
+        return self.b.op(self.r, name, "collective", cat, stream, deps, coll=self.c[key])
+
+    def gemm(self, name, m, n, k, deps=(), launches=1, act=0):
+        """An (m×k)·(k×n) GEMM in the dense precision on the compute stream, with ``launches``
+        kernels in all: the stack's bias / activation kernels beside the GEMM, each of which
+        reads and writes the layer's output activation of ``act`` elements once
+        (``eltwise_bytes``)."""
+        extra = {"launches": launches} if launches != 1 else {}
+        if launches > 1 and act:
+            extra["eltwise_bytes"] = float((launches - 1) * 2 * act * DTYPE_BYTES[self.dt])
+        return self.b.op(
+            self.r, name, "gemm", "gemm", "compute", deps, m=m, n=n, k=k, dtype=self.dt, **extra
+        )
+
+    def host(self, name, direction, deps):
+        """A UVM host transfer of the rank's host-resident rows; None when it has none."""
+        nbytes = self.lay.host_bytes[self.r]
+        if nbytes <= 0:
+            return None
+        return self.b.op(
+            self.r, name, "transfer", "host_transfer", "compute", deps,
+            direction=direction, nbytes=float(nbytes),
+        )  # fmt: skip
+
+    def ps(self, name, deps, **parts):
+        """A parameter-server transfer, one byte count per server and part; None without servers.
+        A CPU trainer's pushes go on ``ps_push`` (``STREAMS``), a GPU rank's on ``ps``."""
+        if not self.servers:
+            return None
+        parts = {k: [float(v[self.r, j]) for j in self.servers] for k, v in parts.items()}
+        nbytes = float(sum(parts.get("pooled", parts.get("push", []))))
+        hogwild = name == "ps_update" and self.stack.trainer == "cpu"
+        return self.b.op(
+            self.r, name, "transfer", "parameter_server", "ps_push" if hogwild else "ps", deps,
+            direction=name, servers=self.servers, nbytes=nbytes, **parts,
+        )  # fmt: skip
+
+
+def _lower_rank(b, w, r, node, local, lay, fused, c, c_ar, buckets, stack=BARE):
+    """All ops of rank ``r`` (on ``node``, GPU ``local`` there) for one iteration, in order."""
+    o = _RankOps(b, w, r, lay, c, stack)
+    n_look = float(lay.lookups[r])
+    e_args = {
+        "lookups": n_look,
+        "tables": int(lay.tables[r]),
+        "fused": fused,
+        "row_bytes": float(lay.lookup_bytes[r] / n_look) if n_look else 0.0,
+    }
+    outs = _lower_embedding_fwd(o, node, local, e_args)
+    x = _lower_dense_fwd(o, outs)
+    grads_done: dict[str, int] = {}
+    x = _lower_top_bwd(o, x, grads_done)
+    e_bwd, d2h = _lower_sparse_bwd(o, node, local, e_args, x, grads_done)
+    _lower_dense_update(o, e_bwd, d2h, grads_done, c_ar, buckets)
+
+
+def _lower_embedding_fwd(o: _RankOps, node: int, local: int, e_args: dict) -> list:
+    """Parameter-server lookup, input all-to-all, UVM reads, embedding forward and the pooled
+    outputs' collectives; returns the ops the interaction waits for (None where absent)."""
+    ps_in = o.ps(
+        "ps_lookup", (), index=o.lay.ps_index, gather=o.lay.ps_gather, pooled=o.lay.ps_pooled
+    )
+    a_in = o.coll("input_a2a", "in", "all_to_all", "a2a")
+    h2d = o.host("uvm_read", "h2d", (a_in,))
+    e_fwd = o.b.op(
+        o.r, "emb_fwd", "embedding_fwd", "embedding", o.emb_stream, (a_in, h2d),
+        out_bytes=float(o.lay.out_bytes[o.r]), **e_args,
+    )  # fmt: skip
+    outs = [
+        o.coll("pooled_a2a", "pool", "all_to_all", "a2a", (e_fwd,)),
+        o.coll("rw_reduce_scatter", "rs", "reduce_scatter", "a2a", (e_fwd,)),
+    ]
+    rs = o.coll("twrw_reduce_scatter", ("twrw_rs", node), "reduce_scatter", "a2a", (e_fwd,))
+    outs.append(o.coll("twrw_a2a", ("twrw_a2a", local), "all_to_all", "a2a", (rs or e_fwd,)))
+    outs.append(ps_in)
+    return outs
+
+
+def _lower_dense_fwd(o: _RankOps, outs: list) -> int:
+    """Bottom MLP, interaction (after the embedding outputs ``outs``), top MLP and the loss;
+    returns the loss op."""
+    w, B = o.w, o.w.batch_per_gpu
+    last = None
+    for i, (k, n) in enumerate(w.bottom_layers()):
+        last = o.gemm(f"bottom_fwd{i}", B, n, k, (), o.stack.mlp_kernels[0], B * n)
+    x = _interaction(o.b, w, o.r, B, o.dt, (last, *outs), "fwd")
+    for i, (k, n) in enumerate(w.top_layers()):
+        x = o.gemm(f"top_fwd{i}", B, n, k, (x,), o.stack.mlp_kernels[0], B * n)
+    return o.b.op(o.r, "loss", "memory", "interaction", "compute", (x,), nbytes=float(16 * B))
+
+
+def _lower_top_bwd(o: _RankOps, x: int, grads_done: dict) -> int:
+    """Top-MLP wgrad and dgrad per layer, then the interaction backward; records each layer's
+    wgrad op in ``grads_done`` (the interaction's weights, a DCN's or a projection's, are done
+    with its backward) and returns the interaction backward's last op."""
+    w, B = o.w, o.w.batch_per_gpu
+    for i, (k, n) in reversed(list(enumerate(w.top_layers()))):
+        grads_done[f"top{i}"] = o.gemm(f"top_wgrad{i}", k, n, B, (x,))
+        x = o.gemm(f"top_dgrad{i}", B, k, n, (x,), o.stack.mlp_kernels[1] - 1, B * n)
+    x = _interaction(o.b, w, o.r, B, o.dt, (x,), "bwd")
+    if w.interaction_params:
+        grads_done["interaction"] = x
+    return x
+
+
+def _lower_sparse_bwd(o: _RankOps, node, local, e_args, x, grads_done) -> tuple:
+    """Parameter-server update, embedding-gradient collectives, bottom-MLP backward (wgrads into
+    ``grads_done``), embedding backward with its optimizer and UVM writes; returns
+    (emb_bwd op, UVM write op or None)."""
+    w, B, lay = o.w, o.w.batch_per_gpu, o.lay
+    o.ps("ps_update", (x,), push=lay.ps_pooled, update=lay.ps_update)
+    backs = [
+        o.coll("grad_a2a", "grad", "all_to_all", "a2a", (x,)),
+        o.coll("rw_all_gather", "ag", "all_gather", "a2a", (x,)),
+    ]
+    tb = o.coll("twrw_a2a_bwd", ("twrw_a2a_bwd", local), "all_to_all", "a2a", (x,))
+    backs += [tb, o.coll("twrw_all_gather", ("twrw_ag", node), "all_gather", "a2a", (tb,))]
+    for i, (k, n) in reversed(list(enumerate(w.bottom_layers()))):
+        grads_done[f"bottom{i}"] = o.gemm(f"bottom_wgrad{i}", k, n, B, (x,))
+        if i > 0:
+            x = o.gemm(f"bottom_dgrad{i}", B, k, n, (x,), o.stack.mlp_kernels[1] - 1, B * n)
+    n_look = e_args["lookups"]
+    name, category, deps = "emb_bwd", "embedding", tuple(backs)
+    if not e_args["fused"] and n_look:
+        deps = (_native_gradient(o, e_args, deps),)
+        name, category = "emb_opt", "optimizer"
+    e_bwd = o.b.op(
+        o.r, name, "embedding_bwd", category, o.emb_stream, deps,
+        optimizer=w.optimizer["embedding"],
+        state_bytes_per_row=float(lay.state_bytes[o.r] / n_look) if n_look else 0.0,
+        unique_rows=float(lay.unique_rows[o.r]), **e_args,
+    )  # fmt: skip
+    return e_bwd, o.host("uvm_write", "d2h", (e_bwd,))
+
+
+def _native_gradient(o: _RankOps, e_args: dict, deps: tuple) -> int:
+    """Native (per-table ``nn.EmbeddingBag``, ``sparse=True``) autograd backward: one
+    ``index_select`` kernel per table materialises its sparse gradient, a memory op of
+    ``compute.embedding_gradient_bytes``; the optimizer reads it back in ``emb_opt``."""
+    nbytes = compute.embedding_gradient_bytes(
+        e_args["lookups"], e_args["row_bytes"], float(o.lay.out_bytes[o.r]), o.w.index_bytes
+    )
+    extra = {"launches": e_args["tables"]} if e_args["tables"] > 1 else {}
+    return o.b.op(
+        o.r, "emb_bwd", "memory", "embedding", o.emb_stream, deps, nbytes=float(nbytes), **extra
+    )
+
+
+def _lower_dense_update(o: _RankOps, e_bwd, d2h, grads_done, c_ar, buckets) -> None:
+    """One all-reduce per DDP bucket once its layers' gradients are done (DP tables' wait for
+    the embedding backward, which computes them), then the dense optimizer step."""
+    ars = []
+    for j, ((_, members), cid) in enumerate(zip(buckets[: len(c_ar)], c_ar, strict=True)):
+        ready = tuple(grads_done.get(m, e_bwd) for m in members)
+        ars.append(
+            o.b.op(o.r, f"allreduce{j}", "collective", "all_reduce", "allreduce", ready, coll=cid)
+        )
+    state = DENSE_OPTIMIZERS[o.w.optimizer["dense"]]
+    tensors = 2 * (len(o.w.top_layers()) + len(o.w.bottom_layers()))  # weight, bias per layer
+    per_tensor = o.stack.optimizer_kernels_per_tensor
+    extra = {"launches": tensors * per_tensor} if per_tensor else {}
+    o.b.op(
+        o.r, "dense_opt", "memory", "optimizer", "compute", (*ars, e_bwd, d2h),
+        nbytes=float(o.w.dense_params * 4 * (3 + 2 * state)), **extra,
+    )  # fmt: skip
+
+
+def _dense_groups(sync: SyncSpec, ranks: int, g: int) -> dict:
+    """Groups that all-reduce dense gradients every iteration: all ranks (``allreduce``), each
+    node (node trainers), or none (rank trainers of a sync mode)."""
+    if sync.kind == "allreduce":
+        return {"all": np.arange(ranks)}
+    if sync.trainer == "node":
+        return {f"node{k}": np.arange(k * g, (k + 1) * g) for k in range(ranks // g)}
+    return {}
+
+
+def _sync_collectives(b, sync: SyncSpec, nbytes: float, ranks: int, g: int) -> dict:
+    """Collective ids of MA/BMUF sync rounds, by rank (a round all-reduces the parameters among
+    trainers; node trainers sync 1/g shards among same-index GPUs)."""
+    if sync.kind == "allreduce" or sync.method == "easgd":
+        return {}
+    if sync.trainer == "node":
+        ids = {
+            j: b.collective("all_reduce", nbytes / g, ranks=np.arange(ranks // g) * g + j)
+            for j in range(g)
+        }
+        return {r: ids[r % g] for r in range(ranks)}
+    cid = b.collective("all_reduce", nbytes)
+    return dict.fromkeys(range(ranks), cid)
+
+
+def _lower_sync(b, sync: SyncSpec, r: int, g: int, colls: dict, nbytes: float) -> None:
+    """Foreground sync round ops at the end of rank ``r``'s iteration (run every K-th)."""
+    if sync.kind != "foreground":
+        return
+    last = len(b.ops) - 1  # dense_opt of this rank
+    if sync.method == "easgd":
+        share = nbytes / g if sync.trainer == "node" else nbytes
+        for name, direction in (("sync_push", "to_ps"), ("sync_pull", "from_ps")):
+            last = b.op(
+                r, name, "transfer", "sync", "compute", (last,), direction=direction,
+                nbytes=float(share), servers=sync.servers, every=sync.every,
+                placement=sync.placement,
+            )  # fmt: skip
+    else:
+        b.op(
+            r,
+            "sync_round",
+            "collective",
+            "sync",
+            "compute",
+            (last,),
+            coll=colls[r],
+            every=sync.every,
+        )
+
+
+def _interaction(b, w, r, B, dt, deps, phase):
+    """Interaction ops (forward, or backward at twice the forward work); returns the last op."""
+    d, n_feat = w.bottom_mlp[-1], len(w.tables) + 1
+    name = f"interaction_{phase}"
+    reps = 1 if phase == "fwd" else 2
+    if w.interaction == "dot":
+        x = None
+        for i in range(reps):  # batched F×d · d×F products: B·F rows against F columns
+            x = b.op(
+                r, f"{name}{i}", "gemm", "interaction", "compute", deps if i == 0 else (x,),
+                m=B * n_feat, n=n_feat, k=d, dtype=dt,
+            )  # fmt: skip
+        return x
+    width = w.interaction_input_width
+    if w.interaction in ("reduce", "projection"):
+        return _stated_width_interaction(b, w, r, B, dt, deps, phase)
+    if w.interaction == "concat":  # read and write the concatenated features
+        nbytes = float(2 * DTYPE_BYTES[dt] * B * width * reps)
+        return b.op(r, name, "memory", "interaction", "compute", deps, nbytes=nbytes)
+    return _dcn_interaction(b, w, r, B, dt, deps, name, reps, width)
+
+
+def _dcn_interaction(b, w, r, B, dt, deps, name, reps, width):
+    """DCN cross layers: per layer, the low-rank V and W GEMMs (``reps`` times) and an
+    element-wise multiply-add over the ``width`` features; returns the last op."""
+    x = None
+    for layer in range(w.dcn_layers):
+        for i in range(reps):
+            x = b.op(
+                r, f"{name}_l{layer}_v{i}", "gemm", "interaction", "compute",
+                deps if x is None else (x,), m=B, n=w.dcn_low_rank, k=width, dtype=dt,
+            )  # fmt: skip
+            x = b.op(
+                r, f"{name}_l{layer}_w{i}", "gemm", "interaction", "compute", (x,),
+                m=B, n=width, k=w.dcn_low_rank, dtype=dt,
+            )  # fmt: skip
+        x = b.op(
+            r, f"{name}_l{layer}_mul", "memory", "interaction", "compute", (x,),
+            nbytes=float(3 * DTYPE_BYTES[dt] * B * width * reps),
+        )  # fmt: skip
+    return x
+
+
+def _stated_width_interaction(b, w, r, B, dt, deps, phase):
+    """``reduce``: the interaction inputs summed element-wise down to ``output_width`` features
+    (memory-bound: read every input element, write the output; backward the reverse).
+    ``projection``: a learned linear layer from the inputs to ``output_width`` (forward GEMM;
+    backward wgrad and dgrad GEMMs)."""
+    n_in, n_out, name = w.interaction_input_width, w.interaction_width, f"interaction_{phase}"
+    if w.interaction == "reduce":
+        nbytes = float(DTYPE_BYTES[dt] * B * (n_in + n_out))
+        return b.op(r, name, "memory", "interaction", "compute", deps, nbytes=nbytes)
+    if phase == "fwd":
+        return b.op(r, name, "gemm", "interaction", "compute", deps, m=B, n=n_out, k=n_in, dtype=dt)
+    x = b.op(
+        r, f"{name}_wgrad", "gemm", "interaction", "compute", deps,
+        m=n_in, n=n_out, k=B, dtype=dt,
+    )  # fmt: skip
+    return b.op(
+        r, f"{name}_dgrad", "gemm", "interaction", "compute", (x,),
+        m=B, n=n_in, k=n_out, dtype=dt,
+    )  # fmt: skip
+
+
+def _buckets(w: WorkloadSpec, dp_params: int, grouped: bool = False) -> list[tuple[int, list[str]]]:
+    """DDP buckets in backward order: (parameters, [layer keys whose gradients fill it]); one
+    bucket of every gradient when ``grouped`` (a stack's ``grouped_allreduce``)."""
+    layers = [(f"top{i}", k * n + n) for i, (k, n) in reversed(list(enumerate(w.top_layers())))]
+    if w.interaction_params:
+        layers.append(("interaction", w.interaction_params))
+    layers += [
+        (f"bottom{i}", k * n + n) for i, (k, n) in reversed(list(enumerate(w.bottom_layers())))
+    ]
+    if dp_params:
+        layers.append(("dp_tables", dp_params))
+    cap = float("inf") if grouped else BUCKET_BYTES // 4
+    out, cur, members = [], 0, []
+    for key, params in layers:
+        cur += params
+        members.append(key)
+        if cur >= cap:
+            out.append((cur, members))
+            cur, members = 0, []
+    if members:
+        out.append((cur, members))
+    return out
