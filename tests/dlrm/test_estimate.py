@@ -4,7 +4,8 @@ candidate it estimates fastest, and FP16 communication is never a slow-down (iss
 import pytest
 
 from zionsim.dlrm.estimate import iteration_estimate
-from zionsim.dlrm.planner import PLANNERS, Planner, best_estimated, host_Bps_per_gpu
+from zionsim.dlrm.plan_cost import host_Bps_per_gpu
+from zionsim.dlrm.planner import PLANNERS, Planner, best_estimated
 from zionsim.dlrm.stack import apply_stack, resolve_stack
 from zionsim.dlrm.workload import load_workload
 from zionsim.hardware.cluster import Cluster

@@ -5,8 +5,9 @@ import yaml
 
 from tests.conftest import TINY
 from zionsim.base.errors import InputError
+from zionsim.dlrm.plan_cost import plan_costs
 from zionsim.dlrm.plan_file import plan_from_dict, plan_to_dict
-from zionsim.dlrm.planner import PLANNERS, Planner, plan_costs
+from zionsim.dlrm.planner import PLANNERS, Planner
 from zionsim.dlrm.workload import load_workload
 from zionsim.hardware.cluster import Cluster
 from zionsim.sim.run import simulate_run
@@ -108,7 +109,6 @@ def test_rebalance_splits_the_straggler_part():
     """On one DGX H100, MLPerf DCNv2's t21 (40 M rows, pooling 27) table-wise on one GPU next to
     every GPU's share of the RW t20 left that GPU 1.4x the mean; the rebalance stage splits the
     straggler's part until the estimated peak is within a few % of the mean."""
-    from zionsim.dlrm.planner import plan_costs
     from zionsim.dlrm.workload import with_global_batch
 
     c = Cluster.load("dgx_h100", nodes=1)
@@ -130,7 +130,7 @@ def test_rebalance_splits_the_straggler_part():
 def test_row_split_options_cost_the_largest_ceiling_block(two_nodes):
     """An RW or TWRW option's HBM bytes are those of its largest block, ceil(rows/k) rows (the
     split TorchRec runs), and its lookups that block's share of the table's."""
-    from zionsim.dlrm.planner import Option, context, estimate
+    from zionsim.dlrm.plan_cost import Option, context, estimate
 
     w = load_workload("mlperf_dlrm")
     ctx = context(two_nodes, w)

@@ -571,7 +571,7 @@ def cmd_plan(args) -> int:
     """``zionsim plan``: the plan's estimated cost per table (top 20 in the table format) and per
     GPU; ``--refine`` improves it by simulation; ``--out`` writes the plan as YAML,
     ``--to-torchrec`` as a TorchRec plan dump."""
-    from zionsim.dlrm.planner import plan_costs
+    from zionsim.dlrm.plan_cost import plan_costs
     from zionsim.hardware.cluster import Cluster
     from zionsim.io.files import PLAN_HEADER, check_file_target, prepare_parent
     from zionsim.sim.inputs import plan_of

@@ -23,9 +23,10 @@ replaces one stage and keeps the others (``PLANNERS`` holds the built-in combina
    lowered trace priced by the simulator's own cost models) and the one estimated fastest is
    returned, so the planner never returns a plan its own estimate ranks below another it made.
 
-The per-table costs of stages 2-5 price UVM misses at the host bandwidth one GPU gets while
-every GPU of its node reads its misses at once (:func:`host_Bps_per_gpu`: on ZionEX two GPUs
-share a PCIe switch's uplink to the CPU).
+Stage 2's cost model lives in ``plan_cost.py``: it prices UVM misses at the host bandwidth one
+GPU gets while every GPU of its node reads its misses at once (``host_Bps_per_gpu``: on ZionEX
+two GPUs share a PCIe switch's uplink to the CPU); ``plan_cost.plan_costs`` is the cost table
+``zionsim plan`` prints.
 """
 
 from __future__ import annotations
@@ -36,9 +37,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from zionsim.base.errors import CapacityError
-from zionsim.dlrm.cache import hit_rate
-from zionsim.dlrm.estimate import iteration_estimate, link_seconds
-from zionsim.dlrm.op_costs import nearest_dram
+from zionsim.dlrm.estimate import iteration_estimate
 from zionsim.dlrm.plan import (
     Plan,
     Shard,
@@ -47,10 +46,16 @@ from zionsim.dlrm.plan import (
     default_plan,
     memory_by_rank,
 )
-from zionsim.dlrm.sharding import column_splits, row_splits
+from zionsim.dlrm.plan_cost import (
+    Context,
+    Cost,
+    Option,
+    context,
+    estimate,
+    miss_s,
+)
 from zionsim.dlrm.stack import StackSpec, resolve_stack
-from zionsim.dlrm.workload import DTYPE_BYTES, EMBEDDING_OPTIMIZERS, WorkloadSpec, row_bytes
-from zionsim.hardware import compute
+from zionsim.dlrm.workload import EMBEDDING_OPTIMIZERS, WorkloadSpec, row_bytes
 
 #: at most this many parts are split finer after placement (``Planner.rebalance``)
 REBALANCE_STEPS = 16
@@ -58,87 +63,6 @@ REBALANCE_STEPS = 16
 BALANCED = 0.02
 #: replicate a table only below this size (its gradient joins every iteration's all-reduce)
 DP_MAX_BYTES = 64 * 2**20
-
-
-@dataclass(frozen=True)
-class Option:
-    """One way to shard a table: kind and number of GPUs holding a part."""
-
-    table: int
-    kind: str
-    parts: int
-
-
-@dataclass(frozen=True)
-class Cost:
-    """Estimated seconds per iteration and HBM bytes on each GPU holding a part."""
-
-    part_s: float
-    part_bytes: float
-    parts: int
-
-    @property
-    def total_s(self) -> float:
-        """Estimated seconds summed over all parts (``part_s`` × ``parts``)."""
-        return self.part_s * self.parts
-
-
-@dataclass(frozen=True)
-class Context:
-    """What the stages know about the cluster and the model."""
-
-    w: WorkloadSpec
-    n: int
-    g: int
-    gpu: object
-    hbm_budget: float  # HBM bytes per GPU left for embeddings
-    dram_budget: float  # host DRAM bytes per node
-    nic_Bps: float  # scale-out bandwidth per GPU
-    nvlink_Bps: float
-    pcie_Bps: float  # host DRAM <-> GPU bandwidth per GPU while all of a node's GPUs use it
-    #: share of all embedding bytes that fits in the cluster's HBM (1 when everything fits)
-    hbm_share: float = 1.0
-
-
-def context(cluster, w: WorkloadSpec) -> Context:
-    """Budgets and bandwidths of ``cluster`` for workload ``w``."""
-    spec, n = cluster.spec, len(cluster.gpus)
-    g = spec.gpus_per_node
-    probe = memory_by_rank(w, Plan("none", ()), n, g)
-    fixed = float(probe["dense"][0] + probe["activations"][0])
-    so = spec.scale_out
-    nic = so.nics_per_node * so.nic_bw_Bps * spec.links[so.kind].efficiency / g
-    su = spec.scale_up
-    if su.kind == "nvswitch":
-        nvl = su.links_per_gpu * su.link_bw_Bps
-    elif su.kind == "mesh":
-        nvl = max(sum(c for a, b, c in su.mesh if 0 in (a, b)), 1) * su.link_bw_Bps
-    else:
-        nvl = spec.pcie.bw_Bps
-    eff = spec.links.get("nvlink", spec.links["pcie"]).efficiency
-    return Context(
-        w,
-        n,
-        g,
-        spec.gpu,
-        max(0.0, 0.95 * spec.gpu.hbm_bytes - fixed),
-        spec.host.dram_bytes,
-        nic,
-        nvl * eff,
-        host_Bps_per_gpu(cluster),
-    )
-
-
-def host_Bps_per_gpu(cluster) -> float:
-    """Bytes per second one GPU moves from its nearest host DRAM while every GPU of its node does
-    the same (UVM misses are read by all ranks at one point of the iteration): the capacity of
-    the most shared link on the way (a PCIe switch's uplink, a socket's DRAM) over the GPUs
-    sharing it, as the engine's flows share it (``op_costs.nearest_dram`` routes)."""
-    g, r = cluster.spec.gpus_per_node, cluster.router
-    gpus = np.asarray(cluster.gpus[:g])
-    routes = r.routes(np.array([nearest_dram(cluster, int(d)) for d in gpus]), gpus)
-    worst = max(link_seconds(r.capacity_Bps, [(routes, np.ones(len(gpus)))]))
-    return 1.0 / worst if worst > 0 else float(cluster.spec.pcie.bw_Bps)
 
 
 # ------------------------------------------------------------------------------ stages
@@ -153,35 +77,6 @@ def enumerate_options(ctx: Context, t) -> list[Option]:
         if t.rows * row_bytes(t.dim, ctx.w.precision["embedding"]) <= DP_MAX_BYTES:
             opts.append(Option(t.index, "DP", ctx.n))
     return opts
-
-
-def estimate(ctx: Context, t, opt: Option) -> Cost:
-    """Seconds per iteration on each holding GPU, and its HBM bytes (all-HBM placement)."""
-    w, n, g = ctx.w, ctx.n, ctx.g
-    B, G = w.batch_per_gpu, w.batch_per_gpu * n
-    cb = DTYPE_BYTES[w.precision["communication"]]
-    per_el, per_row = EMBEDDING_OPTIMIZERS[w.optimizer["embedding"]]
-    remote = (n - g) / n  # share of sample ranks on other nodes
-    d = t.dim if opt.kind not in ("CW", "TWCW") else column_splits(t.dim, opt.parts)[0]
-    rows, share = _largest_part(t, opt)
-    lookups = B * t.pooling if opt.kind == "DP" else G * t.pooling * share
-    rb = row_bytes(d, w.precision["embedding"])
-    state = 4 * (per_el * d + per_row)
-    kernel = compute.embedding_forward_time_s(
-        ctx.gpu, lookups, rb, 1, True, G * d * cb
-    ) + compute.embedding_backward_time_s(
-        ctx.gpu, lookups, rb, 1, True, w.optimizer["embedding"], state
-    )
-    pooled = G * d * cb  # forward output of the part, the same again as gradient in backward
-    if opt.kind in ("TW", "CW", "TWCW"):
-        comm = 2 * pooled * remote / ctx.nic_Bps
-    elif opt.kind == "RW":
-        comm = 2 * pooled * (n - 1) / n * remote / ctx.nic_Bps
-    elif opt.kind == "TWRW":
-        comm = 2 * (pooled * (g - 1) / g / ctx.nvlink_Bps + pooled / g * remote / ctx.nic_Bps)
-    else:  # DP: the table's gradient is all-reduced every iteration
-        comm = 2 * (n - 1) / n * t.rows * t.dim * cb / ctx.nic_Bps
-    return Cost(kernel + comm, rows * (rb + state), opt.parts)
 
 
 def choose(ctx: Context, t, costed: list[tuple[Option, Cost]], target_s: float) -> Option:
@@ -209,7 +104,7 @@ def _with_uvm(ctx: Context, o: Option, c: Cost) -> Cost:
     frac = min(1.0, ctx.hbm_share, ctx.hbm_budget / c.part_bytes if c.part_bytes else 1.0)
     if frac >= 1.0:
         return c
-    return Cost(c.part_s + _miss_s(ctx, o, c, frac, ctx.w.zipf_alpha), c.part_bytes, c.parts)
+    return Cost(c.part_s + miss_s(ctx, o, c, frac, ctx.w.zipf_alpha), c.part_bytes, c.parts)
 
 
 def place(ctx: Context, chosen: list[tuple[Option, Cost]], zipf_alpha: float) -> Plan:
@@ -250,7 +145,7 @@ def place(ctx: Context, chosen: list[tuple[Option, Cost]], zipf_alpha: float) ->
             for r in ranks:
                 dram[r // g] -= (1 - frac) * cost.part_bytes
             shards[opt.table] = Shard(opt.table, opt.kind, ranks, "uvm", round(frac, 6))
-            load[idx] += cost.part_s + _miss_s(ctx, opt, cost, frac, zipf_alpha)
+            load[idx] += cost.part_s + miss_s(ctx, opt, cost, frac, zipf_alpha)
     return Plan("greedy", tuple(shards[t.index] for t in ctx.w.tables))
 
 
@@ -260,7 +155,7 @@ def _loads(ctx: Context, chosen: list[tuple[Option, Cost]], plan: Plan) -> np.nd
     for opt, cost in chosen:
         s = plan.shards[opt.table]
         alpha = ctx.w.zipf_alpha
-        extra = 0.0 if s.tier == "hbm" else _miss_s(ctx, opt, cost, s.cache_fraction, alpha)
+        extra = 0.0 if s.tier == "hbm" else miss_s(ctx, opt, cost, s.cache_fraction, alpha)
         load[list(s.ranks)] += cost.part_s + extra
     return load
 
@@ -270,23 +165,6 @@ def _least_loaded(load: np.ndarray, room: np.ndarray, need: float, k: int) -> tu
     pool = ok if len(ok) >= k else np.arange(len(load))
     best = pool[np.lexsort((pool, load[pool]))][:k]
     return tuple(int(r) for r in sorted(best))
-
-
-def _miss_s(ctx: Context, opt: Option, cost: Cost, frac: float, alpha: float) -> float:
-    t = ctx.w.tables[opt.table]
-    rows, share = _largest_part(t, opt)
-    miss = 1.0 - hit_rate(rows, rows * frac, alpha)
-    lookups = ctx.w.batch_per_gpu * ctx.n * t.pooling * share
-    return 2 * lookups * miss * cost.part_bytes / max(rows, 1) / ctx.pcie_Bps
-
-
-def _largest_part(t, opt: Option) -> tuple[int, float]:
-    """Rows of the largest part of ``opt`` and its share of the table's lookups: a row split's
-    first block (TorchRec's ``⌈rows/k⌉``, ``sharding.row_splits``), else the whole table."""
-    if opt.kind not in ("RW", "TWRW"):
-        return t.rows, 1.0
-    rows = row_splits(t.rows, opt.parts)[0]
-    return rows, rows / t.rows if t.rows else 0.0
 
 
 # ------------------------------------------------------------------------------ planners
@@ -493,81 +371,3 @@ def named_plan(name: str, cluster, w: WorkloadSpec, stack=None) -> Plan:
     if name == "greedy":
         return Planner().plan(cluster, w, stack)
     return PLANNERS[name](cluster, w)
-
-
-def plan_costs(
-    cluster, w: WorkloadSpec, plan: Plan, stack: StackSpec | None = None
-) -> tuple[list[dict], dict]:
-    """Per-table rows and per-GPU totals of the planner's cost model, with the estimated
-    iteration under ``stack`` (default: the default stack; ``estimate.py``), the figure the
-    planner compares its candidates by.
-
-    A row's ``table_estimated_s`` is the table's estimated time summed over the ranks that hold
-    it (GPU-seconds per iteration); the totals' ``gpu_estimated_s_max``/``_mean`` are the
-    estimated seconds of one GPU (the sum of its tables' parts), the most loaded and the mean:
-    different quantities, hence different names."""
-    ctx = context(cluster, w)
-    mem = memory_by_rank(w, plan, ctx.n, ctx.g, w.zipf_alpha)
-    load = np.zeros(ctx.n)
-    rows = []
-    for s in plan.shards:
-        t = w.tables[s.table]
-        if s.tier == "ps":
-            rows.append(_ps_row(w, t, s))
-            continue
-        cost = estimate(ctx, t, Option(t.index, s.kind, len(s.ranks)))
-        extra = (
-            _miss_s(
-                ctx, Option(t.index, s.kind, len(s.ranks)), cost, s.cache_fraction, w.zipf_alpha
-            )
-            if s.tier == "uvm"
-            else 0.0
-        )
-        load[list(s.ranks)] += cost.part_s + extra
-        rows.append(
-            {
-                "table": t.name,
-                "sharding": s.kind,
-                "ranks": _ranks_text(s.ranks),
-                "tier": s.tier,
-                "bytes": float(t.rows * row_bytes(t.dim, w.precision["embedding"])),
-                "table_estimated_s": cost.total_s + extra * len(s.ranks),
-            }
-        )
-    hbm = sum(mem[k] for k in ("embedding", "embedding_optimizer", "dense", "activations"))
-    lay_bytes = np.zeros(ctx.n)
-    from zionsim.dlrm.sharding import layout
-
-    lay_bytes = layout(w, plan, ctx.n, ctx.g, w.zipf_alpha).lookup_bytes
-    totals = {
-        "estimated_iteration_s": iteration_estimate(
-            cluster, w, plan, resolve_stack(stack)
-        ).iteration_s,
-        "hbm_bytes_max": float(hbm.max()),
-        "hbm_bytes_mean": float(hbm.mean()),
-        "dram_bytes_max": float(mem["host_dram"].max()),
-        "lookup_bytes_max": float(lay_bytes.max()),
-        "lookup_bytes_mean": float(lay_bytes.mean()),
-        "gpu_estimated_s_max": float(load.max()),
-        "gpu_estimated_s_mean": float(load.mean()),
-        "imbalance": float(load.max() / load.mean()) if load.mean() > 0 else 1.0,
-    }
-    return rows, totals
-
-
-def _ps_row(w: WorkloadSpec, t, s: Shard) -> dict:
-    """A parameter-server table in the plan table: no GPU holds it, no GPU time is estimated."""
-    return {
-        "table": t.name,
-        "sharding": s.kind,
-        "ranks": f"ps{s.server}",
-        "tier": s.tier,
-        "bytes": float(t.rows * row_bytes(t.dim, w.precision["embedding"])),
-        "table_estimated_s": 0.0,
-    }
-
-
-def _ranks_text(ranks: tuple[int, ...]) -> str:
-    if len(ranks) > 2 and ranks == tuple(range(ranks[0], ranks[-1] + 1)):
-        return f"{ranks[0]}-{ranks[-1]}"
-    return " ".join(map(str, ranks))

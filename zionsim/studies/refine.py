@@ -37,7 +37,8 @@ import numpy as np
 
 from zionsim.base.errors import CapacityError
 from zionsim.dlrm.plan import Plan, Shard
-from zionsim.dlrm.planner import DP_MAX_BYTES, Option, context, estimate
+from zionsim.dlrm.plan_cost import Option, context, estimate
+from zionsim.dlrm.planner import DP_MAX_BYTES
 from zionsim.dlrm.sharding import column_splits, layout, shard_widths
 from zionsim.dlrm.workload import WorkloadSpec, row_bytes
 
