@@ -6,7 +6,8 @@ import pytest
 import simpy
 
 from tests.network.reservation_oracle import ReservationNetwork
-from zionsim.network.flows import FlowNetwork, maxmin_rates
+from zionsim.network.flows import FlowNetwork
+from zionsim.network.maxmin import maxmin_rates
 
 
 def _run(net_cls, cap, routes, nbytes, lat=0.0):
