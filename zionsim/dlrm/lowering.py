@@ -74,13 +74,8 @@ class _Builder:
         launches, a difference of at most the run's GPU time when the host sets the pace)."""
         seconds = self.dispatch_s * _kernels(kind, args)
         last = self.ops[-1]
-        if (
-            last.rank == rank
-            and last.stream == stream
-            and last.deps
-            and self.ops[last.deps[-1]].name.startswith("launch_")
-            and last.deps[-1] == self.last_launch.get(rank)
-        ):
+        launch = self.last_launch.get(rank)
+        if last.rank == rank and last.stream == stream and last.deps[-1:] == (launch,):
             self.ops[last.deps[-1]].args["seconds"] += seconds
             return last.deps[-1]
         i = self._append(rank, f"launch_{name}", "host", "framework", "host", (),

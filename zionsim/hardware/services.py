@@ -55,7 +55,8 @@ def service_routes(cluster, gpus, servers, part: str) -> np.ndarray:
 
 def _socket_and_uplink(cluster, gpus: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """For each GPU device: the CPU device of the front-end socket nearest to it, and that
-    socket's uplink edge id (socket -> fe; the downlink is the next id)."""
+    socket's uplink edge id (socket -> fe; the downlink is the next id).  The socket of each
+    local GPU slot is found once per cluster and kept with the graph's front-end edges."""
     r, fe = cluster.router, cluster.graph.graph["front_end"]
     sockets = [s for s, n in enumerate(fe["per_socket"]) if n]
     if not sockets:
@@ -66,12 +67,12 @@ def _socket_and_uplink(cluster, gpus: np.ndarray) -> tuple[np.ndarray, np.ndarra
         )
     d = r.per_node
     node, local = gpus // d, gpus % d
-    best = {}
+    best = fe.setdefault("socket_of_slot", {})  # derived from the graph: computed once per slot
     for slot in np.unique(local):
-        gpu0 = int(slot)  # node 0's device in this slot
-        best[int(slot)] = min(
-            sockets, key=lambda s: (len(r.path_names(gpu0, r.local("cpu", 0, s))), s)
-        )
+        if int(slot) not in best:  # node 0's device in this slot
+            best[int(slot)] = min(
+                sockets, key=lambda s, g=int(slot): (len(r.path_names(g, r.local("cpu", 0, s))), s)
+            )
     sock = np.array([best[int(s)] for s in local], dtype=np.int64)
     up = np.array(fe["up"], dtype=np.int64)[node, sock]
     cpu = np.array([r.local("cpu", int(n), int(s)) for n, s in zip(node, sock, strict=True)])
