@@ -278,6 +278,8 @@ def _add_workload_options(p, command: str = "run") -> None:
         if o.kind == "flag":
             store = "store_false" if o.flag.startswith(("--no", "--un")) else "store_true"
             p.add_argument(o.flag, dest=o.name, action=store, help=o.help)
+        elif o.kind == "list":
+            p.add_argument(o.flag, dest=o.name, action="append", default=None, help=o.help)
         else:
             p.add_argument(o.flag, dest=o.name, type=types[o.kind], default=o.default, help=o.help)
 
@@ -504,6 +506,15 @@ def run_and_write(args, inputs) -> int:
     )  # fmt: skip
     result.summary["inputs"] = block
     bar.start("write")
+    if result.summary.get("status") == "stopped":
+        from zionsim.io.files import write_stopped
+
+        write_stopped(out, result.summary, ident, args.force)
+        bar.close()
+        print(f"job stopped: {result.summary['stopped_reason']}", file=sys.stderr)
+        print(to_json(result.summary) if args.format == "json" else "", end="")
+        print(f"wrote {out}/", file=sys.stderr)
+        return 0
     write_run(
         out, result, plot=not args.no_plot, inputs=ident, force=args.force,
         trace_ranks=args.trace_ranks,
@@ -650,7 +661,31 @@ def format_run_summary(s: dict) -> str:
                 "foreground_slowdown_pct": round(100 * sync["foreground_slowdown"], 2),
             }
         )
+    head.update(_variability_lines(s))
     return format_mapping(head) + "\n" + format_rows(rows)
+
+
+def _variability_lines(s: dict) -> dict:
+    """Summary lines of a run with variability: distribution, straggler wait, faults."""
+    out = {}
+    d = s.get("distribution")
+    if d:
+        t = d["iteration_time_s"]
+        lo, hi = t["ci95"]
+        out["iteration_ms_distribution"] = (
+            f"mean {t['mean'] * 1e3:.3f} p50 {t['p50'] * 1e3:.3f} p95 {t['p95'] * 1e3:.3f} "
+            f"p99 {t['p99'] * 1e3:.3f} ci95 [{lo * 1e3:.3f}, {hi * 1e3:.3f}] "
+            f"({d['samples']} realisations)"
+        )
+    if s.get("straggler_wait_s"):
+        out["straggler_wait_ms"] = round(s["straggler_wait_s"]["total"] * 1e3, 3)
+    if s.get("faults"):
+        out["faults"] = ", ".join(s["faults"]["failed"])
+    g = s.get("goodput")
+    if g:
+        out["goodput_samples_per_s"] = round(g["goodput_samples_per_s"], 1)
+        out["optimal_checkpoint_interval_min"] = round(g["optimal_interval_s"] / 60, 1)
+    return out
 
 
 #: the commands defined here; ``commands()`` adds the study and measurement ones

@@ -316,7 +316,19 @@ def write_run(
         from zionsim.io.plots import plot_breakdown, png_bytes
 
         files["breakdown.png"] = png_bytes(plot_breakdown(result.summary))
+    if getattr(result, "samples", None) is not None:
+        files["samples.csv"] = result.samples.to_csv(index=False)
+        if plot:
+            from zionsim.io.plots import plot_distribution, png_bytes
+
+            files["distribution.png"] = png_bytes(plot_distribution(result.samples, result.summary))
     return write_result_dir(out_dir, files, "run", inputs, force)
+
+
+def write_stopped(out_dir: str | Path, summary: dict, inputs: str | None, force: bool) -> Path:
+    """The result folder of a job its faults stopped: ``summary.json`` alone (its ``status``
+    and ``stopped_reason`` say why; ``docs/variability.md``)."""
+    return write_result_dir(out_dir, {"summary.json": to_json(summary)}, "run", inputs, force)
 
 
 def _parquet(df) -> bytes:

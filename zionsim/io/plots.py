@@ -117,6 +117,27 @@ def plot_breakdown(summary: dict, ax=None):
     return ax
 
 
+def plot_distribution(samples, summary: dict, ax=None):
+    """Histogram of iteration times over every realisation (``samples.csv``), with the mean,
+    p50, p95 and p99 of ``summary["distribution"]`` marked."""
+    plt = _pyplot()
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6, 4))
+    ms = samples["iteration_time_s"].to_numpy() * 1e3
+    ax.hist(ms, bins=max(5, min(40, len(ms) // 2)), color="tab:blue", alpha=0.7)
+    d = summary["distribution"]["iteration_time_s"]
+    for key, style in (("mean", "-"), ("p50", "--"), ("p95", ":"), ("p99", "-.")):
+        ax.axvline(d[key] * 1e3, color="k", linestyle=style, label=f"{key} {d[key] * 1e3:.2f} ms")
+    lo, hi = d["ci95"]
+    ax.axvspan(lo * 1e3, hi * 1e3, color="tab:orange", alpha=0.3, label="95 % CI of the mean")
+    n = summary["distribution"]["samples"]
+    ax.set_xlabel("iteration time (ms)")
+    ax.set_ylabel("iterations")
+    ax.set_title(f"{summary['workload']} on {summary['gpus']} GPUs: {n} realisations")
+    ax.legend(fontsize=8)
+    return ax
+
+
 def png_bytes(ax) -> bytes:
     """The figure of ``ax`` as PNG bytes (deterministic metadata)."""
     import io

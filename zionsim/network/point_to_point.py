@@ -136,6 +136,8 @@ def _pxn_classes(cluster, ranks, node, local, m: OuterSum) -> Phase | None:
         return None
     if k * (k - 1) * per < CLASSES_FROM:
         return None  # few flows: one each is cheaper
+    if not getattr(cluster.router, "flow_classes", True):
+        return None  # a faulted cluster's nodes are not alike (hardware/faults.py)
     sums = _outer_node_sums(node, local, m, n_nodes, g)
     router = cluster.router
     gpu_slot = np.array([router.local("gpu", 0, int(x)) for x in range(g)])

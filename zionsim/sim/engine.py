@@ -84,17 +84,29 @@ def simulate_trace(
     compute_model: compute.ComputeModel | None = None,
     collective_model: nccl.CollectiveModel | None = None,
     sync_traffic: bool = True,
+    variability=None,
+    seed: int = 0,
+    realisation: int = 0,
 ) -> RunRecords:
-    """Run ``iterations`` iterations of ``trace`` on ``cluster``; return the records."""
+    """Run ``iterations`` iterations of ``trace`` on ``cluster``; return the records.
+
+    ``variability`` (a :class:`~zionsim.sim.variability.VariabilitySpec`): realisation
+    ``realisation`` of its noise and stragglers, drawn from ``(seed, realisation)``."""
     check_cluster(cluster, trace)
     compute_model = stack_compute_model(cluster, trace.stack or BARE, compute_model)
     durations = op_durations(cluster, trace, compute_model)
+    per_iteration = None
+    if variability is not None and variability.perturbs:
+        from zionsim.sim.variability import realise
+
+        g = cluster.spec.gpus_per_node
+        r = realise(variability, trace, durations, iterations, g, seed, realisation)
+        durations, per_iteration = r.static_s, r.per_iteration_s
+    args = (cluster, trace, iterations, durations, collective_model, sync_traffic)
     try:
-        return _simulate(cluster, trace, iterations, durations, collective_model, sync_traffic)
+        return _simulate(*args, per_iteration=per_iteration)
     except (TemplateBroken, _Stalled):  # copies ended apart, or waiting for them stalled
-        return _simulate(
-            cluster, trace, iterations, durations, collective_model, sync_traffic, False
-        )
+        return _simulate(*args, False, per_iteration=per_iteration)
 
 
 class _Stalled(Exception):
@@ -102,7 +114,8 @@ class _Stalled(Exception):
 
 
 def _simulate(
-    cluster, trace, iterations, durations, collective_model, sync_traffic, alike=True
+    cluster, trace, iterations, durations, collective_model, sync_traffic, alike=True,
+    per_iteration=None,
 ) -> RunRecords:
     env = CountingEnvironment()
     net = FlowNetwork(env, cluster.router.capacity_Bps, router=cluster.router)
@@ -110,8 +123,10 @@ def _simulate(
     sync = trace.sync
     background = trace.sync_spec.is_shadow and sync_traffic
     g = cluster.spec.gpus_per_node
-    tpl = templates(trace, rec.durations_s, alone=background or not alike, g=g)
+    alone = background or not alike or per_iteration is not None  # noisy ranks are not alike
+    tpl = templates(trace, rec.durations_s, alone=alone, g=g)
     run = _Run(env, net, cluster, trace, rec, collective_model, sync_traffic, tpl)
+    run.per_iteration = per_iteration
     by_rank = trace.by_rank()
     for rank in tpl.reps:
         for stream in STREAMS:
@@ -211,6 +226,8 @@ class _Run:
         #: turns, one kernel at a time; None when each GPU has one compute stream
         two = any(op.stream == "embedding" for op in trace.ops)
         self.gpu = [simpy.Resource(env, 1) for _ in range(trace.ranks)] if two else None
+        #: per iteration × op durations where they vary (``variability.py``), else None
+        self.per_iteration: np.ndarray | None = None
 
     def _done(self, it: int, op_id: int) -> simpy.Event:
         i = it * self.n_ops + op_id
@@ -225,6 +242,8 @@ class _Run:
         env, dur, rows = self.env, self.rec.durations_s, self.rec.ops
         member_ops = self.tpl.member_ops
         for it in range(iterations):
+            if self.per_iteration is not None:  # noise and hiccups (``variability.py``)
+                dur = self.per_iteration[it]
             if it and self.host_waits and ops[0].stream == "host":
                 while self.iteration[rank] < it:  # the previous step has not ended on the GPU
                     yield self.progress[rank]

@@ -27,11 +27,12 @@ from zionsim.dlrm.stack import StackSpec
 from zionsim.dlrm.sync import SyncSpec
 from zionsim.dlrm.workload import WORKLOAD_KEYS, WorkloadSpec
 from zionsim.hardware.topology import ClusterSpec
+from zionsim.sim.variability import VariabilitySpec
 
 
 class RunOption(NamedTuple):
     """One run option: its name (the key in files and ``run_point``), how its value is read
-    (``text``, ``int``, ``int0`` (>= 0), ``flag``, ``time``), its default, the CLI flag (None: no
+    (``text``, ``int``, ``int0`` (>= 0), ``flag``, ``time``, ``list`` (of texts; a repeatable flag)), its default, the CLI flag (None: no
     flag; a flag starting ``--no``/``--un`` stores False), the commands that take the flag, and
     its help."""
 
@@ -99,14 +100,38 @@ OPTIONS: tuple[RunOption, ...] = (
         "sync_trainer", "text", None, "--sync-trainer", ("run",),
         "shadow/foreground: a trainer is one GPU (rank) or one node",
     ),
-    RunOption("seed", "int0", None, None, (), "seed of a sweep point (recorded)"),
+    RunOption(
+        "seed", "int0", None, "--seed", ("run",),
+        "seed of the variability draws and of a sweep point (recorded; default 0)",
+    ),
+    RunOption(
+        "variability", "text", None, "--variability", ("run",),
+        "variability YAML: kernel_cv, stragglers, links, host_hiccup, faults, goodput "
+        "(docs/variability.md); --set variability.KEY=VALUE sets one field",
+    ),
+    RunOption(
+        "fault", "list", None, "--fault", ("run",),
+        "a failed component, repeatable: nic=n1:0, link=ID, uplink=leaf0:3, switch=leaf2, "
+        "node=n5 (docs/variability.md)",
+    ),
+    RunOption(
+        "samples", "int", 1, "--samples", ("run",),
+        "realisations of the variability (seeds seed..seed+N-1 of its draws): summary.json "
+        "gains a distribution of iteration time and samples/s",
+    ),
 )  # fmt: skip
+#: run options that appear in ``summary.json``'s ``inputs`` only when set (runs without them
+#: keep the inputs block, and so the result folder's id, they had before they existed)
+OPTIONAL_OPTIONS = ("variability", "fault", "samples")
 #: the names of :data:`OPTIONS`
 RUN_OPTIONS = tuple(o.name for o in OPTIONS)
+_DEFAULTS = {o.name: o.default for o in OPTIONS}
 #: the prefixes of dotted overrides, and what each overrides
-OVERRIDE_PREFIXES = ("topology.", "workload.", "stack.")
+OVERRIDE_PREFIXES = ("topology.", "workload.", "stack.", "variability.")
 #: what a mapping of run options may hold (for error messages)
-ALLOWED_KEYS = ", ".join(RUN_OPTIONS) + ", topology.PATH, workload.PATH, stack.PATH"
+ALLOWED_KEYS = ", ".join(RUN_OPTIONS) + (
+    ", topology.PATH, workload.PATH, stack.PATH, variability.KEY"
+)
 
 
 def split_override(text: str) -> tuple[str, Any]:
@@ -136,6 +161,8 @@ class RunInputs:
     stack: StackSpec
     sync: SyncSpec
     trace_file: str | None = None
+    #: what varies (``sim/variability.py``); None: a deterministic run
+    variability: VariabilitySpec | None = None
 
     def sets(self, prefix: str) -> dict:
         """The overrides under ``prefix`` (``topology``, ``workload``, ``stack``), unprefixed."""
@@ -160,9 +187,16 @@ class RunInputs:
             "stack": None if self.trace_file else file(self.stack.file, "stacks"),
             "plan": None if plan == "auto" or plan in _planners() else file(plan),
             "trace": file(self.trace_file),
+            **({"variability": file(self.options["variability"])}
+               if self.options.get("variability") else {}),
+        }  # fmt: skip
+        options = {
+            k: v
+            for k, v in self.options.items()
+            if k not in OPTIONAL_OPTIONS or v != _DEFAULTS[k]
         }
         return {
-            "options": dict(self.options),
+            "options": options,
             "overrides": dict(self.overrides),
             "trace_file": self.trace_file,
             "gpu": self.cluster.gpu.model,
@@ -212,11 +246,24 @@ def run_options(options: dict, file: str = "run options") -> dict:
             out[o.name] = f.integer(o.name, o.default, **low)
         elif o.kind == "flag":
             out[o.name] = f.flag(o.name, o.default)
+        elif o.kind == "list":
+            out[o.name] = _text_list(f, o.name)
         elif f.raw(o.name, None) is None:  # time
             out[o.name] = o.default
         else:
             out[o.name] = f.quantity(o.name, "time", unit=False, strict=False)
     return out
+
+
+def _text_list(f, key: str) -> list[str] | None:
+    """A list of texts (one text is a list of one); None when absent."""
+    raw = f.raw(key, None)
+    if raw is None or raw == []:
+        return None
+    raw = [raw] if isinstance(raw, str) else raw
+    if not isinstance(raw, list | tuple) or not all(isinstance(x, str) for x in raw):
+        raise f.error(key, f"expected a text or a list of texts, got {raw!r}")
+    return list(raw)
 
 
 def check_option_keys(options: dict, file: str = "run options") -> None:
@@ -268,7 +315,8 @@ def resolve_inputs(
         resolve_stack(o["stack"])
     )  # fmt: skip
     if trace_file is not None:
-        return RunInputs(o, overrides, spec, None, stack, sync_spec(), trace_file)
+        var = resolve_variability(o, overrides)
+        return RunInputs(o, overrides, spec, None, stack, sync_spec(), trace_file, var)
     w = load_workload(
         o["workload"], overrides=_sets(overrides, "workload"), batch_per_gpu=o["batch_per_gpu"]
     )
@@ -294,7 +342,33 @@ def resolve_inputs(
         o["sync"], o["sync_every"], o["sync_servers"], o["sync_period_s"], o["sync_trainer"],
         base=w.sync,
     )  # fmt: skip
-    return RunInputs(o, overrides, spec, w, stack, sync)
+    return RunInputs(o, overrides, spec, w, stack, sync, variability=resolve_variability(o, overrides))
+
+
+def resolve_variability(o: dict, overrides: dict) -> VariabilitySpec | None:
+    """The variability of a run: its ``variability`` file, then ``variability.KEY``
+    overrides, then ``fault`` texts (``sim/variability.py``); None when none is given."""
+    from zionsim.base.config import load_yaml
+    from zionsim.sim.variability import variability_spec, with_sets
+
+    sets = _sets(overrides, "variability")
+    if o["variability"] is None and not sets and not o["fault"]:
+        return None
+    data, file = {}, "variability"
+    if o["variability"] is not None:
+        data, file = load_yaml(_existing(o["variability"]), "variability")
+    data = with_sets(data or {}, sets)
+    return variability_spec(data, file, tuple(o["fault"] or ()))
+
+
+def _existing(path: str) -> str:
+    """A variability file's path, checked to exist (there are no built-in ones)."""
+    from pathlib import Path
+
+    if not Path(path).is_file():
+        raise InputError("no such file", file=path, field="--variability",
+                         allowed="a YAML file (docs/variability.md)")  # fmt: skip
+    return path
 
 
 def plan_of(inputs: RunInputs, cluster):

@@ -49,6 +49,8 @@ class RunResult:
     links: pd.DataFrame
     memory: pd.DataFrame
     trace: Trace
+    #: with variability: one row per measured iteration of every realisation (``samples.csv``)
+    samples: pd.DataFrame | None = None
 
     def perfetto(self, ranks: list[int] | None = None) -> dict:
         """The events (of ``ranks`` only, network rows kept; default all) as a Chrome/Perfetto
@@ -143,12 +145,19 @@ def simulate_run(
 
 
 def _execute(
-    cluster, trace: Trace, memory, workload, iterations: int, warmup: int, limit, t0: float
+    cluster, trace: Trace, memory, workload, iterations: int, warmup: int, limit, t0: float,
+    simulate=None,
 ) -> RunResult:
-    """Simulate a lowered (or replayed) ``trace`` and gather the :class:`RunResult`."""
+    """Simulate a lowered (or replayed) ``trace`` and gather the :class:`RunResult`;
+    ``simulate(cluster, trace, iterations)`` runs it (default :func:`simulate_trace`)."""
     _guard(trace, workload, iterations, limit, cluster.spec)
     with _few_gc_passes():
-        rec = simulate_trace(cluster, trace, iterations=iterations)
+        rec = (simulate or simulate_trace)(cluster, trace, iterations=iterations)
+    return _gather(cluster, trace, memory, iterations, warmup, rec, t0)
+
+
+def _gather(cluster, trace: Trace, memory, iterations: int, warmup: int, rec, t0: float):
+    """The :class:`RunResult` of the records ``rec`` of a run."""
     a = Analysis(rec, warmup)
     iter_s = float(a.iteration_times().mean())
     breakdown, busy, exposed = a.breakdown(), a.busy(), a.exposed()
@@ -385,6 +394,10 @@ def simulate_inputs(
     else:
         cluster = cluster or _build(inputs)
     (on_phase or _quiet)("simulate")
+    if inputs.variability is not None or o["samples"] > 1:
+        from zionsim.sim.varied import execute_varied
+
+        return execute_varied(inputs, cluster, trace, memory, max_memory_bytes, t0)
     return _execute(
         cluster, trace, memory, inputs.workload, o["iterations"], o["warmup"], max_memory_bytes, t0
     )
