@@ -88,6 +88,9 @@ FIELDS: dict[str, Bound] = {
     "exponent": Bound(1e-3, 10.0, "the GEMM efficiency curve's exponent"),
     "compute_slowdown": Bound(0, 100.0, "compute 100x slower under communication"),
     "comm_slowdown": Bound(0, 100.0, "communication 100x slower under compute"),
+    # goodput (variability files): checkpoint cadence and restarts, not step times
+    "checkpoint_interval": Bound(1.0, 3.2e7, "a second to a year between checkpoints"),
+    "relaunch": Bound(0, 86400.0, "a day to relaunch a job"),
     # workload
     "batch_per_gpu": Bound(1, 2**24, "16M samples per GPU per step: 1,000x typical"),
     "global_batch": Bound(1, 2**31, "2^31 samples per step"),

@@ -5,7 +5,7 @@ may use human units; they are converted here and nowhere else.
 
 Conventions (DESIGN §9): ``KiB/MiB/GiB/TiB`` are powers of two, ``KB/MB/GB/TB`` powers of ten;
 ``bps/Kbps/Mbps/Gbps/Tbps`` are bits per second (÷8 to bytes/s); ``B/s, KB/s, GB/s, GiB/s`` are
-bytes per second; ``FLOPS``/``FLOP/s`` with SI prefixes; times ``ns, us, µs, ms, s``.
+bytes per second; ``FLOPS``/``FLOP/s`` with SI prefixes; times ``ns, us, µs, ms, s, min, h, d`` (checkpoint intervals, MTBFs).
 A plain number is already SI.
 
 >>> parse_quantity("200 Gbps", "bandwidth")
@@ -42,6 +42,9 @@ UNITS.update(
         "us": ("time", 1e-6),
         "µs": ("time", 1e-6),
         "ns": ("time", 1e-9),
+        "min": ("time", 60.0),
+        "h": ("time", 3600.0),
+        "d": ("time", 86400.0),
     }
 )
 UNITS["B"] = ("bytes", 1.0)

@@ -106,10 +106,12 @@ def apply(cluster, faults: list[Fault], links=(), file: str = "command line"):
     from zionsim.hardware.cluster import Cluster
 
     router = cluster.router
-    g = router.graph
     cap, bw = router.capacity_Bps.copy(), router.bw_Bps.copy()
     for x in links:
-        ids = np.flatnonzero(router.edge_kind == x.kind) if x.kind else _link_ids(router, x.id, file)
+        if x.kind:
+            ids = np.flatnonzero(router.edge_kind == x.kind)
+        else:
+            ids = _link_ids(router, x.id, file)
         if not len(ids):
             raise InputError(f"no link of kind {x.kind!r}", file=file, field="links",
                              allowed=", ".join(sorted(set(router.edge_kind.tolist()))))  # fmt: skip
@@ -155,8 +157,9 @@ def _node_ranks(router, node: str) -> str:
 def _link_ids(router, link: int, file: str) -> np.ndarray:
     """Both directions of link ``link`` (an edge id)."""
     if not 0 <= link < len(router.edge_names):
+        last = len(router.edge_names) - 1
         raise InputError(f"no link {link}", file=file, field="fault",
-                         allowed=f"link ids 0..{len(router.edge_names) - 1} (links.csv)")  # fmt: skip
+                         allowed=f"link ids 0..{last} (links.csv)")  # fmt: skip
     u, v = router.edge_names[link]
     back = router.graph.edge_id.get((v, u))
     return np.array([link] + ([back] if back is not None else []), dtype=np.int64)

@@ -32,7 +32,8 @@ from zionsim.sim.variability import VariabilitySpec
 
 class RunOption(NamedTuple):
     """One run option: its name (the key in files and ``run_point``), how its value is read
-    (``text``, ``int``, ``int0`` (>= 0), ``flag``, ``time``, ``list`` (of texts; a repeatable flag)), its default, the CLI flag (None: no
+    (``text``, ``int``, ``int0`` (>= 0), ``flag``, ``time``,
+    ``list``: texts, a repeatable flag), its default, the CLI flag (None: no
     flag; a flag starting ``--no``/``--un`` stores False), the commands that take the flag, and
     its help."""
 
@@ -342,7 +343,8 @@ def resolve_inputs(
         o["sync"], o["sync_every"], o["sync_servers"], o["sync_period_s"], o["sync_trainer"],
         base=w.sync,
     )  # fmt: skip
-    return RunInputs(o, overrides, spec, w, stack, sync, variability=resolve_variability(o, overrides))
+    var = resolve_variability(o, overrides)
+    return RunInputs(o, overrides, spec, w, stack, sync, variability=var)
 
 
 def resolve_variability(o: dict, overrides: dict) -> VariabilitySpec | None:

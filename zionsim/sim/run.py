@@ -395,12 +395,35 @@ def simulate_inputs(
         cluster = cluster or _build(inputs)
     (on_phase or _quiet)("simulate")
     if inputs.variability is not None or o["samples"] > 1:
-        from zionsim.sim.varied import execute_varied
-
-        return execute_varied(inputs, cluster, trace, memory, max_memory_bytes, t0)
+        return _execute_varied(inputs, cluster, trace, memory, max_memory_bytes, t0)
     return _execute(
         cluster, trace, memory, inputs.workload, o["iterations"], o["warmup"], max_memory_bytes, t0
     )
+
+
+def _execute_varied(inputs: RunInputs, cluster, trace: Trace, memory, limit, t0: float):
+    """A run with variability (``sim/varied.py``); a job its faults stop is a result whose
+    summary says ``status: stopped`` and why."""
+    from zionsim.hardware.faults import JobStopped
+    from zionsim.sim.varied import execute_varied
+
+    o = inputs.options
+    iterations, warmup = o["iterations"], o["warmup"]
+
+    def execute(c, simulate):
+        return _execute(c, trace, memory, inputs.workload, iterations, warmup, limit, t0, simulate)
+
+    try:
+        return execute_varied(inputs, cluster, trace, memory, execute)
+    except JobStopped as stop:
+        summary = {
+            **_run_header(cluster, trace, iterations, warmup),
+            "status": "stopped",
+            "stopped_reason": stop.reason,
+            "variability": inputs.variability.to_dict(),
+        }
+        empty = pd.DataFrame()
+        return RunResult(summary, {"sim_wall_s": 0.0}, empty, empty, empty, memory, trace)
 
 
 def trace_of(inputs: RunInputs, cluster=None, plan: Plan | None = None):

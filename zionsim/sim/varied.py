@@ -14,8 +14,8 @@ figures, breakdown and events describe; ``summary.json`` gains
 - ``faults``: what failed and how many device pairs were rerouted;
 - ``goodput`` when the variability asks for it (``sim/goodput.py``).
 
-A job the faults stop (a failed node, a route no proxy repairs) returns a result whose summary
-says ``"status": "stopped"`` and why, with no figures.
+A job the faults stop (a failed node, a route no proxy repairs) raises ``JobStopped``, which
+``sim/run.py`` turns into a result whose summary says ``"status": "stopped"`` and why.
 """
 
 from __future__ import annotations
@@ -30,17 +30,16 @@ from zionsim.sim.results import Analysis
 from zionsim.sim.variability import VariabilitySpec, check_against, straggler_ranks
 
 
-def execute_varied(inputs, cluster, trace, memory, limit, t0: float):
+def execute_varied(inputs, cluster, trace, memory, execute):
     """The :class:`~zionsim.sim.run.RunResult` of ``inputs`` with its variability (module
-    docstring); ``trace`` and ``cluster`` as lowered by ``simulate_inputs``."""
-    from zionsim.sim import run
-
+    docstring); ``execute(cluster, simulate)`` gathers a run's result (``sim/run.py``).  A job
+    the faults stop raises :class:`~zionsim.hardware.faults.JobStopped`."""
     o = inputs.options
     var = inputs.variability or VariabilitySpec()
     seed, n = o["seed"] or 0, o["samples"]
     iterations, warmup = o["iterations"], o["warmup"]
-    check_against(var, trace.ranks, cluster.spec.nodes, o["variability"] or "variability")
     file = o["variability"] or "command line"
+    check_against(var, trace.ranks, cluster.spec.nodes, file)
     recs: list = []
 
     def simulate(c, t, iterations, realisation=0):
@@ -49,19 +48,16 @@ def execute_varied(inputs, cluster, trace, memory, limit, t0: float):
         recs.append(rec)
         return rec
 
-    try:
-        parsed = [hw_faults.parse_fault(t, file) for t in var.faults]
-        faulted = hw_faults.apply(cluster, parsed, var.links, file)
-        result = run._execute(faulted, trace, memory, inputs.workload, iterations, warmup,
-                              limit, t0, simulate=simulate)  # fmt: skip
-        times = [Analysis(recs[0], warmup).iteration_times()]
-        wait = straggler_wait(recs[0], trace, warmup)
+    parsed = [hw_faults.parse_fault(t, file) for t in var.faults]
+    faulted = hw_faults.apply(cluster, parsed, var.links, file)
+    result = execute(faulted, simulate)
+    times = [Analysis(recs[0], warmup).iteration_times()]
+    wait = straggler_wait(recs[0], trace, warmup)
+    recs.clear()
+    for r in range(1, n):
+        rec = simulate(faulted, trace, iterations, r)
+        times.append(Analysis(rec, warmup).iteration_times())
         recs.clear()
-        for r in range(1, n):
-            times.append(Analysis(simulate(faulted, trace, iterations, r), warmup).iteration_times())
-            recs.clear()
-    except hw_faults.JobStopped as stop:
-        return stopped(cluster, trace, memory, iterations, warmup, var, stop.reason)
     s = result.summary
     batch = s["global_batch"]
     g = cluster.spec.gpus_per_node
@@ -75,10 +71,9 @@ def execute_varied(inputs, cluster, trace, memory, limit, t0: float):
     s["distribution"] = distribution(times, batch, seed)
     result.samples = samples_table(times, batch, warmup)
     if var.faults:
-        router = faulted.router
         s["faults"] = {
             "failed": list(var.faults),
-            "rerouted_pairs": len(getattr(router, "_repaired", {})),
+            "rerouted_pairs": len(getattr(faulted.router, "_repaired", {})),
         }
     if var.goodput is not None:
         from zionsim.sim.goodput import goodput_block
@@ -86,20 +81,6 @@ def execute_varied(inputs, cluster, trace, memory, limit, t0: float):
         s["goodput"] = goodput_block(var.goodput, cluster, memory, s["samples_per_s"], file)
     require_finite(s, "summary.json")
     return result
-
-
-def stopped(cluster, trace, memory, iterations: int, warmup: int, var, reason: str):
-    """The result of a job the faults stop: the run header, ``status: stopped`` and why."""
-    from zionsim.sim.run import RunResult, _run_header
-
-    summary = {
-        **_run_header(cluster, trace, iterations, warmup),
-        "status": "stopped",
-        "stopped_reason": reason,
-        "variability": var.to_dict(),
-    }
-    empty = pd.DataFrame()
-    return RunResult(summary, {"sim_wall_s": 0.0}, empty, empty, empty, memory, trace)
 
 
 def samples_table(times: list[np.ndarray], global_batch: int, warmup: int) -> pd.DataFrame:
