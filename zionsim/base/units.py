@@ -5,7 +5,8 @@ may use human units; they are converted here and nowhere else.
 
 Conventions (DESIGN §9): ``KiB/MiB/GiB/TiB`` are powers of two, ``KB/MB/GB/TB`` powers of ten;
 ``bps/Kbps/Mbps/Gbps/Tbps`` are bits per second (÷8 to bytes/s); ``B/s, KB/s, GB/s, GiB/s`` are
-bytes per second; ``FLOPS``/``FLOP/s`` with SI prefixes; times ``ns, us, µs, ms, s, min, h, d`` (checkpoint intervals, MTBFs).
+bytes per second; ``FLOPS``/``FLOP/s`` with SI prefixes; times ``ns, us, µs, ms, s`` and, for
+checkpoint intervals and restarts, ``min, h, d``.
 A plain number is already SI.
 
 >>> parse_quantity("200 Gbps", "bandwidth")

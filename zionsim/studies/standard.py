@@ -28,6 +28,12 @@ from pathlib import Path
 import pandas as pd
 
 from zionsim.studies.seeds import seeds_sweeps, seeds_table
+from zionsim.studies.variability import (
+    goodput_table,
+    straggler_table,
+    variability_figures,
+    variability_sweeps,
+)
 
 FAST_ENV = "ZIONSIM_NOTEBOOK_FAST"
 TWO = {"iterations": 2, "warmup": 1}
@@ -128,6 +134,7 @@ STUDIES = {
     "whatif_hardware": _whatif,
     "shadowsync": _shadowsync,
     "seeds": seeds_sweeps,
+    "variability": variability_sweeps,
 }
 
 
@@ -237,6 +244,8 @@ def figures(name: str, tables: dict) -> dict:
                 sp[sp["factor"] > 1], x="knob", y="speedup", by=["workload", "factor"]
             )
         }
+    if name == "variability":
+        return variability_figures(tables)
     if name == "seeds":
         st = seeds_table(tables)
         labels = zip(st["claim"], st["workload"], st["plan"], strict=True)
@@ -265,6 +274,9 @@ def result_files(name: str, tables: dict) -> dict:
         files["sync.csv"] = sync_table(tables["trainers"])
     if name == "seeds":
         files["seeds.csv"] = seeds_table(tables)
+    if name == "variability":
+        files["p95_vs_stragglers.csv"] = straggler_table(tables["stragglers"])
+        files["goodput_vs_interval.csv"] = goodput_table(tables["goodput"])
     files.update({f"{stem}.png": ax for stem, ax in figures(name, tables).items()})
     return files
 
