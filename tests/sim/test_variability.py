@@ -183,3 +183,15 @@ def test_host_hiccups_never_speed_a_run_up():
     hic = {"probability": 0.5, "duration": "2 ms"}
     s = run_point({**TINY, "stack": "torchrec", "variability.host_hiccup": hic}).summary
     assert s["iteration_time_s"] > base
+
+
+def test_compare_names_the_straggler_wait():
+    from zionsim.studies.compare import attribute, stragglers
+
+    a = run_point(TINY).summary
+    b = run_point({**TINY, "variability.stragglers": [{"ranks": [3], "factor": 2.0}]}).summary
+    assert stragglers(a, a) is None
+    w = stragglers(a, b)
+    assert w["b_straggler_ranks"] == [3] and w["b_wait_s"] > w["a_wait_s"] == 0.0
+    t = attribute(a, b).set_index("component")
+    assert t.loc["imbalance", "delta_s"] > 0  # the slow rank's compute beyond the mean

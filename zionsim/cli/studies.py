@@ -118,7 +118,7 @@ def _read_summary(path: str, field: str) -> dict:
 
 def cmd_compare(args) -> int:
     """A vs B: print the attribution, write compare.csv/.json (and compare.png)."""
-    from zionsim.studies.compare import attribute, headline, largest_change
+    from zionsim.studies.compare import attribute, headline, largest_change, stragglers
 
     a, b = _read_summary(args.run_a, "RUN_A"), _read_summary(args.run_b, "RUN_B")
     names = tuple(args.names or (Path(args.run_a).name, Path(args.run_b).name))
@@ -126,6 +126,9 @@ def cmd_compare(args) -> int:
         names = ("A", "B")
     table = attribute(a, b)
     report = {**headline(a, b, names), "largest_change": largest_change(table)}
+    waits = stragglers(a, b)
+    if waits is not None:
+        report["stragglers"] = waits
     clean = table.astype(object).where(table.notna(), None)
     files: dict = {
         "compare.csv": table.to_csv(index=False),
@@ -156,6 +159,10 @@ def cmd_compare(args) -> int:
         print(f"{names[1]} is x{speed:.3f} the speed of {names[0]}; ", end="")
         print(f"largest change: {report['largest_change']}\n")
         print(format_rows(shown[keep].to_dict("records")), end="")
+        if waits is not None:
+            print(f"\nwaiting for the slowest rank (ms per iteration, mean rank): "
+                  f"{names[0]} {waits['a_wait_s'] * 1e3:.3f}, {names[1]} "
+                  f"{waits['b_wait_s'] * 1e3:.3f}")  # fmt: skip
         print(f"wrote {out}/", file=sys.stderr)
     elif args.format == "json":
         print(files["compare.json"], end="")

@@ -178,6 +178,37 @@ def headline(a: dict, b: dict, names: tuple[str, str] = ("A", "B")) -> dict:
     }
 
 
+def stragglers(a: dict, b: dict) -> dict | None:
+    """With variability on either side (``sim/varied.py``): each side's straggler ranks, its
+    step-time p95 and, per collective, the seconds per iteration the mean rank waits there for
+    the slowest, with B − A; None when neither run had variability.  The slowdown itself shows
+    in the attribution as ``imbalance`` (the slow ranks' compute beyond the mean) and as the
+    collectives the others wait at."""
+    if "straggler_wait_s" not in a and "straggler_wait_s" not in b:
+        return None
+    wa = (a.get("straggler_wait_s") or {}).get("by_collective", {})
+    wb = (b.get("straggler_wait_s") or {}).get("by_collective", {})
+    rows = {
+        name: {"a_s": wa.get(name, 0.0), "b_s": wb.get(name, 0.0),
+               "delta_s": wb.get(name, 0.0) - wa.get(name, 0.0)}
+        for name in sorted(set(wa) | set(wb))
+    }  # fmt: skip
+
+    def p95(s: dict):
+        d = s.get("distribution")
+        return d["iteration_time_s"]["p95"] if d else s.get("iteration_time_s")
+
+    return {
+        "a_straggler_ranks": (a.get("variability") or {}).get("straggler_ranks", []),
+        "b_straggler_ranks": (b.get("variability") or {}).get("straggler_ranks", []),
+        "a_p95_iteration_time_s": p95(a),
+        "b_p95_iteration_time_s": p95(b),
+        "wait_by_collective": rows,
+        "a_wait_s": sum(r["a_s"] for r in rows.values()),
+        "b_wait_s": sum(r["b_s"] for r in rows.values()),
+    }
+
+
 def _describe(s: dict) -> str:
     """``workload on topology x N nodes (G GPUs)`` from a summary."""
     where = f"{s.get('topology')} x {s.get('nodes')} nodes ({s.get('gpus')} GPUs)"
