@@ -51,6 +51,9 @@ _LAZY = {
     "sync_table": ("zionsim.studies.standard", "sync_table"),
     "seeds_table": ("zionsim.studies.standard", "seeds_table"),
     "whatif_speedups": ("zionsim.studies.standard", "whatif_speedups"),
+    "straggler_table": ("zionsim.studies.variability", "straggler_table"),
+    "goodput_table": ("zionsim.studies.variability", "goodput_table"),
+    "plot_distribution": ("zionsim.io.plots", "plot_distribution"),
     "with_global_batch": ("zionsim.dlrm.workload", "with_global_batch"),
     "write_plan": ("zionsim.io.files", "write_plan"),
     "write_run": ("zionsim.io.files", "write_run"),
@@ -78,6 +81,9 @@ def __dir__() -> list[str]:
 __version__ = "0.1.0"
 
 __all__ = [
+    "straggler_table",
+    "goodput_table",
+    "plot_distribution",
     "Cluster",
     "InputError",
     "PLANNERS",
