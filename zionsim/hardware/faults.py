@@ -5,7 +5,8 @@ A fault is written ``KIND=TARGET`` (``zionsim run --fault``, repeatable; ``fault
 variability file):
 
 - ``nic=n1:0``: NIC 0 of node 1 (all its links);
-- ``link=ID``: link ``ID`` of ``links.csv`` (both directions of the full-duplex link);
+- ``link=ID``: the link on data row ``ID`` of ``links.csv`` (0-based: the edge id) and its
+  reverse (both directions of the full-duplex link);
 - ``uplink=leaf0:3``: uplink 3 of leaf switch 0 (its tier-2 link);
 - ``switch=leaf2`` (or ``t2.0``, ``t3``): a switch (all its links);
 - ``node=n5``: a whole node.

@@ -124,6 +124,10 @@ def variability_spec(data: dict | None, file: str = "variability", faults=()) ->
         given = [given]
     if not isinstance(given, list) or not all(isinstance(x, str) for x in given):
         raise f.error("faults", f"expected a list of texts, got {given!r}", _FAULT_FORMS)
+    from zionsim.hardware.faults import parse_fault
+
+    for text in (*given, *faults):  # the form is checked now; the target once the cluster is built
+        parse_fault(text, file)
     goodput = f.raw("goodput", None)
     if goodput is not None and not isinstance(goodput, dict):
         raise f.error("goodput", f"expected a mapping, got {goodput!r}")
