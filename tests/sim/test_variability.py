@@ -130,30 +130,6 @@ def test_failed_node_stops_the_job_with_a_record():
     assert "n1" in s["stopped_reason"] and "8..15" in s["stopped_reason"]
 
 
-def test_faulted_routes_avoid_failed_links():
-    from zionsim.hardware.faults import apply, parse_fault
-
-    cluster = Cluster.load("zionex", nodes=2)
-    faulted = apply(cluster, [parse_fault("nic=n1:0")])
-    r = faulted.router
-    g = cluster.gpus
-    rows = r.routes(np.repeat(g, len(g)), np.tile(g, len(g)))
-    assert not np.append(r.failed, False)[rows].any()
-    path = r.path_names(int(g[0]), int(g[8]))  # n0/gpu0 to n1/gpu0, whose NIC failed
-    assert "n1/nic0" not in path and path[-1] == "n1/gpu0"
-
-
-def test_uplink_fault_takes_its_share_of_the_leaf():
-    from zionsim.hardware.faults import apply, parse_fault
-
-    cluster = Cluster.load("zionex", nodes=16)
-    faulted = apply(cluster, [parse_fault("uplink=leaf0:3")])
-    e = cluster.router.graph.edge_id["leaf0", "t2.0"]
-    count = cluster.router.graph.edges[e][2]["count"]
-    ratio = faulted.router.capacity_Bps[e] / cluster.router.capacity_Bps[e]
-    assert ratio == pytest.approx((count - 1) / count)
-
-
 @pytest.mark.parametrize(
     ("data", "fault", "match"),
     [
@@ -168,14 +144,6 @@ def test_uplink_fault_takes_its_share_of_the_leaf():
 def test_bad_variability_is_refused(data, fault, match):
     with pytest.raises(InputError, match=match):
         variability_spec(data, "v.yaml", fault)
-
-
-@pytest.mark.parametrize("text", ["nic=n1", "nic:n1:0", "link=x", "uplink=spine0:1", "gpu=3"])
-def test_bad_fault_text_is_refused(text):
-    from zionsim.hardware.faults import parse_fault
-
-    with pytest.raises(InputError, match="fault"):
-        parse_fault(text)
 
 
 def test_host_hiccups_never_speed_a_run_up():

@@ -114,7 +114,13 @@ class _Stalled(Exception):
 
 
 def _simulate(
-    cluster, trace, iterations, durations, collective_model, sync_traffic, alike=True,
+    cluster,
+    trace,
+    iterations,
+    durations,
+    collective_model,
+    sync_traffic,
+    alike=True,
     per_iteration=None,
 ) -> RunRecords:
     env = CountingEnvironment()

@@ -192,9 +192,7 @@ class RunInputs:
                if self.options.get("variability") else {}),
         }  # fmt: skip
         options = {
-            k: v
-            for k, v in self.options.items()
-            if k not in OPTIONAL_OPTIONS or v != _DEFAULTS[k]
+            k: v for k, v in self.options.items() if k not in OPTIONAL_OPTIONS or v != _DEFAULTS[k]
         }
         return {
             "options": options,

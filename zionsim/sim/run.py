@@ -145,7 +145,14 @@ def simulate_run(
 
 
 def _execute(
-    cluster, trace: Trace, memory, workload, iterations: int, warmup: int, limit, t0: float,
+    cluster,
+    trace: Trace,
+    memory,
+    workload,
+    iterations: int,
+    warmup: int,
+    limit,
+    t0: float,
     simulate=None,
 ) -> RunResult:
     """Simulate a lowered (or replayed) ``trace`` and gather the :class:`RunResult`;

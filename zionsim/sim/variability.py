@@ -99,9 +99,7 @@ class VariabilitySpec:
             "stragglers": [
                 {k: v for k, v in s.__dict__.items() if v not in ((), 0.0)} for s in self.stragglers
             ],
-            "links": [
-                {k: v for k, v in x.__dict__.items() if v is not None} for x in self.links
-            ],
+            "links": [{k: v for k, v in x.__dict__.items() if v is not None} for x in self.links],
             "host_hiccup": {"probability": self.hiccup_probability, "duration_s": self.hiccup_s},
             "faults": list(self.faults),
         }
