@@ -67,3 +67,11 @@ def test_goodput_block_of_a_run():
     assert g["goodput_samples_per_s"] < s["samples_per_s"]
     assert math.isclose(g["checkpoint_interval_s"], g["optimal_interval_s"])
     assert g["components"]["gpu"] == 16
+
+
+def test_checkpoint_cost_is_bound_by_the_fullest_node_or_the_storage():
+    c = gp.checkpoint_cost([10e9, 1e9, 1e9], node_bw_Bps=5e9, storage_bw_Bps=100e9, relaunch_s=60)
+    assert c.write_s == pytest.approx(2.0)  # the 10 GB node over its 5 GB/s
+    c = gp.checkpoint_cost([10e9] * 100, node_bw_Bps=5e9, storage_bw_Bps=100e9, relaunch_s=60)
+    assert c.write_s == pytest.approx(10.0)  # 1 TB over the 100 GB/s storage
+    assert c.restart_s == pytest.approx(70.0) and c.partial_restart_s == pytest.approx(62.0)

@@ -103,7 +103,7 @@ def test_stragglers_never_speed_a_run_up(stragglers):
 
 
 def test_failed_nic_run_completes_and_is_slower():
-    opts = {"topology": "zionex", "nodes": 2, "workload": "neo_model_a"}
+    opts = {"topology": "zionex", "nodes": 2, "workload": "mlperf_dlrm", "iterations": 2}
     base = run_point(opts).summary["iteration_time_s"]
     s = run_point({**opts, "fault": ["nic=n1:0"]}).summary
     assert s["iteration_time_s"] > base
@@ -118,7 +118,7 @@ def test_faults_never_speed_a_run_up(fault):
 
 
 def test_degraded_links_never_speed_a_run_up():
-    opts = {"topology": "zionex", "nodes": 2, "workload": "neo_model_a"}
+    opts = {"topology": "zionex", "nodes": 2, "workload": "mlperf_dlrm", "iterations": 2}
     base = run_point(opts).summary["iteration_time_s"]
     s = run_point({**opts, "variability.links": [{"kind": "roce", "factor": 0.5}]}).summary
     assert s["iteration_time_s"] > base

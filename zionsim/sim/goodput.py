@@ -68,13 +68,14 @@ def failure_rate(counts: dict, mtbf_h: dict) -> float:
 def checkpoint_cost(
     bytes_per_node: list[float], node_bw_Bps: float, storage_bw_Bps: float, relaunch_s: float
 ) -> CheckpointCost:
-    """Checkpoint write and read times: each node moves its bytes at the lesser of its own
-    path's bandwidth and its share of the storage bandwidth; the slowest node sets the time.  A
-    partial restart reloads one node's share with the storage to itself."""
-    n = max(1, len(bytes_per_node))
+    """Checkpoint write and read times as fluid flows: each node moves its bytes at most at its
+    own path's bandwidth, all nodes together at most at the storage bandwidth, so the write
+    takes the longer of the fullest node's bytes over its path and all bytes over the storage.
+    A partial restart reloads one node's share with the storage to itself."""
     worst = max(bytes_per_node, default=0.0)
-    alone = worst / min(node_bw_Bps, storage_bw_Bps)  # one node reloads its share alone
-    shared = worst / min(node_bw_Bps, storage_bw_Bps / n)
+    total = float(sum(bytes_per_node))
+    shared = max(worst / node_bw_Bps, total / storage_bw_Bps)
+    alone = worst / min(node_bw_Bps, storage_bw_Bps)
     return CheckpointCost(shared, relaunch_s + shared, relaunch_s + alone)
 
 
