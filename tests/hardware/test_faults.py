@@ -37,8 +37,6 @@ def test_bad_fault_text_is_refused(text):
         parse_fault(text)
 
 
-
-
 def test_failed_switch_with_every_nic_of_a_node_stops_routes():
     """On a fabric where a node's NICs all hang off one leaf, losing that leaf leaves no
     proxy: routing to the node stops the job."""

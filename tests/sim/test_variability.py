@@ -163,3 +163,26 @@ def test_compare_names_the_straggler_wait():
     assert w["b_straggler_ranks"] == [3] and w["b_wait_s"] > w["a_wait_s"] == 0.0
     t = attribute(a, b).set_index("component")
     assert t.loc["imbalance", "delta_s"] > 0  # the slow rank's compute beyond the mean
+
+
+def test_resolving_leaves_the_callers_options_untouched():
+    """Nested variability keys set over a mapping (a sweep's base and grid) copy it."""
+    import copy
+
+    from zionsim.sim.inputs import resolve_inputs
+
+    goodput = {"storage_bw": "10 GB/s", "relaunch": "5 min"}
+    opts = {**TINY, "variability.goodput": goodput,
+            "variability.goodput.checkpoint_interval": "1 h",
+            "variability.stragglers": {"ranks": [1], "factor": 2.0}}  # fmt: skip
+    before = copy.deepcopy(opts)
+    spec = resolve_inputs(opts).variability
+    assert opts == before
+    assert spec.goodput["checkpoint_interval"] == "1 h" and spec.stragglers[0].ranks == (1,)
+
+
+def test_deterministic_realisations_are_alike():
+    """Stragglers named by rank draw nothing: every realisation is the first."""
+    opts = {**TINY, "variability.stragglers": {"ranks": [1], "factor": 2.0}, "samples": 3}
+    d = run_point(opts).summary["distribution"]["iteration_time_s"]
+    assert d["ci95"][0] == pytest.approx(d["ci95"][1]) == pytest.approx(d["mean"])

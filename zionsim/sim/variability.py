@@ -131,8 +131,8 @@ def variability_spec(data: dict | None, file: str = "variability", faults=()) ->
         raise f.error("goodput", f"expected a mapping, got {goodput!r}")
     return VariabilitySpec(
         kernel_cv=_kernel_cv(f),
-        stragglers=tuple(_straggler(f, i) for i in range(len(_items(f, "stragglers")))),
-        links=tuple(_link(f, i) for i in range(len(_items(f, "links")))),
+        stragglers=tuple(_straggler(f, i, x) for i, x in enumerate(_items(f, "stragglers"))),
+        links=tuple(_link(f, i, x) for i, x in enumerate(_items(f, "links"))),
         hiccup_probability=prob,
         hiccup_s=float(hic.quantity("duration", "time", 0.0, strict=False)),
         faults=tuple(given) + tuple(faults),
@@ -152,7 +152,7 @@ def with_sets(data: dict, sets: dict) -> dict:
             if not isinstance(node.get(key), dict):
                 node[key] = {}
             node = node[key]
-        node[keys[-1]] = value
+        node[keys[-1]] = copy.deepcopy(value)  # the caller's mappings stay as they were
     return out
 
 
@@ -165,7 +165,6 @@ def _items(f, key: str) -> list:
         items = [items]
     if not isinstance(items, list) or not all(isinstance(x, dict) for x in items):
         raise f.error(key, f"expected a list of mappings, got {items!r}")
-    f.data[key] = items
     return items
 
 
@@ -181,10 +180,10 @@ def _kernel_cv(f) -> dict:
     return {k: v for k, v in sorted(out.items()) if v > 0}
 
 
-def _straggler(f, i: int) -> Straggler:
+def _straggler(f, i: int, item: dict) -> Straggler:
     from zionsim.base.config import Fields
 
-    s = Fields(f.data["stragglers"][i], f.file, f.path(f"stragglers[{i}]"))
+    s = Fields(item, f.file, f.path(f"stragglers[{i}]"))
     s.check_keys(("ranks", "nodes", "fraction", "factor"))
     factor = float(s.quantity("factor", "fraction", minimum=0.0))
     if factor < 1:
@@ -213,10 +212,10 @@ def _index(s, key: str, v) -> int:
     return value
 
 
-def _link(f, i: int) -> LinkFactor:
+def _link(f, i: int, item: dict) -> LinkFactor:
     from zionsim.base.config import Fields
 
-    s = Fields(f.data["links"][i], f.file, f.path(f"links[{i}]"))
+    s = Fields(item, f.file, f.path(f"links[{i}]"))
     s.check_keys(("kind", "id", "factor"))
     if ("kind" in s.data) == ("id" in s.data):
         raise s.error("kind", "give exactly one of kind or id", "kind: roce or id: 12")

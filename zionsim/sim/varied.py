@@ -55,6 +55,9 @@ def execute_varied(inputs, cluster, trace, memory, execute):
     wait = straggler_wait(recs[0], trace, warmup)
     recs.clear()
     for r in range(1, n):
+        if not var.random:  # nothing is drawn: every realisation is realisation 0
+            times.append(times[0])
+            continue
         rec = simulate(faulted, trace, iterations, r)
         times.append(Analysis(rec, warmup).iteration_times())
         recs.clear()
