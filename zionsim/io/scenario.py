@@ -44,8 +44,13 @@ def apply_scenario_overrides(data: dict, overrides: dict, file: str) -> dict:
     """``data`` with each ``overrides`` entry set: ``cluster.FIELD``, ``jobs.FIELD`` (every job
     of kind train; ``jobs.count`` too), ``jobs[i].FIELD``, or ``jobs.repeat`` (the first job
     repeated N times, named ``NAME1``..``NAMEN``: a job-count sweep)."""
-    out = {**data, "cluster": dict(data.get("cluster") or {})}
-    jobs = [dict(j) if isinstance(j, dict) else j for j in (data.get("jobs") or [])]
+    if not overrides:
+        return data
+    cluster, jobs = data.get("cluster") or {}, data.get("jobs") or []
+    if not isinstance(cluster, dict) or not isinstance(jobs, list):
+        raise InputError("expected cluster: (a mapping) and jobs: (a list)", file=file)
+    out = {**data, "cluster": dict(cluster)}
+    jobs = [dict(j) if isinstance(j, dict) else j for j in jobs]
     for key, value in overrides.items():
         m = re.fullmatch(r"jobs\[(\d+)\]\.(\w+)", key)
         if key.startswith("cluster.") and key.count(".") == 1:
@@ -57,7 +62,7 @@ def apply_scenario_overrides(data: dict, overrides: dict, file: str) -> dict:
                                  allowed=f"1..{MAX_JOBS} with a first job")  # fmt: skip
             first = jobs[0]
             jobs = [{**first, "name": f"{first.get('name', 'job')}{k + 1}"} for k in range(n)]
-            jobs += [j for j in (data.get("jobs") or [])[1:] if _kind(j) != "train"]
+            jobs += [j for j in data["jobs"][1:] if _kind(j) != "train"]
         elif key.startswith("jobs.") and key.count(".") == 1:
             for j in jobs:
                 if isinstance(j, dict) and _kind(j) == "train":
@@ -96,7 +101,7 @@ def scenario_from_dict(data: dict, file: str = "scenario") -> Scenario:
             gpus_per_node=c.integer("gpus_per_node", None), overrides=topo,
         )  # fmt: skip
     except InputError as exc:
-        raise exc.located(file, "cluster") from None
+        raise _located(exc, file, "cluster") from None
     raw = top.raw("jobs")
     if not isinstance(raw, list) or not raw or len(raw) > MAX_JOBS:
         raise top.error("jobs", "expected a list of 1 to 256 jobs", f"a list of 1..{MAX_JOBS}")
@@ -133,7 +138,7 @@ def _sets(f: Fields, key: str) -> dict:
     try:
         return dict(split_override(x) for x in raw)
     except InputError as exc:
-        raise exc.located(f.file, f.path(key)) from None
+        raise _located(exc, f.file, f.path(key)) from None
 
 
 def _job(f: Fields, spec, base: dict) -> JobSpec:
@@ -170,11 +175,20 @@ def _job(f: Fields, spec, base: dict) -> JobSpec:
     try:
         inputs = resolve_inputs(options, f.file)
     except InputError as exc:
-        raise exc.located(f.file, None if exc.field and exc.field.startswith("jobs[")
-                          else f.prefix) from None  # fmt: skip
+        raise _located(exc, f.file, f.prefix) from None
     placement = f.choice("placement", PLACEMENTS, "packed")
     return JobSpec(inputs=inputs, nodes=None if nodes is None else tuple(nodes), count=count,
                    placement=placement, seed=f.integer("seed", 0, minimum=0), **common)  # fmt: skip
+
+
+def _located(exc: InputError, file: str, prefix: str | None) -> InputError:
+    """``exc`` located in ``file`` under ``prefix``, a command-line flag (``--workload``) named
+    as the scenario's field (``workload``)."""
+    field = exc.field
+    if field and field.startswith("--"):
+        field = None if field == "--set" else field[2:].replace("-", "_")
+    exc = InputError(exc.problem, file=exc.file, field=field, allowed=exc.allowed)
+    return exc.located(file, prefix)
 
 
 def _dotted(key) -> bool:
