@@ -41,8 +41,8 @@ def cmd_jobs(args) -> int:
 
     sets = dict(parse_override(t) for t in args.set)
     scenario = load_scenario(args.scenario, sets)
-    ident = inputs_id({"kind": "jobs", "scenario": Path(args.scenario).read_text(),
-                       "set": args.set})  # fmt: skip
+    text = Path(scenario.file).read_text()  # the file load_scenario read (or a built-in's)
+    ident = inputs_id({"kind": "jobs", "scenario": text, "set": args.set})
     if args.out:
         check_result_target(Path(args.out), ident, args.force)  # before any simulation
         prepare_parent(args.out)

@@ -30,13 +30,19 @@ _NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
 
 def load_scenario(path: str | Path, overrides: dict | None = None) -> Scenario:
-    """The scenario in YAML file ``path``; ``overrides`` (dotted field → value, e.g.
+    """The scenario in YAML file ``path`` (or a built-in name: ``scenarios/``); ``overrides`` (dotted field → value, e.g.
     ``jobs.placement``: every job, ``jobs[1].count``, ``cluster.nodes``) applied first
     (sweeps)."""
+    from zionsim.base.config import builtin_dir, builtin_names
+
     path = str(path)
     if not Path(path).is_file():
-        raise InputError("no such scenario file", file=path, allowed="a YAML file")
-    data, file = load_yaml(path, "examples")
+        if not (builtin_dir("scenarios") / f"{path}.yaml").is_file():
+            raise InputError(
+                "no such scenario file or built-in scenario", file=path,
+                allowed="a YAML file or " + ", ".join(builtin_names("scenarios")),
+            )  # fmt: skip
+    data, file = load_yaml(path, "scenarios")
     return scenario_from_dict(apply_scenario_overrides(data, overrides or {}, file), file)
 
 

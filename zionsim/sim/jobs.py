@@ -133,7 +133,8 @@ def node_leaves(spec) -> list[tuple[int, ...]]:
 def place(scenario: Scenario) -> dict[str, tuple[int, ...]]:
     """Each training job's nodes: explicit lists first, then counts in file order by their
     policy among the nodes left: ``packed`` on the fewest leaf groups (the smallest group that
-    holds the job, else the fullest groups first), ``spread`` round-robin over leaf groups,
+    holds the job, else the fullest groups first), ``spread`` round-robin over leaf groups
+    (those with the most free nodes first, so successive jobs spread over the whole fabric),
     ``random`` a seeded sample.  InputError when the nodes run out or two jobs share one."""
     spec, file = scenario.cluster, scenario.file
     owner: dict[int, str] = {}
@@ -176,8 +177,8 @@ def _pick(job: JobSpec, free: list[list[int]]) -> tuple[int, ...]:
         pool = np.array(sorted(k for g in free for k in g))
         picked = np.random.default_rng(job.seed).choice(pool, n, replace=False)
         return tuple(sorted(picked.tolist()))
-    if job.placement == "spread":
-        out, queues = [], [list(g) for g in free]
+    if job.placement == "spread":  # the leaves with the most free nodes first, in turn
+        out, queues = [], [list(g) for g in sorted(free, key=len, reverse=True)]
         while len(out) < n:
             for q in queues:
                 if q and len(out) < n:
