@@ -30,9 +30,9 @@ _NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
 
 def load_scenario(path: str | Path, overrides: dict | None = None) -> Scenario:
-    """The scenario in YAML file ``path`` (or a built-in name: ``scenarios/``); ``overrides`` (dotted field → value, e.g.
-    ``jobs.placement``: every job, ``jobs[1].count``, ``cluster.nodes``) applied first
-    (sweeps)."""
+    """The scenario in YAML file ``path`` (or a built-in name: ``scenarios/``); ``overrides``
+    (dotted field → value, e.g. ``jobs.placement``: every job, ``jobs[1].count``,
+    ``cluster.nodes``) applied first (sweeps)."""
     from zionsim.base.config import builtin_dir, builtin_names
 
     path = str(path)

@@ -102,8 +102,10 @@ def sweep_from_dict(data: dict, file: str = "<sweep>") -> Sweep:
 def _check_key(key, file: str, section: str) -> None:
     """Raise unless ``key`` is a run option or a ``topology.``/``workload.``/``stack.`` path."""
     ok = isinstance(key, str) and (
-        key in RUN_OPTIONS or (key.startswith(PREFIXES) and len(key.split(".", 1)[1]) > 0)
-        or key == "scenario" or (key.startswith("scenario.") and len(key) > 9)  # studies/jobs
+        key in RUN_OPTIONS
+        or (key.startswith(PREFIXES) and len(key.split(".", 1)[1]) > 0)
+        or key == "scenario"
+        or (key.startswith("scenario.") and len(key) > 9)  # studies/jobs
     )
     if not ok:
         raise InputError(
