@@ -286,7 +286,7 @@ PLACEMENT = [
     "split by job (the plot `zionsim jobs --out DIR` writes as `jobs.png`).",
     'sets = {"jobs.repeat": 8, "jobs.placement": "spread"}\n'
     "if FAST:\n"
-    '    sets.update({"cluster.nodes": 8, "jobs.workload": "tiny", "jobs.count": 2})\n'
+    '    sets.update({"cluster.nodes": 16, "jobs.workload": "tiny", "jobs.count": 2})\n'
     'res = zs.simulate_jobs(zs.load_scenario("placement", sets))\n'
     "data = res.to_dict()\n"
     'cols = ["name", "nodes", "iteration_time_s", "alone_iteration_time_s", "slowdown",\n'

@@ -162,7 +162,8 @@ def place(scenario: Scenario) -> dict[str, tuple[int, ...]]:
         if j.count > left:
             raise InputError(
                 f"job {j.name!r} needs {j.count} nodes but {left} are free", file=file,
-                field=f"jobs[{i}].count", allowed=f"1..{left}",
+                field=f"jobs[{i}].count",
+                allowed=f"1..{left}" if left else "fewer jobs, or more cluster nodes",
             )  # fmt: skip
         nodes = _pick(j, [v for v in free.values() if v])
         owner.update({k: j.name for k in nodes})
