@@ -34,7 +34,8 @@ def test_json_has_each_jobs_slowdown(tmp_path, capsys):
 
 def test_out_folder_and_table(tmp_path, capsys):
     out = tmp_path / "res"
-    assert main(["jobs", _write(tmp_path, ISSUE), "--out", str(out), "--set", "jobs.weight=2"]) == 0
+    argv = ["jobs", _write(tmp_path, ISSUE), "--out", str(out), "--set", "jobs.weight=2"]
+    assert main(argv) == 0
     assert "slowdown_pct" in capsys.readouterr().out
     names = {p.name for p in out.iterdir()}
     assert {"jobs.json", "jobs.csv", "links.csv", "jobs.png", "a.summary.json"} <= names
@@ -80,3 +81,14 @@ def test_missing_file_and_bad_set(tmp_path, capsys):
     assert main(["jobs", _write(tmp_path, ISSUE), "--set", "jobs.x.y=1"]) == 2
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 2 and all(e.startswith("zionsim: error: ") for e in err)
+
+
+def test_one_job_scenario_writes_zionsim_runs_summary(tmp_path, capsys):
+    """The acceptance check from outside: a one-job scenario over the whole cluster writes the
+    ``summary.json`` that ``zionsim run`` writes for the same job, byte for byte."""
+    scenario = _write(tmp_path, "cluster: {topology: zionex, nodes: 2}\n"
+                                "jobs: [{name: a, workload: tiny, count: 2}]\n")  # fmt: skip
+    run, jobs = tmp_path / "run", tmp_path / "jobs"
+    assert main(["run", "--workload", "tiny", "--nodes", "2", "--out", str(run)]) == 0
+    assert main(["jobs", scenario, "--out", str(jobs), "--no-plot"]) == 0
+    assert (run / "summary.json").read_bytes() == (jobs / "a.summary.json").read_bytes()

@@ -52,7 +52,7 @@ def cmd_jobs(args) -> int:
     result = simulate_jobs(scenario)
     data = result.to_dict()
     if args.out:
-        write_result_dir(args.out, _files(result, data, args), "jobs", ident, args.force)
+        write_result_dir(args.out, _files(scenario, result, data, args), "jobs", ident, args.force)
     if args.format == "json":
         print(to_json(data), end="")
     else:
@@ -93,18 +93,25 @@ def _print_links(data: dict, top: int = 5) -> None:
     print(format_rows(rows, "table"), end="")
 
 
-def _files(result, data: dict, args) -> dict:
+def _files(scenario, result, data: dict, args) -> dict:
     """The result folder: ``jobs.json`` (what ``--format json`` prints, plus timing),
     ``jobs.csv``, ``links.csv`` (every link, bytes and utilisation per job), each training
-    job's ``summary.json`` shared and alone under ``<job>/``, and ``jobs.png``."""
+    job's ``summary.json`` together and alone (``NAME.summary.json``,
+    ``NAME.alone.summary.json``, with ``zionsim run``'s ``inputs`` block: the job's run options
+    on a cluster of its node count), and ``jobs.png``."""
     files = {
         "jobs.json": to_json({**data, "timing": result.timing}),
         "jobs.csv": format_rows([job_row(j) for j in data["jobs"]], "csv"),
         "links.csv": result.links.to_csv(index=False),
     }
-    for name, r in result.shared.items():
-        files[f"{safe_name(name)}.summary.json"] = to_json(r.summary)
-        files[f"{safe_name(name)}.alone.summary.json"] = to_json(result.alone[name].summary)
+    from zionsim.cli.common import package_version
+
+    inputs = {j.name: j.inputs for j in scenario.jobs if j.inputs is not None}
+    for name, r in result.shared.items():  # with the inputs block of zionsim run's summary
+        block = {"inputs": inputs[name].provenance(package_version())}
+        files[f"{safe_name(name)}.summary.json"] = to_json({**r.summary, **block})
+        alone = result.alone[name].summary
+        files[f"{safe_name(name)}.alone.summary.json"] = to_json({**alone, **block})
     if not args.no_plot:
         from zionsim.io.plots import png_bytes
         from zionsim.io.plots_jobs import plot_jobs

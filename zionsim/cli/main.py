@@ -37,12 +37,9 @@ EPILOG = "`zionsim COMMAND --help` lists a command's options; docs: README.md an
 
 def _version() -> str:
     """The installed package's version (pyproject.toml), or ``unknown`` outside an install."""
-    from importlib.metadata import PackageNotFoundError, version
+    from zionsim.cli.common import package_version
 
-    try:
-        return version("zionsim")
-    except PackageNotFoundError:
-        return "unknown"
+    return package_version()
 
 
 class _VersionAction(argparse.Action):
