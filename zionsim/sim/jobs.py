@@ -337,13 +337,13 @@ def _stream(env, door: JobNetwork, p: _Part, trained: simpy.Event, bursts: list)
 def simulate_jobs(scenario: Scenario, prepared: dict | None = None) -> JobsResult:
     """Run every job of ``scenario`` together, then each alone on the same nodes; the
     :class:`JobsResult`.  ``prepared``: job name → (trace, memory table) lowered already
-    (default: lowered here, as ``zionsim run`` lowers it on a cluster of the job's size)."""
+    (default: lowered here, as ``zionsim run`` lowers it on a cluster of the job's size, once
+    for jobs with the same run options)."""
     t0 = time.perf_counter()
     cluster = Cluster.build(scenario.cluster)
     nodes = place(scenario)
-    parts = [
-        _prepare(scenario, i, cluster, nodes, prepared or {}) for i in range(len(scenario.jobs))
-    ]
+    lowered = dict(prepared or {})  # and by run options: alike jobs are planned once
+    parts = [_prepare(scenario, i, cluster, nodes, lowered) for i in range(len(scenario.jobs))]
     shared = _together(cluster, parts)
     t_shared = time.perf_counter() - t0
     alone: dict[tuple, _Outcome] = {}
@@ -380,10 +380,12 @@ def _prepare(scenario: Scenario, i: int, cluster, nodes: dict, prepared: dict) -
     from zionsim.sim.run import trace_of
 
     view = on_nodes(cluster, nodes[job.name])
-    if job.name in prepared:
-        trace, memory = prepared[job.name]
+    same = repr((job.inputs.options, job.inputs.overrides))  # the plan ignores the placement
+    if job.name in prepared or same in prepared:
+        trace, memory = prepared.get(job.name) or prepared[same]
     else:
         trace, memory, _ = trace_of(job.inputs)
+        prepared[same] = (trace, memory)
     check_cluster(view, trace)
     model = stack_compute_model(view, trace.stack or BARE, None)
     return _Part(i, job, view.nodes, view, trace, memory, op_durations(view, trace, model))
