@@ -166,3 +166,16 @@ def test_traffic_job_slows_and_is_slowed():
     t, c = res.jobs
     assert c["bursts"] > 0 and c["bytes_sent"] > 0
     assert t["makespan_slowdown"] > 0.001 and c["slowdown"] > 0
+
+
+def test_rank_templates_do_not_change_a_shared_run(contended, monkeypatch):
+    """Alike ranks stepped once per job (classes never span jobs) give what every rank on its
+    own gives, together and alone."""
+    from zionsim.sim import templates
+
+    monkeypatch.setattr(templates, "ENABLED", False)
+    per_rank = _contended()
+    for a, b in zip(contended.jobs, per_rank.jobs, strict=True):
+        for key in ("iteration_time_s", "alone_iteration_time_s", "exposed_comm_s"):
+            assert a[key] == pytest.approx(b[key], rel=1e-9)
+    assert np.allclose(contended.links["bytes"], per_rank.links["bytes"], rtol=1e-9)
