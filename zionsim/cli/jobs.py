@@ -71,7 +71,7 @@ def job_row(j: dict) -> dict:
         "name": j["name"], "kind": j["kind"], "nodes": " ".join(str(k) for k in j["nodes"]),
         "weight": j["weight"], "iteration_ms": ms(j.get("iteration_time_s")),
         "alone_ms": ms(j.get("alone_iteration_time_s")),
-        "slowdown_pct": round(100.0 * j["slowdown"], 2),
+        "slowdown_pct": round(100.0 * j["slowdown"], 2) + 0.0,  # no "-0"
         "samples_per_s": None if j.get("samples_per_s") is None else round(j["samples_per_s"]),
         "exposed_comm_ms": ms(j.get("exposed_comm_s")),
         "burst_ms": ms(j.get("burst_time_s")),
