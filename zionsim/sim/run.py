@@ -160,11 +160,13 @@ def _execute(
     _guard(trace, workload, iterations, limit, cluster.spec)
     with _few_gc_passes():
         rec = (simulate or simulate_trace)(cluster, trace, iterations=iterations)
-    return _gather(cluster, trace, memory, iterations, warmup, rec, t0)
+    return run_result(cluster, trace, memory, rec, warmup, t0)
 
 
-def _gather(cluster, trace: Trace, memory, iterations: int, warmup: int, rec, t0: float):
-    """The :class:`RunResult` of the records ``rec`` of a run."""
+def run_result(cluster, trace: Trace, memory, rec, warmup: int, t0: float) -> RunResult:
+    """The :class:`RunResult` of the records ``rec`` of ``trace`` run on ``cluster`` (``t0``:
+    when the run began, for its wall time); ``sim/jobs.py`` gathers each job's so."""
+    iterations = rec.iterations
     a = Analysis(rec, warmup)
     iter_s = float(a.iteration_times().mean())
     breakdown, busy, exposed = a.breakdown(), a.busy(), a.exposed()

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from zionsim.studies.jobs import placement, placement_table
 from zionsim.studies.seeds import seeds_sweeps, seeds_table
 from zionsim.studies.variability import (
     goodput_table,
@@ -135,6 +136,7 @@ STUDIES = {
     "shadowsync": _shadowsync,
     "seeds": seeds_sweeps,
     "variability": variability_sweeps,
+    "placement": placement,
 }
 
 
@@ -246,6 +248,12 @@ def figures(name: str, tables: dict) -> dict:
         }
     if name == "variability":
         return variability_figures(tables)
+    if name == "placement":
+        pt = placement_table(tables["placement"]).assign(status="ok")
+        return {
+            "slowdown": ps.plot_scaling(pt, x="jobs", y="slowdown_mean", by="placement"),
+            "samples_per_s": ps.plot_scaling(pt, x="jobs", y="samples_per_s", by="placement"),
+        }
     if name == "seeds":
         st = seeds_table(tables)
         labels = zip(st["claim"], st["workload"], st["plan"], strict=True)
@@ -277,6 +285,8 @@ def result_files(name: str, tables: dict) -> dict:
     if name == "variability":
         files["p95_vs_stragglers.csv"] = straggler_table(tables["stragglers"])
         files["goodput_vs_interval.csv"] = goodput_table(tables["goodput"])
+    if name == "placement":
+        files["placement_summary.csv"] = placement_table(tables["placement"])
     files.update({f"{stem}.png": ax for stem, ax in figures(name, tables).items()})
     return files
 
