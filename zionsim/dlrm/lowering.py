@@ -254,8 +254,8 @@ class _RankOps:
 
 def _lower_rank(b, w, r, node, local, lay, fused, c, c_ar, buckets, stack=BARE, first=None):
     """All ops of rank ``r`` (on ``node``, GPU ``local`` there) for one iteration, in order;
-    the embedding lookup waits for op ``first`` (a joined iteration's per-step GPU work:
-    HugeCTR's lookup waits for the copy of the distributed batch, ``ebc_cache_train_ddl_output``)."""
+    the embedding lookup waits for op ``first`` (a joined iteration's per-step GPU work: HugeCTR's
+    lookup waits for the copy of the distributed batch, ``ebc_cache_train_ddl_output``)."""
     o = _RankOps(b, w, r, lay, c, stack)
     n_look = float(lay.lookups[r])
     e_args = {
