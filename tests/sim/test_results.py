@@ -10,7 +10,7 @@ import pytest
 
 from tests.conftest import TINY
 from zionsim.hardware.topology import LINK_ROLES, SCALE_OUT_KINDS
-from zionsim.sim.results import perfetto, track_lanes
+from zionsim.sim.results import perfetto, perfetto_json, track_lanes
 from zionsim.sim.run import run_point
 
 
@@ -65,6 +65,26 @@ def test_perfetto_of_a_run():
     for track in spans.values():
         ordered = sorted(track)
         assert all(b[0] >= a[1] - 1e-6 for a, b in zip(ordered, ordered[1:], strict=False))
+
+
+def test_streamed_perfetto_is_the_json_of_its_own_objects(monkeypatch):
+    """The streamed text, in pieces, is exactly what ``json.dumps`` writes of the objects it
+    holds (floats as Python writes them, NaN as JSON's NaN, names escaped), and the same for
+    any piece size."""
+    import json
+
+    import zionsim.sim.results as results
+
+    r = run_point({"topology": TINY, "workload": "tiny", "iterations": 2})
+    odd = _events([(0, 0, "compute", 'say "hi"\\é', "gemm", "gemm", 1 / 3, 0.7, float("nan"))])
+    for events in (r.events, EVENTS, odd, EVENTS.iloc[:0]):
+        pieces = list(perfetto_json(events))
+        text = "".join(pieces)
+        assert text == json.dumps(json.loads(text), separators=(",", ":"))
+        monkeypatch.setattr(results, "CHUNK_EVENTS", 2)
+        assert "".join(perfetto_json(events)) == text
+        monkeypatch.undo()
+    assert len(list(perfetto_json(r.events))) >= 4
 
 
 @pytest.mark.parametrize("kind", SCALE_OUT_KINDS)

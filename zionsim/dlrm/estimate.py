@@ -49,6 +49,9 @@ from zionsim.network import nccl
 NAN = float("nan")
 #: iterations played (the first is the warm-up)
 ITERATIONS = 2
+#: walk one rank per class of alike ranks (module docstring); False: every rank (the tests
+#: comparing the two)
+CLASSES = True
 
 
 @dataclass(frozen=True)
@@ -94,19 +97,27 @@ class _Walk:
 
     def __init__(self, cluster, trace: Trace, durations: np.ndarray, slowdown: float):
         self.cluster, self.trace, self.dur, self.slow = cluster, trace, durations, slowdown
+        self.transfer_s = _transfer_seconds(cluster, trace)
         by_rank = trace.by_rank()
+        #: members of each rank's class (0: a rank another one stands for, not walked)
+        self.weight = (
+            rank_classes(by_rank, durations, self.transfer_s) if CLASSES else [1] * len(by_rank)
+        )
+        walked = [ops for ops, k in zip(by_rank, self.weight, strict=True) if k]
         self.streams = [
             [op.id for op in ops if op.stream == s]
-            for ops in by_rank
+            for ops in walked
             for s in dict.fromkeys(op.stream for op in ops)
         ]
         self.stream_of = {i: k for k, ids in enumerate(self.streams) for i in ids}
         #: streams (other than its own) with an op that waits for each op
         self.waiting: dict[int, set[int]] = {}
-        for op in trace.ops:
-            for d in op.deps:
-                if self.stream_of[d] != self.stream_of[op.id]:
-                    self.waiting.setdefault(d, set()).add(self.stream_of[op.id])
+        for ops in walked:
+            for op in ops:
+                for d in op.deps:
+                    if self.stream_of[d] != self.stream_of[op.id]:
+                        self.waiting.setdefault(d, set()).add(self.stream_of[op.id])
+        self.walked_ops = np.sort([op.id for ops in walked for op in ops]).astype(np.int64)
         two = any(op.stream == "embedding" for op in trace.ops)
         self.gpu_free = np.zeros(trace.ranks) if two else None
         self.coll_s: dict = {}
@@ -116,7 +127,6 @@ class _Walk:
             if op.kind == "collective":
                 copies.setdefault(op.name, set()).add(op.args["coll"])
         self.copies = {c: tuple(sorted(g)) for g in copies.values() for c in g}
-        self.transfer_s = _transfer_seconds(cluster, trace)
 
     def run(self, iterations: int) -> np.ndarray:
         """End time of each iteration (latest end of any of its ops)."""
@@ -136,15 +146,15 @@ class _Walk:
             t, _, k = heapq.heappop(self.heap)
             self.queued.discard(k)
             self._start(k, t)
-        end = np.array(self.end)
+        end = np.array(self.end).reshape(iterations, n_ops)[:, self.walked_ops]
         if np.isnan(end).any():
-            stuck = int(np.flatnonzero(np.isnan(end))[0] % n_ops)
+            stuck = int(self.walked_ops[np.flatnonzero(np.isnan(end))[0] % len(self.walked_ops)])
             raise InputError(
                 f"the trace stalls: op {stuck} ({ops[stuck].name}, rank {ops[stuck].rank}) "
                 "never runs",
                 field=f"ops[{stuck}]",
             )
-        return end.reshape(iterations, n_ops).max(axis=1)
+        return end.max(axis=1)
 
     def _head(self, k: int) -> tuple[int, int] | None:
         ids, p = self.streams[k], self.pos[k]
@@ -194,13 +204,14 @@ class _Walk:
 
     def _arrive(self, op, it: int, t: float) -> None:
         cid = op.args["coll"]
-        members = self.arrived.setdefault((it, cid), [])
+        members = self.arrived.setdefault((it, cid), [0])
         members.append((op, t))
+        members[0] += self.weight[op.rank]  # the ranks arrived: a class counts all its members
         c = self.trace.collectives[cid]
-        if len(members) < len(c.ranks):
+        if members[0] < len(c.ranks):
             return
-        end = max(a for _, a in members) + self._collective_s(cid)
-        for o, a in members:
+        end = max(a for _, a in members[1:]) + self._collective_s(cid)
+        for o, a in members[1:]:
             fl = self.flight[o.rank]
             if (a, np.inf) in fl:
                 fl[fl.index((a, np.inf))] = (a, end)
@@ -241,6 +252,33 @@ class _Walk:
     def _choice(self, c) -> nccl.Choice:
         devices = self.cluster.gpus[c.ranks]
         return nccl.choose(self.cluster, c.op, devices, c.size_bytes, matrix=c.matrix)
+
+
+def rank_classes(by_rank: list, durations: np.ndarray, transfer_s: dict) -> list[int]:
+    """Per rank, the members of its class when it is the class's first rank, else 0: ranks are
+    alike when their ops match op for op in name, kind, category, stream, dependencies (as
+    positions in the rank's own sequence), collective, sync period and seconds (module
+    docstring)."""
+    first: dict[tuple, int] = {}
+    weight = [0] * len(by_rank)
+    for rank, ops in enumerate(by_rank):
+        pos = {op.id: i for i, op in enumerate(ops)}
+        key = tuple(
+            (
+                op.name,
+                op.kind,
+                op.category,
+                op.stream,
+                tuple(pos[d] for d in op.deps),
+                op.args.get("coll"),
+                op.args.get("every"),
+                float(durations[op.id]),
+                transfer_s.get(op.id),
+            )
+            for op in ops
+        )
+        weight[first.setdefault(key, rank)] += 1
+    return weight
 
 
 def _transfer_seconds(cluster, trace: Trace) -> dict[int, float]:

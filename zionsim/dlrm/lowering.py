@@ -26,6 +26,8 @@ their gradients after the interaction backward (on CPU trainers, on a stream of 
 
 from __future__ import annotations
 
+from collections import OrderedDict
+
 import numpy as np
 
 from zionsim.dlrm.plan import Plan
@@ -95,6 +97,17 @@ class _Builder:
             rank, "input_pipeline", "host", "framework", "host", (), {"seconds": seconds}
         )
 
+    def copy_rank(self, rank: int, start: int, end: int) -> None:
+        """Append the ops ``[start, end)`` of another rank, whose inputs equal ``rank``'s
+        (``lower``), as ``rank``'s: ids and dependencies shifted, arguments copied."""
+        shift = len(self.ops) - start
+        for op in self.ops[start:end]:
+            deps = tuple(d + shift for d in op.deps)
+            self.ops.append(
+                Op(op.id + shift, rank, op.name, op.kind, op.category, op.stream, deps,
+                   dict(op.args))
+            )  # fmt: skip
+
     def collective(self, op, size, matrix=None, ranks=None) -> int:
         """Append a collective of ``size`` bytes over ``ranks`` (default all) and return its id."""
         ranks = np.arange(self.ranks) if ranks is None else ranks
@@ -110,6 +123,16 @@ def _kernels(kind: str, args: dict) -> int:
     return int(args.get("launches", 1))
 
 
+#: lowered traces kept for reuse, at most this many ops in all (about 0.4 kB each): the
+#: planner lowers each candidate plan to estimate it, and the run then lowers the chosen one
+#: again; a sweep's points that differ only in the cluster's rates lower the same plans
+CACHE_OPS = 200_000
+#: lower a rank whose inputs equal an earlier rank's as a copy of that rank's ops (``lower``);
+#: False: every rank on its own (the tests comparing the two)
+SHARE_RANKS = True
+_CACHE: OrderedDict = OrderedDict()
+
+
 def lower(
     w: WorkloadSpec,
     plan: Plan,
@@ -121,9 +144,39 @@ def lower(
     stack: StackSpec = BARE,
 ) -> Trace:
     """One training iteration of ``w`` under ``plan`` on ``ranks`` GPUs, as software ``stack``
-    runs it (its kernel counts and per-step host work; its precisions are already in ``w``)."""
+    runs it (its kernel counts and per-step host work; its precisions are already in ``w``).
+
+    The same inputs (by value: the workload's and the stack's fields, the plan, the counts)
+    give the same trace, so recent traces are kept (:data:`CACHE_OPS`) and a repeat gets a
+    copy of one: its own op list, collective list and ``meta`` (the ops themselves, frozen,
+    are shared; their ``args`` must not be changed in place)."""
     g = gpus_per_node or ranks
     sync = sync or SyncSpec()
+    key = (repr(w), plan, ranks, fused, g, zipf_alpha, sync, repr(stack))
+    trace = _CACHE.get(key)
+    if trace is None:
+        trace = _lower(w, plan, ranks, fused, g, zipf_alpha, sync, stack)
+        _remember(key, trace)
+    else:
+        _CACHE.move_to_end(key)
+    meta = {k: dict(v) if isinstance(v, dict) else v for k, v in trace.meta.items()}
+    return Trace(
+        trace.ranks, list(trace.ops), list(trace.collectives), meta, trace.stack, trace.sync
+    )
+
+
+def _remember(key: tuple, trace: Trace) -> None:
+    """Keep ``trace`` under ``key``, dropping the least recently used beyond :data:`CACHE_OPS`
+    ops (a trace larger than that is not kept)."""
+    if len(trace.ops) > CACHE_OPS:
+        return
+    _CACHE[key] = trace
+    while sum(len(t.ops) for t in _CACHE.values()) > CACHE_OPS:
+        _CACHE.popitem(last=False)
+
+
+def _lower(w, plan, ranks, fused, g, zipf_alpha, sync, stack) -> Trace:
+    """:func:`lower` without the cache."""
     lay = layout(w, plan, ranks, g, zipf_alpha)
     b = _Builder(ranks, stack.host_dispatch_s)
     c = _embedding_collectives(b, lay, ranks, g)
@@ -136,17 +189,32 @@ def lower(
     }
     sync_bytes = float((w.dense_params + lay.dp_params) * cb)
     sync_colls = _sync_collectives(b, sync, sync_bytes, ranks, g)
+    rows = _rank_rows(lay, ranks)
+    blocks: dict[tuple, tuple[int, int]] = {}  # a rank's inputs -> its ops' ids [start, end)
+    group_of: dict[int, str] = {}
+    for k, grp in dense_groups.items():
+        for r in grp.tolist():
+            group_of.setdefault(r, k)
     for r in range(ranks):
-        group = next((k for k, grp in dense_groups.items() if r in grp), None)
+        group = group_of.get(r)
+        ar = c_ar.get(group, [])
+        node, local = r // g, r % g
+        twrw = [c.get((k, node)) for k in ("twrw_rs", "twrw_ag")]
+        twrw += [c.get((k, local)) for k in ("twrw_a2a", "twrw_a2a_bwd")]
+        key = (tuple(ar), *twrw, sync_colls.get(r), *(row[r].tobytes() for row in rows))
+        if SHARE_RANKS and key in blocks:
+            b.copy_rank(r, *blocks[key])
+            continue
+        start = len(b.ops)
         host_s = stack.host_per_step_s + stack.host_per_sample_s * w.batch_per_gpu
         if host_s > 0 or stack.host_dispatch_s > 0:
             b.prepare_batch(r, host_s)
         if stack.gpu_per_step_s > 0:  # GPU work the op list leaves out, serial on the GPU
             b.op(r, "step_gpu_work", "host", "framework", "compute", (),
                  seconds=stack.gpu_per_step_s)  # fmt: skip
-        ar = c_ar.get(group, [])
-        _lower_rank(b, w, r, r // g, r % g, lay, fused, c, ar, buckets, stack)
+        _lower_rank(b, w, r, node, local, lay, fused, c, ar, buckets, stack)
         _lower_sync(b, sync, r, g, sync_colls, sync_bytes)
+        blocks[key] = (start, len(b.ops))
     meta = {
         "workload": w.name,
         "plan": plan.name,
@@ -156,6 +224,17 @@ def lower(
     }
     background = sync_colls if sync.is_shadow else {}
     return Trace(ranks, b.ops, b.colls, meta, stack, TraceSync(sync, background, sync_bytes))
+
+
+def _rank_rows(lay, ranks: int) -> list[np.ndarray]:
+    """Every per-rank array of the layout (first axis: the ranks; the n×n byte matrices are
+    not arrays and reach a rank's ops only through its collectives): with its dense group's,
+    node's and rail's collectives, what tells one rank's ops from another's."""
+    return [
+        v
+        for v in vars(lay).values()
+        if isinstance(v, np.ndarray) and v.ndim and v.shape[0] == ranks
+    ]
 
 
 def model_figures(w: WorkloadSpec) -> dict:

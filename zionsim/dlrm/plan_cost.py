@@ -10,6 +10,7 @@ GPU gets while every GPU of its node reads its misses at once (:func:`host_Bps_p
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -149,8 +150,14 @@ def _largest_part(t, opt: Option) -> tuple[int, float]:
     first block (TorchRec's ``⌈rows/k⌉``, ``sharding.row_splits``), else the whole table."""
     if opt.kind not in ("RW", "TWRW"):
         return t.rows, 1.0
-    rows = row_splits(t.rows, opt.parts)[0]
+    rows = _first_block(t.rows, opt.parts)
     return rows, rows / t.rows if t.rows else 0.0
+
+
+@lru_cache(maxsize=4096)
+def _first_block(rows: int, k: int) -> int:
+    """Rows of the first (largest) of ``k`` row blocks (:func:`~.sharding.row_splits`)."""
+    return row_splits(rows, k)[0]
 
 
 def plan_costs(
