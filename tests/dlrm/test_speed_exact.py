@@ -54,12 +54,20 @@ def _lower(inputs, cluster, plan):
 
 
 def test_estimate_by_rank_class_equals_every_rank_walked(case, monkeypatch):
+    """Also without the lowering's ``alike`` ranks (a trace from a file)."""
     inputs, cluster, plans = case
     w, stack, sync = inputs.workload, inputs.stack, inputs.sync
     fast = [estimate.iteration_estimate(cluster, w, p, stack, sync).iteration_s for p in plans]
     monkeypatch.setattr(estimate, "CLASSES", False)
+    monkeypatch.setattr(estimate, "_CHOICES", {})
+    monkeypatch.setattr(estimate, "MEMO_CHOICES", 0)  # NCCL's choice made anew each time
     slow = [estimate.iteration_estimate(cluster, w, p, stack, sync).iteration_s for p in plans]
     assert fast == slow
+    monkeypatch.setattr(estimate, "CLASSES", True)
+    monkeypatch.setattr(lowering, "SHARE_RANKS", False)
+    monkeypatch.setattr(lowering, "CACHE_OPS", 0)
+    unknown = [estimate.iteration_estimate(cluster, w, p, stack, sync).iteration_s for p in plans]
+    assert unknown == slow
 
 
 def test_shared_ranks_and_the_trace_cache_lower_the_same_trace(case, monkeypatch):

@@ -34,6 +34,7 @@ work again).
 from __future__ import annotations
 
 import heapq
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -45,6 +46,7 @@ from zionsim.dlrm.stack import BARE, StackSpec
 from zionsim.dlrm.sync import sync_spec
 from zionsim.dlrm.trace import Trace
 from zionsim.network import nccl
+from zionsim.network.peer_bytes import OuterSum
 
 NAN = float("nan")
 #: iterations played (the first is the warm-up)
@@ -101,7 +103,9 @@ class _Walk:
         by_rank = trace.by_rank()
         #: members of each rank's class (0: a rank another one stands for, not walked)
         self.weight = (
-            rank_classes(by_rank, durations, self.transfer_s) if CLASSES else [1] * len(by_rank)
+            rank_classes(by_rank, durations, self.transfer_s, trace.alike)
+            if CLASSES
+            else [1] * len(by_rank)
         )
         walked = [ops for ops, k in zip(by_rank, self.weight, strict=True) if k]
         self.streams = [
@@ -110,6 +114,8 @@ class _Walk:
             for s in dict.fromkeys(op.stream for op in ops)
         ]
         self.stream_of = {i: k for k, ids in enumerate(self.streams) for i in ids}
+        self.stream_ops = [[trace.ops[i] for i in ids] for ids in self.streams]
+        self.n_ops = len(trace.ops)
         #: streams (other than its own) with an op that waits for each op
         self.waiting: dict[int, set[int]] = {}
         for ops in walked:
@@ -156,28 +162,28 @@ class _Walk:
             )
         return end.max(axis=1)
 
-    def _head(self, k: int) -> tuple[int, int] | None:
-        ids, p = self.streams[k], self.pos[k]
-        return None if p >= len(ids) * self.iterations else divmod(p, len(ids))
-
     def _push(self, k: int) -> None:
         """Queue stream ``k``'s next op once all its dependencies have ended."""
-        head = self._head(k)
-        if head is None:
+        ops, p = self.stream_ops[k], self.pos[k]
+        if p >= len(ops) * self.iterations:
             return
-        it, j = head
-        op = self.trace.ops[self.streams[k][j]]
-        base = it * len(self.trace.ops)
-        dep_ends = [self.end[base + d] for d in op.deps]
-        if any(e != e for e in dep_ends):  # NaN: not ended yet
-            return
-        t = max([self.free[k], *dep_ends])
+        it, j = divmod(p, len(ops))
+        op = ops[j]
+        base, end = it * self.n_ops, self.end
+        t = self.free[k]
+        for d in op.deps:
+            e = end[base + d]
+            if e != e:  # NaN: not ended yet
+                return
+            if e > t:
+                t = e
         heapq.heappush(self.heap, (t, op.id + base, k))
         self.queued.add(k)
 
     def _start(self, k: int, t: float) -> None:
-        it, j = self._head(k)
-        op = self.trace.ops[self.streams[k][j]]
+        ops = self.stream_ops[k]
+        it, j = divmod(self.pos[k], len(ops))
+        op = ops[j]
         self.pos[k] += 1
         if op.kind == "collective":
             if op.category == "sync" and (it + 1) % op.args.get("every", 1):
@@ -219,7 +225,7 @@ class _Walk:
         del self.arrived[it, cid]
 
     def _finish(self, op, it: int, end: float) -> None:
-        self.end[it * len(self.trace.ops) + op.id] = end
+        self.end[it * self.n_ops + op.id] = end
         k = self.stream_of[op.id]
         self.free[k] = end
         self.in_collective.discard(k)
@@ -250,35 +256,81 @@ class _Walk:
         return self.coll_s[cid]
 
     def _choice(self, c) -> nccl.Choice:
-        devices = self.cluster.gpus[c.ranks]
-        return nccl.choose(self.cluster, c.op, devices, c.size_bytes, matrix=c.matrix)
+        """NCCL's choice for collective ``c``, remembered per cluster (the candidate plans of
+        one run share most of their collectives, and the run's own)."""
+        memo = _choices_of(self.cluster)
+        key = (c.op, c.size_bytes, c.ranks.tobytes(), _matrix_key(c.matrix))
+        if key not in memo:
+            if len(memo) >= MEMO_CHOICES:
+                memo.clear()
+            devices = self.cluster.gpus[c.ranks]
+            memo[key] = nccl.choose(self.cluster, c.op, devices, c.size_bytes, matrix=c.matrix)
+        return memo[key]
 
 
-def rank_classes(by_rank: list, durations: np.ndarray, transfer_s: dict) -> list[int]:
+#: NCCL choices remembered per cluster (:meth:`_Walk._choice`), at most
+MEMO_CHOICES = 4096
+_CHOICES: dict[int, tuple[weakref.ref, dict]] = {}
+
+
+def _choices_of(cluster) -> dict:
+    """The remembered NCCL choices of ``cluster`` (forgotten with it)."""
+    entry = _CHOICES.get(id(cluster))
+    if entry is None or entry[0]() is not cluster:
+        for k in [k for k, (ref, _) in _CHOICES.items() if ref() is None]:
+            del _CHOICES[k]
+        entry = _CHOICES[id(cluster)] = (weakref.ref(cluster), {})
+    return entry[1]
+
+
+def _matrix_key(m) -> tuple | None:
+    """A collective's byte matrix as a key: its values (a dense array, or an outer sum's row and
+    column vectors)."""
+    if m is None:
+        return None
+    if isinstance(m, OuterSum):
+        return ("outer", m.row.tobytes(), m.col.tobytes())
+    m = np.asarray(m)
+    return ("dense", m.shape, str(m.dtype), m.tobytes())
+
+
+def rank_classes(
+    by_rank: list, durations: np.ndarray, transfer_s: dict, alike: tuple | None = None
+) -> list[int]:
     """Per rank, the members of its class when it is the class's first rank, else 0: ranks are
     alike when their ops match op for op in name, kind, category, stream, dependencies (as
     positions in the rank's own sequence), collective, sync period and seconds (module
-    docstring)."""
+    docstring).  ``alike`` (``Trace.alike``): ranks the lowering knows to have equal ops, whose
+    ops are then compared once (their host transfers' seconds, which depend on the rank's own
+    routes, still each time)."""
     first: dict[tuple, int] = {}
     weight = [0] * len(by_rank)
+    known: dict[int, tuple] = {}  # a rank's key but for its transfers, by its ``alike`` rank
     for rank, ops in enumerate(by_rank):
-        pos = {op.id: i for i, op in enumerate(ops)}
-        key = tuple(
-            (
-                op.name,
-                op.kind,
-                op.category,
-                op.stream,
-                tuple(pos[d] for d in op.deps),
-                op.args.get("coll"),
-                op.args.get("every"),
-                float(durations[op.id]),
-                transfer_s.get(op.id),
-            )
-            for op in ops
-        )
-        weight[first.setdefault(key, rank)] += 1
+        src = alike[rank] if alike is not None else rank
+        if src not in known:
+            known[src] = _ops_key(by_rank[src], durations)
+        moved = tuple(transfer_s[op.id] for op in ops if op.id in transfer_s) if transfer_s else ()
+        weight[first.setdefault((known[src], moved), rank)] += 1
     return weight
+
+
+def _ops_key(ops: list, durations: np.ndarray) -> tuple:
+    """What tells one rank's ops from another's, but for host transfers' seconds."""
+    pos = {op.id: i for i, op in enumerate(ops)}
+    return tuple(
+        (
+            op.name,
+            op.kind,
+            op.category,
+            op.stream,
+            tuple(pos[d] for d in op.deps),
+            op.args.get("coll"),
+            op.args.get("every"),
+            float(durations[op.id]),
+        )
+        for op in ops
+    )
 
 
 def _transfer_seconds(cluster, trace: Trace) -> dict[int, float]:

@@ -99,14 +99,14 @@ class _Builder:
 
     def copy_rank(self, rank: int, start: int, end: int) -> None:
         """Append the ops ``[start, end)`` of another rank, whose inputs equal ``rank``'s
-        (``lower``), as ``rank``'s: ids and dependencies shifted, arguments copied."""
+        (``lower``), as ``rank``'s: ids and dependencies shifted, the same (finished, never
+        changed again) arguments."""
         shift = len(self.ops) - start
         for op in self.ops[start:end]:
             deps = tuple(d + shift for d in op.deps)
             self.ops.append(
-                Op(op.id + shift, rank, op.name, op.kind, op.category, op.stream, deps,
-                   dict(op.args))
-            )  # fmt: skip
+                Op(op.id + shift, rank, op.name, op.kind, op.category, op.stream, deps, op.args)
+            )
 
     def collective(self, op, size, matrix=None, ranks=None) -> int:
         """Append a collective of ``size`` bytes over ``ranks`` (default all) and return its id."""
@@ -161,7 +161,13 @@ def lower(
         _CACHE.move_to_end(key)
     meta = {k: dict(v) if isinstance(v, dict) else v for k, v in trace.meta.items()}
     return Trace(
-        trace.ranks, list(trace.ops), list(trace.collectives), meta, trace.stack, trace.sync
+        trace.ranks,
+        list(trace.ops),
+        list(trace.collectives),
+        meta,
+        trace.stack,
+        trace.sync,
+        trace.alike,
     )
 
 
@@ -190,7 +196,8 @@ def _lower(w, plan, ranks, fused, g, zipf_alpha, sync, stack) -> Trace:
     sync_bytes = float((w.dense_params + lay.dp_params) * cb)
     sync_colls = _sync_collectives(b, sync, sync_bytes, ranks, g)
     rows = _rank_rows(lay, ranks)
-    blocks: dict[tuple, tuple[int, int]] = {}  # a rank's inputs -> its ops' ids [start, end)
+    blocks: dict[tuple, tuple] = {}  # a rank's inputs -> (rank, its ops' ids [start, end))
+    alike: list[int] = []
     group_of: dict[int, str] = {}
     for k, grp in dense_groups.items():
         for r in grp.tolist():
@@ -203,8 +210,10 @@ def _lower(w, plan, ranks, fused, g, zipf_alpha, sync, stack) -> Trace:
         twrw += [c.get((k, local)) for k in ("twrw_a2a", "twrw_a2a_bwd")]
         key = (tuple(ar), *twrw, sync_colls.get(r), *(row[r].tobytes() for row in rows))
         if SHARE_RANKS and key in blocks:
-            b.copy_rank(r, *blocks[key])
+            alike.append(alike[blocks[key][0]])
+            b.copy_rank(r, *blocks[key][1:])
             continue
+        alike.append(r)
         start = len(b.ops)
         host_s = stack.host_per_step_s + stack.host_per_sample_s * w.batch_per_gpu
         if host_s > 0 or stack.host_dispatch_s > 0:
@@ -214,7 +223,7 @@ def _lower(w, plan, ranks, fused, g, zipf_alpha, sync, stack) -> Trace:
                  seconds=stack.gpu_per_step_s)  # fmt: skip
         _lower_rank(b, w, r, node, local, lay, fused, c, ar, buckets, stack)
         _lower_sync(b, sync, r, g, sync_colls, sync_bytes)
-        blocks[key] = (start, len(b.ops))
+        blocks[key] = (r, start, len(b.ops))
     meta = {
         "workload": w.name,
         "plan": plan.name,
@@ -223,7 +232,8 @@ def _lower(w, plan, ranks, fused, g, zipf_alpha, sync, stack) -> Trace:
         "model": model_figures(w),
     }
     background = sync_colls if sync.is_shadow else {}
-    return Trace(ranks, b.ops, b.colls, meta, stack, TraceSync(sync, background, sync_bytes))
+    sync_of = TraceSync(sync, background, sync_bytes)
+    return Trace(ranks, b.ops, b.colls, meta, stack, sync_of, tuple(alike))
 
 
 def _rank_rows(lay, ranks: int) -> list[np.ndarray]:

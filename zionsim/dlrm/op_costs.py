@@ -21,14 +21,18 @@ def op_durations(cluster, trace: Trace, model: compute.ComputeModel | None = Non
     """Seconds of every compute op of ``trace`` on ``cluster``'s GPU (0 for collectives)."""
     gpu = cluster.spec.gpu
     cache: dict[tuple, float] = {}
+    same: dict[int, float] = {}  # by the identity of an op's arguments (shared by copied ranks)
     out = np.zeros(len(trace.ops))
     for op in trace.ops:
         if op.kind in ("collective", "transfer"):
             continue
-        key = (op.kind, tuple(sorted(op.args.items())))
-        if key not in cache:
-            cache[key] = _duration(gpu, op.kind, op_args(op), model)
-        out[op.id] = cache[key]
+        seconds = same.get(id(op.args))
+        if seconds is None:
+            key = (op.kind, tuple(sorted(op.args.items())))
+            if key not in cache:
+                cache[key] = _duration(gpu, op.kind, op_args(op), model)
+            seconds = same[id(op.args)] = cache[key]
+        out[op.id] = seconds
     return out
 
 

@@ -153,8 +153,8 @@ def _add_ps_shard(out: Layout, w: WorkloadSpec, s) -> None:
     out.ps_dram_bytes[s.server] += t.rows * (rb + state)
 
 
-def _serve(out: Layout, w: WorkloadSpec, s, r: int, lookups, rows, dim: int, zipf_alpha) -> None:
-    """Rank ``r`` serves ``lookups`` lookups into ``rows`` rows of width ``dim`` of shard ``s``:
+def _serve(out: Layout, w: WorkloadSpec, s, r, lookups, rows, dim: int, zipf_alpha) -> None:
+    """Rank ``r`` (or every rank of a slice) serves ``lookups`` lookups into ``rows`` rows of width ``dim`` of shard ``s``:
     lookup work, and HBM (or, in the ``uvm`` tier, cached HBM + host DRAM and miss traffic)."""
     rb, state = _row_and_state_bytes(w, dim)
     out.lookups[r] += lookups
@@ -183,10 +183,10 @@ def _add_gpu_shard(out: Layout, w: WorkloadSpec, s, n: int, g: int, zipf_alpha: 
     t, idx = w.tables[s.table], w.index_bytes
     B, G = w.batch_per_gpu, w.batch_per_gpu * n
     cb = DTYPE_BYTES[s.comm_precision or w.precision["communication"]]
-    if s.kind == "DP":
-        for r in range(n):
-            _serve(out, w, s, r, B * t.pooling, t.rows, t.dim, zipf_alpha)
-            out.out_bytes[r] += B * t.dim * cb
+    if s.kind == "DP":  # every rank alike: served at once (the same sums, element by element)
+        every = slice(None)
+        _serve(out, w, s, every, B * t.pooling, t.rows, t.dim, zipf_alpha)
+        out.out_bytes[every] += B * t.dim * cb
         out.dp_params += t.rows * t.dim
     elif s.kind in ("TW", "CW", "TWCW"):
         for r, d in zip(s.ranks, shard_widths(s, t.dim), strict=True):
