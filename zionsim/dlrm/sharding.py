@@ -154,8 +154,9 @@ def _add_ps_shard(out: Layout, w: WorkloadSpec, s) -> None:
 
 
 def _serve(out: Layout, w: WorkloadSpec, s, r, lookups, rows, dim: int, zipf_alpha) -> None:
-    """Rank ``r`` (or every rank of a slice) serves ``lookups`` lookups into ``rows`` rows of width ``dim`` of shard ``s``:
-    lookup work, and HBM (or, in the ``uvm`` tier, cached HBM + host DRAM and miss traffic)."""
+    """Rank ``r`` (or every rank of a slice) serves ``lookups`` lookups into ``rows`` rows of
+    width ``dim`` of shard ``s``: lookup work, and HBM (or, in the ``uvm`` tier, cached HBM +
+    host DRAM and miss traffic)."""
     rb, state = _row_and_state_bytes(w, dim)
     out.lookups[r] += lookups
     if lookups > 0:

@@ -44,7 +44,7 @@ from zionsim.base.errors import InputError
 from zionsim.io.files import print_note, to_json, write_atomic, write_sweep_table
 from zionsim.sim.inputs import ALLOWED_KEYS, OVERRIDE_PREFIXES, RUN_OPTIONS
 from zionsim.sim.results import summary_row
-from zionsim.sim.run import RunResult, run_point
+from zionsim.sim.run import RunResult
 from zionsim.studies.points import (
     canonical,
     inputs_hash,
