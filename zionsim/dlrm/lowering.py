@@ -126,7 +126,7 @@ def _kernels(kind: str, args: dict) -> int:
 #: lowered traces kept for reuse, at most this many ops in all (about 0.4 kB each): the
 #: planner lowers each candidate plan to estimate it, and the run then lowers the chosen one
 #: again; a sweep's points that differ only in the cluster's rates lower the same plans
-CACHE_OPS = 200_000
+CACHE_OPS = 100_000
 #: lower a rank whose inputs equal an earlier rank's as a copy of that rank's ops (``lower``);
 #: False: every rank on its own (the tests comparing the two)
 SHARE_RANKS = True
