@@ -106,3 +106,18 @@ def test_the_trace_cache_is_bounded_by_ops(monkeypatch):
     for p in plans:
         _lower(inputs, cluster, p)
     assert len(cache) == 1 and sum(len(t.ops) for t in cache.values()) <= size + 1
+
+
+def test_durations_of_copied_ranks_equal_their_own(case):
+    """``op_durations`` gives a copied rank its original's seconds: the same as pricing every op
+    (the trace without ``alike``)."""
+    from zionsim.dlrm.op_costs import op_durations, stack_compute_model
+
+    inputs, cluster, plans = case
+    model = stack_compute_model(cluster, inputs.stack)
+    for p in plans:
+        trace = _lower(inputs, cluster, p)
+        assert trace.alike is not None
+        fast = op_durations(cluster, trace, model)
+        slow = op_durations(cluster, replace(trace, alike=None), model)
+        assert fast.tolist() == slow.tolist()
