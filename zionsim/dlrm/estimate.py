@@ -115,6 +115,7 @@ class _Walk:
         ]
         self.stream_of = {i: k for k, ids in enumerate(self.streams) for i in ids}
         self.stream_ops = [[trace.ops[i] for i in ids] for ids in self.streams]
+        self.dur = durations.tolist()  # read one at a time, often
         self.n_ops = len(trace.ops)
         #: streams (other than its own) with an op that waits for each op
         self.waiting: dict[int, set[int]] = {}
@@ -125,7 +126,7 @@ class _Walk:
                         self.waiting.setdefault(d, set()).add(self.stream_of[op.id])
         self.walked_ops = np.sort([op.id for ops in walked for op in ops]).astype(np.int64)
         two = any(op.stream == "embedding" for op in trace.ops)
-        self.gpu_free = np.zeros(trace.ranks) if two else None
+        self.gpu_free = [0.0] * trace.ranks if two else None
         self.coll_s: dict = {}
         #: the collectives of the ops of each name: copies of one step that run at once
         copies: dict[str, set[int]] = {}
@@ -195,15 +196,18 @@ class _Walk:
             skip = op.category == "sync" and (it + 1) % op.args.get("every", 1)
             return self._finish(op, it, t + (0.0 if skip else self.transfer_s[op.id]))
         seconds = self.dur[op.id]
-        if self.gpu_free is not None and op.kind != "host" and seconds > 0:
+        on_gpu = self.gpu_free is not None and op.kind != "host" and seconds > 0
+        if on_gpu:
             t = max(t, self.gpu_free[op.rank])
         if self.slow and op.kind != "host" and self._in_flight(op.rank, t):
             seconds *= 1.0 + self.slow
-        if self.gpu_free is not None and op.kind != "host" and seconds > 0:
+        if on_gpu:
             self.gpu_free[op.rank] = t + seconds
         self._finish(op, it, t + seconds)
 
     def _in_flight(self, rank: int, t: float) -> bool:
+        if not self.flight[rank]:
+            return False
         live = [(a, e) for a, e in self.flight[rank] if e > t]
         self.flight[rank] = live
         return any(a <= t for a, _ in live)
