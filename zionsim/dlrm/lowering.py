@@ -152,7 +152,7 @@ def lower(
     are shared; their ``args`` must not be changed in place)."""
     g = gpus_per_node or ranks
     sync = sync or SyncSpec()
-    key = (repr(w), plan, ranks, fused, g, zipf_alpha, sync, repr(stack))
+    key = (repr(w), repr(plan), ranks, fused, g, zipf_alpha, repr(sync), repr(stack))
     trace = _CACHE.get(key)
     if trace is None:
         trace = _lower(w, plan, ranks, fused, g, zipf_alpha, sync, stack)
