@@ -295,7 +295,8 @@ class _RankOps:
         self.stack = stack
         self.emb_stream = "embedding" if stack.embedding_stream else "compute"
         self.dt = w.precision["dense"]
-        self.servers = [int(k) for k in np.flatnonzero(lay.ps_pooled[r])]
+        ps = lay.ps_pooled[r]
+        self.servers = [int(k) for k in np.flatnonzero(ps)] if ps.size else []
 
     def coll(self, name, key, cat, stream, deps=()):
         """The rank's op of collective ``c[key]``; None when the trace has no such collective."""
