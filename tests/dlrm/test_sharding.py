@@ -7,7 +7,7 @@ import pytest
 
 from zionsim.dlrm.cache import harmonic, hit_rate
 from zionsim.dlrm.plan import Plan, Shard, memory_by_rank
-from zionsim.dlrm.sharding import layout, row_splits
+from zionsim.dlrm.sharding import first_row_block, layout, row_splits
 from zionsim.dlrm.workload import load_workload
 
 N, G_PER_NODE = 4, 2  # the tiny world: 2 nodes × 2 GPUs
@@ -126,6 +126,7 @@ def test_zipf_hit_rate():
 def test_rows_split_in_torchrec_ceiling_blocks(rows, k, parts):
     """ceil(rows/k) rows per block, the last one short: the split TorchRec routes ids by."""
     assert row_splits(rows, k) == parts
+    assert first_row_block(rows, k) == parts[0]  # the planner's, without listing the blocks
 
 
 def test_row_wise_bytes_and_lookups_follow_the_ceiling_split():

@@ -89,16 +89,17 @@ class _Builder:
     def _append(self, rank, name, kind, category, stream, deps, args) -> int:
         i = len(self.ops)
         if kind != "host":  # a launch op's seconds grow as its run does (_launch): not shared
-            args = self._shared(args)
+            args = self._shared(kind, args)
         self.ops.append(Op(i, rank, sys.intern(name), kind, category, stream, deps, args))
         return i
 
-    def _shared(self, args: dict) -> dict:
-        """One dict for the equal arguments of many ops (alike ranks' GEMMs, every member's op
-        of a collective): at 65,536 ranks the trace's largest part.  Values are compared with
-        their types (``1`` and ``1.0`` stay apart); arguments holding lists are not shared."""
+    def _shared(self, kind: str, args: dict) -> dict:
+        """One dict for the equal arguments of many ops of one ``kind`` (alike ranks' GEMMs,
+        every member's op of a collective): at 65,536 ranks the trace's largest part.  Values
+        are compared with their types (``1`` and ``1.0`` stay apart); arguments holding lists
+        are not shared."""
         try:
-            key = tuple((k, type(v), v) for k, v in args.items())
+            key = (kind, *((k, type(v), v) for k, v in args.items()))
             return self.shared.setdefault(key, args)
         except TypeError:  # an unhashable value (a parameter server's per-server bytes)
             return args

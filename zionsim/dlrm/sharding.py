@@ -216,6 +216,12 @@ def row_splits(rows: int, k: int) -> list[int]:
     return [max(0, min(block, rows - i * block)) for i in range(k)]
 
 
+def first_row_block(rows: int, k: int) -> int:
+    """``row_splits(rows, k)[0]``, the largest block, without listing the ``k`` blocks (the
+    planner asks for it per table and option: ``k`` is every GPU for a row-wise option)."""
+    return max(0, min(-(-rows // k), rows)) if k > 0 else 0
+
+
 def shard_rows(s, rows: int) -> list[int]:
     """Rows of each part of row-split shard ``s`` of a ``rows``-row table (the plan's own, else
     :func:`row_splits`), in ``s.ranks`` order."""
