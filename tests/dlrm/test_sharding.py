@@ -141,3 +141,32 @@ def test_row_wise_bytes_and_lookups_follow_the_ceiling_split():
     np.testing.assert_allclose(lay.hbm_bytes, [63 * rb] * 15 + [55 * rb])
     G = w.batch_per_gpu * 16
     np.testing.assert_allclose(lay.lookups, G * t.pooling * np.array([63] * 15 + [55]) / 1000)
+
+
+def test_ranks_with_equal_row_parts_are_laid_out_at_once(monkeypatch):
+    """A row split's ranks holding equally many rows are laid out together: every figure of the
+    layout is the one laid out rank by rank, exactly (RW over all ranks and over some, TWRW,
+    UVM, uneven last blocks, and a rank listed twice)."""
+    from zionsim.dlrm import sharding
+
+    w = load_workload("tiny")
+    shards = (
+        Shard(0, "RW", tuple(range(16))),
+        Shard(1, "RW", (1, 3, 5)),
+        Shard(2, "TWRW", tuple(range(8, 16))),
+        Shard(3, "RW", tuple(range(16)), "uvm", 0.25),
+    )
+    plans = [Plan("mixed", shards), Plan("twice", (*shards[:3], Shard(3, "RW", (2, 2, 4))))]
+    for plan in plans:
+        fast = layout(w, plan, 16, 8, w.zipf_alpha)
+        with monkeypatch.context() as m:
+            m.setattr(sharding, "_alike_parts", lambda r, rows: list(zip(r, rows, strict=True)))
+            slow = layout(w, plan, 16, 8, w.zipf_alpha)
+        for key, value in vars(slow).items():
+            other = getattr(fast, key)
+            if isinstance(value, np.ndarray):
+                assert np.array_equal(value, other), key
+            elif hasattr(value, "row"):
+                assert np.array_equal(value.row, other.row) and np.array_equal(value.col, other.col)
+            else:
+                assert value == other, key

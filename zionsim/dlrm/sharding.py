@@ -230,6 +230,17 @@ def shard_rows(s, rows: int) -> list[int]:
     return row_splits(rows, len(s.ranks))
 
 
+def _alike_parts(ranks, rows: list[int]) -> list[tuple]:
+    """(ranks, rows) of a row split's parts, the ranks holding equally many rows together (an
+    index array) when no rank is listed twice, else (rank, rows) one by one: a row-wise table
+    over 65,536 GPUs is two or three groups, laid out at once.  Each rank's figures are the
+    same sums either way (a rank's slot gets its tables' terms in table order)."""
+    if len(set(ranks)) < len(ranks):
+        return list(zip(ranks, rows, strict=True))
+    idx, sizes = np.asarray(ranks, dtype=np.int64), np.asarray(rows)
+    return [(idx[sizes == v], v) for v in dict.fromkeys(rows)]
+
+
 def _add_row_shard(out: Layout, w: WorkloadSpec, s, n: int, g: int, zipf_alpha, cb) -> None:
     """RW and TWRW: each listed rank holds a block of rows and serves the lookups that fall in it
     (lookups spread over rows uniformly: a part's share of lookups is its share of rows).
@@ -243,7 +254,7 @@ def _add_row_shard(out: Layout, w: WorkloadSpec, s, n: int, g: int, zipf_alpha, 
     t, idx = w.tables[s.table], w.index_bytes
     B, G = w.batch_per_gpu, w.batch_per_gpu * n
     every = s.kind == "RW" and sorted(s.ranks) == list(range(n))
-    for r, rows in zip(s.ranks, shard_rows(s, t.rows), strict=True):
+    for r, rows in _alike_parts(s.ranks, shard_rows(s, t.rows)):
         share = rows / t.rows if t.rows else 0.0
         _serve(out, w, s, r, G * t.pooling * share, rows, t.dim, zipf_alpha)
         out.out_bytes[r] += G * t.dim * cb
