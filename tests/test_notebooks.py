@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 NOTEBOOKS = sorted((Path(__file__).parent.parent / "notebooks").glob("*.ipynb"))
-NAMES = ["zion_vs_zionex", "scaling", "whatif_hardware", "shadowsync", "seeds"]
+NAMES = ["zion_vs_zionex", "scaling", "whatif_hardware", "shadowsync", "seeds", "placement"]
 
 
 def test_the_study_notebooks_are_committed_with_outputs():

@@ -25,7 +25,7 @@ DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 #: scheduler the reader starts first)
 PLACEHOLDERS = ("HOST", "127.0.0.1:8786")
 #: documents whose commands take more than a few seconds in all
-SLOW = {"README.md", "sweeps.md", "validation.md", "calibration.md"}
+SLOW = {"README.md", "sweeps.md", "validation.md", "calibration.md", "jobs.md"}
 SHELL_BLOCKS = ("", "bash", "sh", "console", "shell")
 
 

@@ -21,6 +21,7 @@ EXAMPLES = {
     "plan": 150,
     "trace": 200,
     "sweep": 80,
+    "scenario": 80,
     "kineto": 150,
     "nccl_log": 150,
     "kernel_csv": 300,

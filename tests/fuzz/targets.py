@@ -142,6 +142,24 @@ def kernel_texts() -> list[str]:
     return [(DATA / "kernel_times.csv").read_text()]
 
 
+@functools.cache
+def scenario_docs() -> list[dict]:
+    """``zionsim jobs`` scenarios on a 4-node tiny cluster: two training jobs (an explicit node
+    list and a placed count) and a traffic job."""
+    return [
+        {
+            "cluster": {"topology": TINY, "nodes": 4, "set": ["scale_out.oversubscription=3"]},
+            "jobs": [
+                {"name": "a", "workload": "tiny", "nodes": [0, 2], "iterations": 2},
+                {"name": "b", "workload": "tiny", "count": 1, "placement": "spread",
+                 "seed": 1, "weight": 2, "start": "1 ms"},
+                {"name": "c", "kind": "traffic", "src": ["a"], "dst": [3], "bytes": "1 MB",
+                 "period": "1 ms", "rate": "10 GB/s"},
+            ],
+        }
+    ]  # fmt: skip
+
+
 # ------------------------------------------------------------------------------------ targets
 
 
@@ -224,6 +242,22 @@ def _point_spec(params: dict, load_topology):
     sets = {k[9:]: v for k, v in params.items() if k.startswith("topology.")}
     nodes, gpn = params.get("nodes"), params.get("gpus_per_node")
     return load_topology(topo, nodes=nodes, gpus_per_node=gpn, overrides=sets)
+
+
+def run_scenario(text: str):
+    """Load a fuzzed ``zionsim jobs`` scenario; a small one runs (together and alone)."""
+    from zionsim.io.scenario import load_scenario
+    from zionsim.sim.jobs import simulate_jobs
+
+    path = scratch("scenario.yaml")
+    path.write_text(text)
+    sc = load_scenario(path)
+    if sc.cluster.gpus > MAX_SIM_GPUS or len(sc.jobs) > 4:
+        return {"gpus": sc.cluster.gpus}
+    if any(j.inputs is not None and len(j.inputs.workload.tables) > MAX_SIM_TABLES
+           for j in sc.jobs):  # fmt: skip
+        return {"jobs": len(sc.jobs)}
+    return simulate_jobs(sc).to_dict()
 
 
 def run_kineto(doc: str):
@@ -401,6 +435,7 @@ def kinds() -> dict:
         "plan": (st.deferred(lambda: yaml_files(plan_docs())), run_plan),
         "trace": (st.deferred(lambda: json_files(trace_docs(), focus=("ops",))), run_trace),
         "sweep": (st.deferred(lambda: yaml_files(sweep_docs())), run_sweep_file),
+        "scenario": (st.deferred(lambda: yaml_files(scenario_docs())), run_scenario),
         "kineto": (
             st.deferred(lambda: json_files(kineto_docs(), focus=(0, "traceEvents"))),
             run_kineto,

@@ -11,6 +11,16 @@ DEFAULT_TOPOLOGY = "zionex"
 DEFAULT_WORKLOAD = "neo_model_a"
 
 
+def package_version() -> str:
+    """The installed package's version (pyproject.toml), or ``unknown`` outside an install."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("zionsim")
+    except PackageNotFoundError:
+        return "unknown"
+
+
 def common_options(
     p: argparse.ArgumentParser, nodes_default: int | None = None, overrides: bool = False
 ) -> None:

@@ -37,12 +37,9 @@ EPILOG = "`zionsim COMMAND --help` lists a command's options; docs: README.md an
 
 def _version() -> str:
     """The installed package's version (pyproject.toml), or ``unknown`` outside an install."""
-    from importlib.metadata import PackageNotFoundError, version
+    from zionsim.cli.common import package_version
 
-    try:
-        return version("zionsim")
-    except PackageNotFoundError:
-        return "unknown"
+    return package_version()
 
 
 class _VersionAction(argparse.Action):
@@ -79,11 +76,13 @@ def build_parser() -> argparse.ArgumentParser:
     _add_topology_parser(sub)
     _add_collective_parser(sub)
     _add_rerun_parser(sub)
+    from zionsim.cli import jobs as cli_jobs
     from zionsim.cli import measure as cli_measure
     from zionsim.cli import studies as cli_studies
 
     cli_studies.add_parsers(sub)
     cli_measure.add_parsers(sub)
+    cli_jobs.add_parser(sub)
     _describe_commands(sub)
     return parser
 
@@ -109,6 +108,11 @@ _MORE_EXAMPLES = {
     "sweep": [
         "zionsim sweep examples/nic_speed.yaml --out results/runs/nic_speed --workers 2",
         "zionsim sweep examples/nic_speed.yaml --scheduler tcp://127.0.0.1:8786  (docs/sweeps.md)",
+    ],
+    "jobs": [
+        "zionsim jobs examples/jobs_two_neo.yaml",
+        "zionsim jobs examples/jobs_checkpoint.yaml --format json --out results/runs/ckpt",
+        "zionsim jobs examples/jobs_two_neo.yaml --set jobs.placement=spread",
     ],
     "compare": ["zionsim compare results/runs/A results/runs/B --names 200G 400G"],
     "plot": ["zionsim plot results/runs/nic_speed --x topology.scale_out.nic_bw"],
@@ -666,10 +670,11 @@ CORE_COMMANDS = {
 
 def commands() -> dict:
     """Every subcommand's handler: core ones here, studies and measurements in their modules."""
+    from zionsim.cli import jobs as cli_jobs
     from zionsim.cli import measure as cli_measure
     from zionsim.cli import studies as cli_studies
 
-    return {**CORE_COMMANDS, **cli_studies.COMMANDS, **cli_measure.COMMANDS}
+    return {**CORE_COMMANDS, **cli_studies.COMMANDS, **cli_measure.COMMANDS, **cli_jobs.COMMANDS}
 
 
 def _terminate(signum, frame) -> None:

@@ -52,3 +52,23 @@ class Cluster:
     def local_of(self, devices: np.ndarray) -> np.ndarray:
         """Local GPU index of GPU device ids."""
         return self.router.local_gpu_index[np.asarray(devices) % self.router.per_node]
+
+
+@dataclass(frozen=True)
+class NodeSubset(Cluster):
+    """The cluster seen by a job placed on some of its ``nodes`` (``sim/jobs.py``): the whole
+    spec, graph and router (its flows cross the shared fabric), but only those nodes' GPUs as
+    ranks, node-major in the order given."""
+
+    nodes: tuple[int, ...] = ()
+
+    @cached_property
+    def gpus(self) -> np.ndarray:
+        """GPU device ids of the job's nodes: rank ``r`` is ``gpus[r]``."""
+        per_node = self.router.gpus().reshape(self.spec.nodes, -1)
+        return per_node[np.asarray(self.nodes, dtype=np.int64)].ravel()
+
+
+def on_nodes(cluster: Cluster, nodes) -> NodeSubset:
+    """``cluster`` as a job on ``nodes`` (node indices, rank order) sees it."""
+    return NodeSubset(cluster.spec, cluster.hw, cluster.router, tuple(int(k) for k in nodes))

@@ -88,7 +88,7 @@ def simulate_trace(
     durations = op_durations(cluster, trace, compute_model)
     try:
         return _simulate(cluster, trace, iterations, durations, collective_model, sync_traffic)
-    except (TemplateBroken, _Stalled):  # copies ended apart, or waiting for them stalled
+    except REDO:  # copies ended apart, or waiting for them stalled
         return _simulate(
             cluster, trace, iterations, durations, collective_model, sync_traffic, False
         )
@@ -104,26 +104,56 @@ def _simulate(
     env = CountingEnvironment()
     net = FlowNetwork(env, cluster.router.capacity_Bps, router=cluster.router)
     rec = RunRecords(trace, iterations, durations)
+    tpl, _ = start_trace(env, net, cluster, rec, collective_model, sync_traffic, alike)
+    env.run()
+    finish_trace(rec, tpl)
+    rec.network, rec.sim_time_s, rec.events = net.stats, env.now, env.events_scheduled
+    return rec
+
+
+#: what a run with rank templates raises when it must be done again with every rank alone
+REDO = (TemplateBroken, _Stalled)
+
+
+def start_trace(
+    env, net, cluster, rec: RunRecords, collective_model=None, sync_traffic=True, alike=True,
+    delay_s: float = 0.0,
+):  # fmt: skip
+    """Start the simpy processes of ``rec.trace``'s ranks on ``env`` and ``net`` (one per
+    representative and stream, plus ShadowSync background threads), ``delay_s`` from now; the
+    rank templates and the started processes (each an event that fires as it ends).  Several
+    traces may share one ``env`` and ``net`` (``sim/jobs.py``)."""
+    trace, iterations = rec.trace, rec.iterations
     sync = trace.sync
     background = trace.sync_spec.is_shadow and sync_traffic
     g = cluster.spec.gpus_per_node
     tpl = templates(trace, rec.durations_s, alone=background or not alike, g=g)
     run = _Run(env, net, cluster, trace, rec, collective_model, sync_traffic, tpl)
     by_rank = trace.by_rank()
+    procs = []
     for rank in tpl.reps:
         for stream in STREAMS:
             mine = [op for op in by_rank[rank] if op.stream == stream]
             if mine:
-                env.process(run.stream(rank, mine, iterations))
+                procs.append(run.stream(rank, mine, iterations))
     if background:
-        for rank in range(trace.ranks):
-            env.process(run.background(rank, sync))
-    env.run()
-    if tpl.copies and len(rec.ops) != rec.iterations * len(trace.ops):
+        procs += [run.background(rank, sync) for rank in range(trace.ranks)]
+    started = [env.process(_after(env, delay_s, p) if delay_s > 0 else p) for p in procs]
+    return tpl, started
+
+
+def _after(env, delay_s: float, process):
+    """``process`` started ``delay_s`` from now."""
+    yield env.timeout(delay_s)
+    return (yield from process)
+
+
+def finish_trace(rec: RunRecords, tpl) -> None:
+    """After the run: redo (:data:`REDO`) if collective classes stalled, else InputError
+    unless every op ran every iteration (:func:`check_complete`)."""
+    if tpl.copies and len(rec.ops) != rec.iterations * len(rec.trace.ops):
         raise _Stalled()
     check_complete(rec)
-    rec.network, rec.sim_time_s, rec.events = net.stats, env.now, env.events_scheduled
-    return rec
 
 
 def check_cluster(cluster, trace: Trace) -> None:

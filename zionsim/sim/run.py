@@ -149,6 +149,13 @@ def _execute(
     _guard(trace, workload, iterations, limit, cluster.spec)
     with _few_gc_passes():
         rec = simulate_trace(cluster, trace, iterations=iterations)
+    return run_result(cluster, trace, memory, rec, warmup, t0)
+
+
+def run_result(cluster, trace: Trace, memory, rec, warmup: int, t0: float) -> RunResult:
+    """The :class:`RunResult` of the records ``rec`` of ``trace`` run on ``cluster`` (``t0``:
+    when the run began, for its wall time); ``sim/jobs.py`` gathers each job's so."""
+    iterations = rec.iterations
     a = Analysis(rec, warmup)
     iter_s = float(a.iteration_times().mean())
     breakdown, busy, exposed = a.breakdown(), a.busy(), a.exposed()

@@ -29,7 +29,7 @@ HASHES = ("parameters_sha256", "model_sha256", "inputs_sha256", "record_sha256")
 #: subpackages whose source is the model (layers 0–4; io, studies and cli do not change figures)
 MODEL_LAYERS = ("base", "hardware", "network", "dlrm", "sim")
 #: parameters that may name a file
-FILE_PARAMETERS = ("topology", "workload", "plan", "stack")
+FILE_PARAMETERS = ("topology", "workload", "plan", "stack", "scenario")
 
 
 def canonical(value) -> str:

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from zionsim.studies.jobs import placement, placement_table
 from zionsim.studies.seeds import seeds_sweeps, seeds_table
 
 FAST_ENV = "ZIONSIM_NOTEBOOK_FAST"
@@ -128,6 +129,7 @@ STUDIES = {
     "whatif_hardware": _whatif,
     "shadowsync": _shadowsync,
     "seeds": seeds_sweeps,
+    "placement": placement,
 }
 
 
@@ -237,6 +239,12 @@ def figures(name: str, tables: dict) -> dict:
                 sp[sp["factor"] > 1], x="knob", y="speedup", by=["workload", "factor"]
             )
         }
+    if name == "placement":
+        pt = placement_table(tables["placement"]).assign(status="ok")
+        return {
+            "slowdown": ps.plot_scaling(pt, x="jobs", y="slowdown_mean", by="placement"),
+            "samples_per_s": ps.plot_scaling(pt, x="jobs", y="samples_per_s", by="placement"),
+        }
     if name == "seeds":
         st = seeds_table(tables)
         labels = zip(st["claim"], st["workload"], st["plan"], strict=True)
@@ -265,6 +273,8 @@ def result_files(name: str, tables: dict) -> dict:
         files["sync.csv"] = sync_table(tables["trainers"])
     if name == "seeds":
         files["seeds.csv"] = seeds_table(tables)
+    if name == "placement":
+        files["placement_summary.csv"] = placement_table(tables["placement"])
     files.update({f"{stem}.png": ax for stem, ax in figures(name, tables).items()})
     return files
 

@@ -102,7 +102,10 @@ def sweep_from_dict(data: dict, file: str = "<sweep>") -> Sweep:
 def _check_key(key, file: str, section: str) -> None:
     """Raise unless ``key`` is a run option or a ``topology.``/``workload.``/``stack.`` path."""
     ok = isinstance(key, str) and (
-        key in RUN_OPTIONS or (key.startswith(PREFIXES) and len(key.split(".", 1)[1]) > 0)
+        key in RUN_OPTIONS
+        or (key.startswith(PREFIXES) and len(key.split(".", 1)[1]) > 0)
+        or key == "scenario"
+        or (key.startswith("scenario.") and len(key) > 9)  # studies/jobs
     )
     if not ok:
         raise InputError(
@@ -117,11 +120,16 @@ def check_grid(sweep: Sweep) -> None:
     (``sim.inputs.resolve_inputs``; files only, nothing simulated).  Other problems, which may
     hold for some combinations only, are left to the points."""
     from zionsim.sim.inputs import resolve_inputs
+    from zionsim.studies.jobs import is_scenario_point, scenario_of
 
     for key, values in sweep.grid.items():
         for value in values:
             try:
-                resolve_inputs({**sweep.base, key: value}, sweep.file)
+                params = {**sweep.base, key: value}
+                if is_scenario_point(params):
+                    scenario_of(params, sweep.file)
+                    continue
+                resolve_inputs(params, sweep.file)
             except InputError as exc:
                 if "unknown" in exc.problem or exc.problem == "no such file":
                     raise InputError(
@@ -170,20 +178,19 @@ def run_one(point: dict, max_memory_bytes: float | str | None = None) -> dict:
         from zionsim.io.limits import memory_limit
 
         max_memory_bytes = memory_limit()
+    from zionsim.studies.jobs import is_scenario_point, scenario_point
+
     try:
-        result = run_point(params, max_memory_bytes)
+        if is_scenario_point(params):  # several jobs on one fabric (studies/jobs.py)
+            figures, wall = scenario_point(params)
+        else:
+            result = run_point(params, max_memory_bytes)
+            figures, wall = summary_row(result.summary), float(result.timing["sim_wall_s"])
     except InputError as exc:
         return {**record, "status": "error", "error": exc.one_line(), "sim_wall_s": None}
     except Exception as exc:  # any failure is recorded; the other points go on
         return {**record, "status": "error", "error": _describe(exc), "sim_wall_s": None}
-    figures = summary_row(result.summary)
-    return {
-        **record,
-        "figures": figures,
-        "status": "ok",
-        "error": None,
-        "sim_wall_s": float(result.timing["sim_wall_s"]),
-    }
+    return {**record, "figures": figures, "status": "ok", "error": None, "sim_wall_s": wall}
 
 
 def _describe(exc: BaseException) -> str:
