@@ -41,6 +41,7 @@ class Analysis:
         self.row = np.full((rec.iterations, len(self.trace.ops)), -1, dtype=np.int64)
         self.row[self.it, self.op] = np.arange(len(self.it))
         self.ends = np.array([self.end[self.it == i].max() for i in range(rec.iterations)])
+        self._op_codes: dict | None = None  # per-op arrays, built on first use (_codes)
         self._stream_links()
 
     def _stream_links(self) -> None:
@@ -159,7 +160,7 @@ class Analysis:
         """Per op of the trace (by id): rank, category and stream (indices into
         ``CATEGORIES`` and ``STREAMS``), collective id (-1: not a collective op), whether it
         has dependencies, and its name and kind (indices into ``names`` and ``kinds``)."""
-        if getattr(self, "_op_codes", None) is None:
+        if self._op_codes is None:
             ops = self.trace.ops
             cat = {c: i for i, c in enumerate(CATEGORIES)}
             names: dict[str, int] = {}
@@ -199,19 +200,12 @@ class Analysis:
             cols[key] = np.concatenate(
                 [np.broadcast_to(p.get(key, 0.0), len(p["start_s"])) for p in parts]
             )
-        text = {}
+        text = {}  # each string column as (values in sorted order, each row's index there)
         for key in ("stream", "name", "kind", "category"):
             vocab = sorted({v for p in parts for v in p[key][1]})
             code = {v: i for i, v in enumerate(vocab)}
-            text[key] = (
-                vocab,
-                np.concatenate(
-                    [
-                        np.array([code[v] for v in p[key][1]], dtype=np.int64)[p[key][0]]
-                        for p in parts
-                    ]  # fmt: skip
-                ),
-            )
+            rows = [np.array([code[v] for v in p[key][1]])[p[key][0]] for p in parts]
+            text[key] = (vocab, np.concatenate(rows))
         # the order of a stable sort by start time, rank, stream and name
         order = np.lexsort((text["name"][1], text["stream"][1], cols["rank"], cols["start_s"]))
         df = pd.DataFrame(
