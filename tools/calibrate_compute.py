@@ -19,6 +19,14 @@ dispatch) takes ``a`` ~ 3 and makes small GEMMs slower on H100 than on A100.
   zzc0721/torch-performance-test-data issue 140 (Tesla V100-SXM2-16GB, torch.matmul FP16) on
   `bigbasin`'s GPU (same 125 TFLOP/s and 900 GB/s as the 16 GB part).
 
+GPU presets with their own kernel measurements (``compute:`` of zionsim/data/gpus.yaml), fitted
+on the preset's GPU (``eff_max`` free) and written into the preset. B200's knee runs to its lower
+bound (0.01 us): above the 4 us launch its measured efficiency is flat (0.19 of peak at 1024^3 is
+the launch; Hopper's knee, 3.7 us, would make it 0.09), so the curve is a plateau at ``eff_max``:
+
+* b200: pytorch/ao PR 2427, benchmarks/float8/bench_matmul.py on an NVIDIA B200, torch.bfloat16
+  square matmuls 1024-8192 (0.19-0.67 of the 2.25 PFLOP/s peak; 0.63-0.65 from 4096 up).
+
 Embedding access overhead: the per-access bytes ``c`` such that the time per useful byte of
 ``ceil32(b) + c`` over ``b`` reproduces TorchRec's planner penalties for FP32 rows (relative to
 128-dim = 512-byte rows): 1.15 at 64 dims (256 B), 1.75 at 32 dims (128 B).
@@ -49,6 +57,16 @@ EXTRA_POINTS = {
     "hopper": ("bf16", [(1024, 176.62), (2048, 676.59), (4096, 788.72), (8192, 797.51)]),
     "volta": ("fp16", [(1024, 57.30), (2048, 78.23), (4096, 95.73), (8192, 97.36)]),
 }
+#: GPU presets fitted on their own measurements: preset -> (topology of the preset, dtype, points)
+PRESET_POINTS = {
+    "b200": (
+        "dgx_b200",
+        "bf16",
+        [(1024, 423.0), (1536, 921.0), (2048, 1130.0), (3072, 1510.0), (4096, 1410.0),
+         (6144, 1450.0), (8192, 1420.0)],
+    ),
+}  # fmt: skip
+GPUS_PATH = ROOT / "zionsim/data/gpus.yaml"
 #: provenance written above the fitted values
 FIT_NOTES = {
     "ampere": "hardware.csv 'A100 cuBLASLt FP16 m=n=k' rows; eff_max = A100 max achievable/312",
@@ -98,6 +116,31 @@ def fit_gemm(model, arch: str, dtype: str, points, eff_max: float | None):
     return fitting.fit_gemm(gpu, model, timed, eff_max), gpu
 
 
+def fit_preset(model, preset: str, topology: str, dtype: str, points) -> None:
+    """Fit a preset's own GEMM curve (``eff_max`` free) and rewrite its ``gemm:`` line in
+    gpus.yaml; the fit runs on the preset's GPU without its current ``compute:``."""
+    from dataclasses import replace
+
+    gpu = replace(load_topology(topology).gpu, compute={})
+    timed = [(n, n, n, dtype, compute.gemm_flops(n, n, n) / (t * 1e12)) for n, t in points]
+    fit = fitting.fit_gemm(gpu, model, timed, None)
+    own = model.with_gemm(compute.architecture(gpu), fit)
+    print(f"{preset}: {fit}")
+    for size, t in points:
+        got = measured_tflops(own, gpu, dtype, size)
+        print(f"  {dtype} {size:>5d}^3  measured {t:7.1f}  model {got:7.1f}  {got / t - 1:+6.1%}")
+    line = (
+        f"gemm: {{eff_max: {fit.eff_max:.4f}, half_time: {fit.half_time_s * 1e6:.3f} us, "
+        f"exponent: {fit.exponent:.4f}}}"
+    )
+    text = GPUS_PATH.read_text()
+    pattern = rf"(\n  {preset}:\n(?:    .*\n)*?    compute:.*\n      )gemm: \{{.*\}}"
+    new, n = re.subn(pattern, lambda m: m.group(1) + line, text, count=1)
+    if n != 1:
+        raise SystemExit(f"{GPUS_PATH}: no compute.gemm line in preset {preset}")
+    GPUS_PATH.write_text(new)
+
+
 def fit_access_overhead(sector: float) -> float:
     """Per-access bytes ``c`` reproducing TorchRec's block penalties (least squares in log)."""
 
@@ -130,6 +173,8 @@ def main() -> None:
             f"    {arch}: {{eff_max: {fit.eff_max:.4f}, half_time_us: {fit.half_time_s * 1e6:.3f}, "
             f"exponent: {fit.exponent:.4f}}}"
         )
+    for preset, (topo, dtype, points) in PRESET_POINTS.items():
+        fit_preset(model, preset, topo, dtype, points)
     c = fit_access_overhead(model.sector_bytes)
     for b, p in TORCHREC_PENALTY.items():
         got = ((math.ceil(b / 32) * 32 + c) / b) / ((512 + c) / 512)

@@ -4,6 +4,7 @@
     python tools/calibrate_stacks.py            # fit, print, rewrite the `per_step:` /
                                                 # `per_sample:` lines in stacks/
     python tools/calibrate_stacks.py --dry-run  # fit and print only
+    python tools/calibrate_stacks.py --stack hugectr   # one stack only
 
 What it fits on what: for every stack named by an end-to-end case marked ``calibrated: true`` in
 validation/cases.yaml, the host thread's fixed work per step (``host.per_step``) and, for a stack
@@ -134,8 +135,11 @@ def rewrite(name: str, values: dict) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dry-run", action="store_true", help="print the fit, change no file")
+    ap.add_argument("--stack", action="append", help="fit only this stack (repeatable)")
     args = ap.parse_args()
     for name, cases in sorted(calibration_cases().items()):
+        if args.stack and name not in args.stack:
+            continue
         if not fitted_terms(name):
             print(f"{name}: nothing marked [fitted] in stacks/{name}.yaml; its cases are skipped")
             continue

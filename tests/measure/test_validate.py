@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -13,10 +14,15 @@ from zionsim import cli
 from zionsim.base.errors import InputError
 from zionsim.measure.validate import (
     FAMILIES,
+    WhatIf,
     default_cases_file,
     geomean_abs_error,
+    gpu_label,
     load_cases,
+    load_whatifs,
     run_cases,
+    run_whatifs,
+    split_end_to_end,
     summarize,
 )
 
@@ -103,10 +109,14 @@ def test_cli_validate_fast_writes_table(tmp_path, capsys):
     printed = capsys.readouterr().out
     table = pd.read_csv(out / "validation.csv")
     summary = json.loads((out / "summary.json").read_text())
-    assert set(table["family"]) == set(FAMILIES)
-    assert list(table["case"]) == [c.id for c in load_cases(fast_only=True)]
+    assert set(table["family"]) == {*FAMILIES, "what_if"}
+    singles = table[table["family"] != "what_if"]
+    assert list(singles["case"]) == [c.id for c in load_cases(fast_only=True)]
     assert table["simulated"].gt(0).all() and table["error_pct"].notna().all()
-    assert {r["family"] for r in summary["summary"]} == {*FAMILIES, "all"}
+    assert {r["family"] for r in summary["summary"]} == {*FAMILIES, "what_if", "all"}
+    groups = {r["group"] for r in summary["end_to_end_split"]}
+    assert {"held out, A100/H100 <= 8 nodes", "held out, beyond the fit"} <= groups
+    assert (out / "split.csv").stat().st_size > 0
     assert "geomean_abs_error_held_out_pct" in printed
     assert (tmp_path / "validation_curves.png").stat().st_size > 0
     assert (tmp_path / "validation_parity.png").stat().st_size > 0
@@ -169,3 +179,80 @@ def test_end_to_end_cases_name_a_stack_and_every_fitted_stack_has_calibration_ca
         assert len(per_gpu) >= 2, s
     assert all(load_stack(s).name == s for s in calibrated | held_out)
     assert len(held_out) >= 3 and sum(not c.calibrated for c in e2e) >= 12
+
+
+RUN_CASE = {
+    "id": "r",
+    "family": "end_to_end",
+    "calibrated": True,
+    "fast": True,
+    "source": "s",
+    "simulate": {
+        "kind": "run",
+        "options": {"topology": "dgx_h100", "nodes": 1, "workload": "mlperf_dlrm_dcnv2"},
+    },
+    "measured": {"value": 3.5, "unit": "ms"},
+}
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"system": {"gpu": "H200", "nodes": 1}},
+        {"system": {"gpu": "B200", "nodes": 1}},
+        {"system": {"gpu": "H100", "nodes": 16}},
+        {"simulate": {**RUN_CASE["simulate"], "options": {"topology": "dgx_b200", "nodes": 1}}},
+    ],
+)
+def test_only_a100_h100_up_to_8_nodes_may_be_calibrated(tmp_path, extra):
+    """Issue 25: an H200, Blackwell or > 8-node end-to-end run cannot be a calibration case."""
+    path = _write(tmp_path, [{**RUN_CASE, **extra}])
+    with pytest.raises(InputError, match="cannot be calibrated"):
+        load_cases(path)
+    held = {**RUN_CASE, **extra, "calibrated": False}
+    (case,) = load_cases(_write(tmp_path, [held]))
+    assert case.gpu in ("H200", "B200", "H100") and not case.calibrated
+
+
+def test_system_defaults_to_the_simulated_topology(tmp_path):
+    """Without a `system` mapping, the measured GPU and nodes are the simulated topology's."""
+    (case,) = load_cases(_write(tmp_path, [RUN_CASE]))
+    assert (case.gpu, case.nodes) == ("H100", 1)
+    assert gpu_label("GB200-B200-186GB") == "GB200" and gpu_label("H200-SXM5-141GB") == "H200"
+
+
+def test_whatif_ratio_error_and_split():
+    """A what-if's error is that of the simulated ratio; the split keeps GPUs and scales apart."""
+    table = pd.DataFrame(
+        {
+            "case": ["a", "b", "c"],
+            "family": ["end_to_end"] * 3,
+            "calibrated": [True, False, False],
+            "measured": [4.0, 2.0, 3.0],
+            "simulated": [4.0, 2.2, 2.7],
+            "unit": ["ms"] * 3,
+            "error_pct": [0.0, 10.0, -10.0],
+            "source": ["s"] * 3,
+            "curve": [""] * 3,
+            "citation": [""] * 3,
+            "gpu": ["H100", "B200", "H100"],
+            "nodes": [1, 1, 16],
+        }
+    )
+    w = run_whatifs(table, [WhatIf("w", "gpu_swap", "a", "b"), WhatIf("x", "batch", "a", "zz")])
+    assert list(w["case"]) == ["w"]  # a what-if whose case was not run is left out
+    assert w.loc[0, "error_pct"] == pytest.approx(10.0) and not w.loc[0, "calibrated"]
+    split = split_end_to_end(pd.concat([table, w], ignore_index=True)).set_index("group")
+    assert split.loc["held out, beyond the fit", "n"] == 2
+    assert split.loc["held out, B200", "mean_error_pct"] == pytest.approx(10.0)
+    assert split.loc["held out, > 8 nodes", "mean_error_pct"] == pytest.approx(-10.0)
+    assert split.loc["held out, gpu_swap", "geomean_abs_error_pct"] == pytest.approx(10.0)
+
+
+def test_whatif_must_name_two_cases_of_the_file(tmp_path):
+    path = Path(_write(tmp_path, [RUN_CASE]))
+    data = yaml.safe_load(path.read_text())
+    data["whatif"] = [{"id": "w", "kind": "batch", "base": "r", "other": "nosuch"}]
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(InputError, match="no case 'nosuch'"):
+        load_whatifs(str(path))

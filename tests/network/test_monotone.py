@@ -109,3 +109,23 @@ def test_tree_correction_is_nccls_table_at_powers_of_two_and_keeps_time_growing(
     sizes = np.geomspace(64, 2**30, 400)
     per_byte = sizes / np.array([factor(s) for s in sizes])
     assert np.all(np.diff(per_byte) > 0)
+
+
+def test_tree_correction_slows_a_capped_tree_too():
+    """NCCL derates the tree's bandwidth after its caps (ncclTopoGetAlgoTime, T:634-640): on 2x8
+    DGX H100 a 64 KiB tree/LL all_reduce is held by LL's total cap (39 GB/s on 2 nodes), and
+    its bandwidth part is the cap's time / the correction (0.6 at 64 KiB), not the cap's time."""
+    c = Cluster.load("dgx_h100", nodes=2)
+    model = nccl.cluster_model(c, None)
+    size = 65536
+    sched = schedule(c, "all_reduce", c.gpus, size, "tree")
+    st_ = nccl.setting(c, sched)
+    corr = nccl.tree_correction(model, st_, "tree", "LL")
+    assert corr == pytest.approx(0.6)
+    bw_s = nccl.bandwidth_s(c, sched, "LL", model)
+    ll_cap = model.table["ll_max_bw_multinode"][st_.vendor][1] * 1e9
+    own_s = 0.0  # each phase at the cap: a rank's share of it, split over the rank's flows
+    for p in sched.phases:
+        _, rank, flows = np.unique(p.src, return_inverse=True, return_counts=True)
+        own_s += float((p.nbytes * flows[rank]).max()) / ll_cap
+    assert bw_s == pytest.approx(own_s / corr, rel=1e-9)

@@ -59,7 +59,7 @@ FIELDS: dict[str, Bound] = {
     "gpus_per_node": Bound(1, 576, "576: NVIDIA's largest announced NVLink domain (NVL576)"),
     "gpus": Bound(1, 131072, "2^17 GPUs: above the 100k-GPU clusters announced in 2024"),
     "sockets": Bound(1, 32, "32 sockets: the largest shared-memory x86 servers"),
-    "nics_per_node": Bound(1, 64, "64 NICs: 8x a ZionEX or DGX node"),
+    "nics_per_node": Bound(1, 576, "576 NICs: one per GPU of the largest NVLink domain (NVL576)"),
     "switch_radix": Bound(2, 2048, "2,048 ports: 4x a 512-port 51.2 Tb/s switch ASIC"),
     "links_per_gpu": Bound(1, 64, "64 NVLinks: 3.5x an H100's 18"),
     "nvswitch_generation": Bound(1, 5, "NVSwitch generations 1 (DGX-2) to 5 (NVL72) and one more"),

@@ -32,6 +32,8 @@ def _validate_parser(sub) -> None:
 
 def cmd_validate(args) -> int:
     """Run the validation cases; print and write the table and the geomean |error| per family."""
+    import pandas as pd
+
     from zionsim.io.files import check_result_target, prepare_parent
     from zionsim.measure import validate
 
@@ -42,16 +44,27 @@ def cmd_validate(args) -> int:
     cases = validate.load_cases(args.cases, fast_only=args.fast)
     with tqdm(total=len(cases), desc="validate", unit="case", leave=False, disable=None) as bar:
         table = validate.run_cases(cases, on_case=lambda _id: bar.update(1))
+    whatifs = validate.run_whatifs(table, validate.load_whatifs(args.cases))
+    if len(whatifs):
+        table = pd.concat([table, whatifs], ignore_index=True)
     summary = validate.summarize(table)
-    report = validate.report(table, summary, args.cases or "validation/cases.yaml", args.fast)
+    split = validate.split_end_to_end(table)
+    report = validate.report(
+        table, summary, args.cases or "validation/cases.yaml", args.fast, split
+    )
     if args.format == "json":
         print(to_json(report), end="")
     elif args.format == "csv":
         print(table.to_csv(index=False), end="")
     else:
         rows, totals = validate.display_rows(table), validate.display_summary(summary)
-        print(format_rows(rows) + "\n" + format_rows(totals), end="")
-    files = {"validation.csv": table.to_csv(index=False), "summary.json": to_json(report)}
+        parts = format_rows(rows) + "\n" + format_rows(totals)
+        print(parts + "\n" + format_rows(validate.display_summary(split)), end="")
+    files = {
+        "validation.csv": table.to_csv(index=False),
+        "summary.json": to_json(report),
+        "split.csv": split.to_csv(index=False),
+    }
     out = write_result_dir(args.out, files, "validation", force=args.force)
     if args.plots:
         from zionsim.io.files import write_atomic

@@ -157,11 +157,13 @@ def lower(
         host_s = stack.host_per_step_s + stack.host_per_sample_s * w.batch_per_gpu
         if host_s > 0 or stack.host_dispatch_s > 0:
             b.prepare_batch(r, host_s)
+        step_op = None
         if stack.gpu_per_step_s > 0:  # GPU work the op list leaves out, serial on the GPU
-            b.op(r, "step_gpu_work", "host", "framework", "compute", (),
-                 seconds=stack.gpu_per_step_s)  # fmt: skip
+            step_op = b.op(r, "step_gpu_work", "host", "framework", "compute", (),
+                           seconds=stack.gpu_per_step_s)  # fmt: skip
         ar = c_ar.get(group, [])
-        _lower_rank(b, w, r, r // g, r % g, lay, fused, c, ar, buckets, stack)
+        first = step_op if stack.iteration_join else None
+        _lower_rank(b, w, r, r // g, r % g, lay, fused, c, ar, buckets, stack, first)
         _lower_sync(b, sync, r, g, sync_colls, sync_bytes)
     meta = {
         "workload": w.name,
@@ -266,8 +268,10 @@ class _RankOps:
         )  # fmt: skip
 
 
-def _lower_rank(b, w, r, node, local, lay, fused, c, c_ar, buckets, stack=BARE):
-    """All ops of rank ``r`` (on ``node``, GPU ``local`` there) for one iteration, in order."""
+def _lower_rank(b, w, r, node, local, lay, fused, c, c_ar, buckets, stack=BARE, first=None):
+    """All ops of rank ``r`` (on ``node``, GPU ``local`` there) for one iteration, in order;
+    the embedding lookup waits for op ``first`` (a joined iteration's per-step GPU work: HugeCTR's
+    lookup waits for the copy of the distributed batch, ``ebc_cache_train_ddl_output``)."""
     o = _RankOps(b, w, r, lay, c, stack)
     n_look = float(lay.lookups[r])
     e_args = {
@@ -276,27 +280,29 @@ def _lower_rank(b, w, r, node, local, lay, fused, c, c_ar, buckets, stack=BARE):
         "fused": fused,
         "row_bytes": float(lay.lookup_bytes[r] / n_look) if n_look else 0.0,
     }
-    outs = _lower_embedding_fwd(o, node, local, e_args)
-    x = _lower_dense_fwd(o, outs)
+    outs = _lower_embedding_fwd(o, node, local, e_args, first)
+    x = _lower_dense_fwd(o, outs[1:], outs[0] if stack.dense_waits_lookup else None)
     grads_done: dict[str, int] = {}
     x = _lower_top_bwd(o, x, grads_done)
     e_bwd, d2h = _lower_sparse_bwd(o, node, local, e_args, x, grads_done)
     _lower_dense_update(o, e_bwd, d2h, grads_done, c_ar, buckets)
 
 
-def _lower_embedding_fwd(o: _RankOps, node: int, local: int, e_args: dict) -> list:
+def _lower_embedding_fwd(o: _RankOps, node: int, local: int, e_args: dict, first=None) -> list:
     """Parameter-server lookup, input all-to-all, UVM reads, embedding forward and the pooled
-    outputs' collectives; returns the ops the interaction waits for (None where absent)."""
+    outputs' collectives; returns the embedding forward, then the ops the interaction waits for
+    (None where absent)."""
     ps_in = o.ps(
         "ps_lookup", (), index=o.lay.ps_index, gather=o.lay.ps_gather, pooled=o.lay.ps_pooled
     )
     a_in = o.coll("input_a2a", "in", "all_to_all", "a2a")
     h2d = o.host("uvm_read", "h2d", (a_in,))
     e_fwd = o.b.op(
-        o.r, "emb_fwd", "embedding_fwd", "embedding", o.emb_stream, (a_in, h2d),
+        o.r, "emb_fwd", "embedding_fwd", "embedding", o.emb_stream, (a_in, h2d, first),
         out_bytes=float(o.lay.out_bytes[o.r]), **e_args,
     )  # fmt: skip
     outs = [
+        e_fwd,
         o.coll("pooled_a2a", "pool", "all_to_all", "a2a", (e_fwd,)),
         o.coll("rw_reduce_scatter", "rs", "reduce_scatter", "a2a", (e_fwd,)),
     ]
@@ -306,13 +312,14 @@ def _lower_embedding_fwd(o: _RankOps, node: int, local: int, e_args: dict) -> li
     return outs
 
 
-def _lower_dense_fwd(o: _RankOps, outs: list) -> int:
-    """Bottom MLP, interaction (after the embedding outputs ``outs``), top MLP and the loss;
-    returns the loss op."""
+def _lower_dense_fwd(o: _RankOps, outs: list, lookup: int | None = None) -> int:
+    """Bottom MLP (after the embedding ``lookup`` where the stack says so), interaction (after
+    the embedding outputs ``outs``), top MLP and the loss; returns the loss op."""
     w, B = o.w, o.w.batch_per_gpu
     last = None
     for i, (k, n) in enumerate(w.bottom_layers()):
-        last = o.gemm(f"bottom_fwd{i}", B, n, k, (), o.stack.mlp_kernels[0], B * n)
+        deps = (lookup,) if i == 0 else ()
+        last = o.gemm(f"bottom_fwd{i}", B, n, k, deps, o.stack.mlp_kernels[0], B * n)
     x = _interaction(o.b, w, o.r, B, o.dt, (last, *outs), "fwd")
     for i, (k, n) in enumerate(w.top_layers()):
         x = o.gemm(f"top_fwd{i}", B, n, k, (x,), o.stack.mlp_kernels[0], B * n)

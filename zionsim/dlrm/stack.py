@@ -40,6 +40,16 @@ TensorFlow + SOK.  A stack profile states, as data with sources, what differs be
    time, but wait for no dense work, so the next iteration's lookups and their all-to-all run
    while this iteration's dense backward and all-reduce do (HugeCTR's intra- and
    inter-iteration overlap).
+8b. ``iteration_join`` — every stream of a GPU joins at the end of an iteration: the next
+   iteration's lookups start only once this one's dense update has ended (HugeCTR's
+   ``sync_back`` waits for the dense and embedding updates, and the next iteration's pipeline
+   starts behind it on the default stream), and after the step's ``gpu_per_step`` work (its
+   lookups wait for the copy of the distributed batch, ``ebc_cache_train_ddl_output``); without
+   it the embedding stream runs ahead into the next iteration while the dense backward and
+   all-reduce finish.
+8c. ``dense_waits_lookup`` — the bottom MLP's forward waits for the rank's embedding lookup
+   (HugeCTR: ``bottom_network_fprop`` waits for ``done_mp_model_forward``); the pooled
+   all-to-all still runs beside it.
 9. ``grouped_allreduce`` — one all-reduce of every dense (and replicated-table) gradient once
    the backward has produced the last of them, instead of DDP's buckets during the backward.
 10b. ``trainer`` — what the stack trains on: ``gpu`` (default) or ``cpu``, a CPU trainer host
@@ -77,6 +87,8 @@ STACK_KEYS = {
     "interference",
     "fused_embedding",
     "embedding_stream",
+    "iteration_join",
+    "dense_waits_lookup",
     "planner",
     "grouped_allreduce",
     "trainer",
@@ -117,6 +129,8 @@ class StackSpec:
     comm_slowdown: float = 0.0
     fused_embedding: bool = True
     embedding_stream: bool = False
+    iteration_join: bool = False
+    dense_waits_lookup: bool = False
     grouped_allreduce: bool = False
     #: planner ``plan: auto`` runs, and its settings (a ``hugectr_plan.Settings`` for hugectr)
     planner: str = "greedy"
@@ -142,6 +156,8 @@ class StackSpec:
             "comm_slowdown": self.comm_slowdown,
             "fused_embedding": self.fused_embedding,
             "embedding_stream": self.embedding_stream,
+            **({"iteration_join": True} if self.iteration_join else {}),
+            **({"dense_waits_lookup": True} if self.dense_waits_lookup else {}),
             "grouped_allreduce": self.grouped_allreduce,
             "planner": self.planner,
             **(
@@ -229,6 +245,8 @@ def stack_from_dict(data: dict, file: str = "<stack>") -> StackSpec:
         comm_slowdown=i.quantity("comm_slowdown", "fraction", 0.0, strict=False),
         fused_embedding=f.flag("fused_embedding", True),
         embedding_stream=f.flag("embedding_stream", False),
+        iteration_join=f.flag("iteration_join", False),
+        dense_waits_lookup=f.flag("dense_waits_lookup", False),
         grouped_allreduce=f.flag("grouped_allreduce", False),
         planner=planner,
         planner_settings=settings,

@@ -144,6 +144,8 @@ def _stack_from_meta(data: dict | None) -> StackSpec | None:
         "comm_slowdown": float(data.get("comm_slowdown", 0.0)),
         "fused_embedding": bool(data.get("fused_embedding", True)),
         "embedding_stream": bool(data.get("embedding_stream", False)),
+        "iteration_join": bool(data.get("iteration_join", False)),
+        "dense_waits_lookup": bool(data.get("dense_waits_lookup", False)),
         "grouped_allreduce": bool(data.get("grouped_allreduce", False)),
         "planner": str(data.get("planner", "greedy")),
         "planner_settings": _Settings(data["planner_settings"])
@@ -416,8 +418,9 @@ def _check_stack_meta(stack: dict, err) -> None:
         ("gpu_per_step_s", "gpu_per_step"),
     ):
         _number(stack.get(key, 0.0), bound, "time", f"meta.stack.{key}", err)  # fmt: skip
-    if not isinstance(stack.get("host_overlap", True), bool):
-        raise err("meta.stack.host_overlap", "expected true or false")
+    for key in ("host_overlap", "iteration_join"):
+        if not isinstance(stack.get(key, key == "host_overlap"), bool):
+            raise err(f"meta.stack.{key}", "expected true or false")
 
 
 def _check_sync_meta(sync: dict, ranks: int, n_colls: int, err) -> None:

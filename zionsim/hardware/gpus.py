@@ -6,11 +6,15 @@ it replaces the ``gpu`` of a topology mapping by the preset's GPU fields (model,
 peak FLOP/s per dtype, HBM capacity and bandwidth) and, on an NVLink fabric, the NVLink the SXM
 part implies: on an NVSwitch, the link speed, links per GPU and NVSwitch generation; on a mesh,
 the link speed (the wiring stays the topology's).  ``gpu: {preset: h100, hbm: 96 GB}`` takes a
-preset and changes some of its fields.  The result is validated like any topology mapping.
+preset and changes some of its fields.  A preset may also carry ``compute:``, kernel-model
+parameters measured on that part (the ``compute:`` section of a topology, ``docs/topologies.md``),
+which it brings along unless the topology has a ``compute:`` of its own.  The result is validated
+like any topology mapping.
 """
 
 from __future__ import annotations
 
+import copy
 from functools import lru_cache
 from pathlib import Path
 
@@ -66,6 +70,8 @@ def expand_gpu_preset(data: dict, file: str = "<topology>") -> dict:
     _, preset = find_preset(name, file, "gpu" if isinstance(gpu, str) else "gpu.preset")
     out = dict(data)
     out["gpu"] = {**preset["gpu"], "flops": dict(preset["gpu"]["flops"]), **extra}
+    if "compute" in preset and "compute" not in data:  # the part's own kernel measurements
+        out["compute"] = copy.deepcopy(preset["compute"])
     scale_up = data.get("scale_up")
     if isinstance(scale_up, dict) and scale_up.get("kind") in ("nvswitch", "mesh"):
         nvlink = preset["nvlink"]

@@ -13,6 +13,16 @@ Assumptions:
    make it zero whatever the others are); ``n`` counts every case of the group.
 3. A case is *calibrated* when its very point was used to fit or set a model parameter, so its
    error measures the fit, not a prediction; held-out cases are the validation proper.
+4. Split by generation and scale before fitting (issue 25): an end-to-end case may be calibrated
+   only when its measured system is A100- or H100-class (``FIT_GPUS``) on at most
+   ``FIT_MAX_NODES`` nodes; every H200, Blackwell and larger-scale run stays held out, and
+   :func:`split_end_to_end` reports the held-out cases per GPU and per scale apart.  The
+   measured system (its GPU and node count) is the case's ``system`` mapping, or else what its
+   simulated topology says.
+5. A *what-if* (``whatif:`` in the cases file) is the ratio of two cases' values, simulated
+   against measured: ``error_pct = 100 * (sim_b / sim_a) / (meas_b / meas_a) - 100``; it tests
+   what a user asks the simulator (another GPU, more nodes, another batch), free of the errors
+   the two runs share.  It is calibrated only when both its cases are.
 """
 
 from __future__ import annotations
@@ -40,7 +50,15 @@ CASE_KEYS = {
     "note",
     "simulate",
     "measured",
+    "system",
 }
+#: GPU families an end-to-end case may be calibrated on, and the most nodes (assumption 4)
+FIT_GPUS = ("A100", "H100")
+FIT_MAX_NODES = 8
+#: GPU family labels, longest first where one contains another (GB200 before B200)
+GPU_LABELS = ("GB200", "GH200", "B200", "H200", "H100", "H800", "H20", "A100", "A800", "V100")
+WHATIF_KINDS = ("scale_out", "gpu_swap", "batch")
+WHATIF_KEYS = {"id", "kind", "base", "other", "note"}
 #: measured unit -> (dimension, factor to SI)
 UNITS = {
     "GB/s": ("bandwidth", 1e9),
@@ -91,6 +109,20 @@ class Case:
     curve: str = ""
     note: str = ""
     file: str = ""
+    #: the measured system: GPU family label (``GPU_LABELS``) and node count (assumption 4)
+    gpu: str = ""
+    nodes: int = 0
+
+
+@dataclass(frozen=True)
+class WhatIf:
+    """The ratio of two cases (``other`` over ``base``), simulated against measured."""
+
+    id: str
+    kind: str
+    base: str
+    other: str
+    note: str = ""
 
 
 def default_cases_file() -> Path:
@@ -102,7 +134,7 @@ def load_cases(path: str | Path | None = None, fast_only: bool = False) -> list[
     """The cases of ``path`` (default: the built-in suite), checked; errors name file and field."""
     data, file = load_yaml(path or default_cases_file(), "validation")
     top = Fields(data, file)
-    top.check_keys({"sources", "cases"})
+    top.check_keys({"sources", "cases", "whatif"})
     sources = top.raw("sources")
     if not isinstance(sources, dict) or not all(isinstance(v, str) for v in sources.values()):
         raise top.error("sources", "expected a mapping of key to citation text")
@@ -115,7 +147,50 @@ def load_cases(path: str | Path | None = None, fast_only: bool = False) -> list[
         if c.id in seen:
             raise InputError(f"duplicate case id {c.id!r}", file=file, field=f"cases[{i}].id")
         seen.add(c.id)
+        _check_fit_split(c, file, i)
     return [c for c in cases if c.fast or not fast_only]
+
+
+def load_whatifs(path: str | Path | None = None) -> list[WhatIf]:
+    """The ``whatif:`` pairs of ``path`` (default: the built-in suite), each naming two cases."""
+    data, file = load_yaml(path or default_cases_file(), "validation")
+    raw = data.get("whatif", []) if isinstance(data, dict) else []
+    if not isinstance(raw, list):
+        raise InputError("expected a list of what-if pairs", file=file, field="whatif")
+    ids = {str(c.get("id")) for c in data.get("cases", []) if isinstance(c, dict)}
+    out, seen = [], set(ids)
+    for i, w in enumerate(raw):
+        f = Fields(w, file, f"whatif[{i}]")
+        f.check_keys(WHATIF_KEYS)
+        wid = str(f.raw("id"))
+        if wid in seen:
+            raise f.error("id", f"duplicate id {wid!r} (what-ifs and cases share one namespace)")
+        seen.add(wid)
+        pair = []
+        for key in ("base", "other"):
+            name = str(f.raw(key))
+            if name not in ids:
+                raise f.error(key, f"no case {name!r} in this file")
+            pair.append(name)
+        if pair[0] == pair[1]:
+            raise f.error("other", "a what-if compares two different cases")
+        kind = f.choice("kind", WHATIF_KINDS)
+        out.append(WhatIf(wid, kind, pair[0], pair[1], " ".join(str(f.raw("note", "")).split())))
+    return out
+
+
+def _check_fit_split(c: Case, file: str, i: int) -> None:
+    """Assumption 4: only A100/H100-class runs on up to FIT_MAX_NODES nodes may be calibrated."""
+    if c.family != "end_to_end" or not c.calibrated:
+        return
+    if c.gpu not in FIT_GPUS or c.nodes > FIT_MAX_NODES:
+        raise InputError(
+            f"case {c.id!r} on {c.nodes} node(s) of {c.gpu or 'an unknown GPU'} cannot be "
+            "calibrated: end-to-end fits use only A100/H100 runs on up to "
+            f"{FIT_MAX_NODES} nodes; H200, Blackwell and larger runs stay held out",
+            file=file,
+            field=f"cases[{i}].calibrated",
+        )
 
 
 def _case(f: Fields, sources: dict[str, str]) -> Case:
@@ -138,6 +213,7 @@ def _case(f: Fields, sources: dict[str, str]) -> Case:
         raise meas.error("value", f"expected a positive number, got {value!r}")
     params = {k: v for k, v in sim.data.items() if k not in ("kind", "metric")}
     _check_params(sim, kind, params)
+    gpu, nodes = _system(f, kind, params)
     return Case(
         id=str(f.raw("id")),
         family=f.choice("family", FAMILIES),
@@ -153,7 +229,52 @@ def _case(f: Fields, sources: dict[str, str]) -> Case:
         curve=str(f.raw("curve", "")),
         note=" ".join(str(f.raw("note", "")).split()),
         file=f.file,
+        gpu=gpu,
+        nodes=nodes,
     )
+
+
+def gpu_label(model: str) -> str:
+    """The GPU family label named in a GPU model string (``GPU_LABELS``), or the model itself."""
+    up = model.upper()
+    hits = [(up.find(lab), -len(lab), lab) for lab in GPU_LABELS if lab in up]
+    return min(hits)[2] if hits else model
+
+
+def _system(f: Fields, kind: str, params: dict) -> tuple[str, int]:
+    """The measured system's GPU label and node count: the case's ``system`` mapping where it
+    gives them, else the simulated topology's (with the case's overrides)."""
+    given = f.sub("system").data if "system" in f.data else {}
+    if given:
+        f.sub("system").check_keys({"gpu", "nodes"})
+    if "gpu" in given and "nodes" in given:
+        return gpu_label(str(given["gpu"])), int(given["nodes"])
+    if kind == "run":
+        o = params["options"]
+        pre = "topology."
+        sets = tuple(f"{k[len(pre) :]}={v}" for k, v in o.items() if k.startswith(pre))
+        topo, nodes, gpn = o.get("topology", "zionex"), o.get("nodes"), o.get("gpus_per_node")
+    elif kind == "collective":
+        topo, nodes, gpn = params["topology"], params["nodes"], params.get("gpus_per_node")
+        sets = tuple(params.get("set", ()))
+    else:
+        topo, nodes, gpn, sets = params["topology"], 1, None, ()
+    try:
+        spec = _spec(str(topo), nodes if nodes is None else int(nodes), gpn, sets)
+    except (InputError, TypeError, ValueError):
+        spec = ("", 0)  # the case fails when simulated, with its id and field named
+    return (
+        gpu_label(str(given.get("gpu", spec[0]))),
+        int(given.get("nodes", spec[1])),
+    )
+
+
+@lru_cache(maxsize=64)
+def _spec(topology: str, nodes, gpus_per_node, sets: tuple[str, ...]) -> tuple[str, int]:
+    from zionsim.hardware.topology import load_topology
+
+    spec = load_topology(topology, nodes=nodes, gpus_per_node=gpus_per_node, overrides=list(sets))
+    return spec.gpu.model, spec.nodes
 
 
 def _check_params(sim: Fields, kind: str, params: dict) -> None:
@@ -264,6 +385,8 @@ def run_cases(cases: list[Case], on_case=None) -> pd.DataFrame:
                 "source": c.source,
                 "curve": c.curve,
                 "citation": c.citation,
+                "gpu": c.gpu,
+                "nodes": c.nodes,
             }
         )
         if on_case is not None:
@@ -282,7 +405,90 @@ _COLUMNS = [
     "source",
     "curve",
     "citation",
+    "gpu",
+    "nodes",
 ]
+
+
+def run_whatifs(table: pd.DataFrame, whatifs: list[WhatIf]) -> pd.DataFrame:
+    """One row per what-if whose two cases are in ``table`` (family ``what_if``, unit ratio):
+    measured and simulated ``other / base`` and the error of the simulated ratio (assumption 5)."""
+    by_id = table.set_index("case")
+    rows = []
+    for w in whatifs:
+        if w.base not in by_id.index or w.other not in by_id.index:
+            continue  # a --fast run leaves out one of its cases
+        a, b = by_id.loc[w.base], by_id.loc[w.other]
+        meas, sim = b["measured"] / a["measured"], b["simulated"] / a["simulated"]
+        rows.append(
+            {
+                "case": w.id,
+                "family": "what_if",
+                "calibrated": bool(a["calibrated"] and b["calibrated"]),
+                "measured": meas,
+                "simulated": sim,
+                "unit": "ratio",
+                "error_pct": 100.0 * (sim / meas - 1.0),
+                "source": a["source"]
+                if a["source"] == b["source"]
+                else f"{a['source']}+{b['source']}",
+                "curve": w.kind,
+                "citation": f"{w.kind}: {w.other} / {w.base}",
+                "gpu": a["gpu"] if a["gpu"] == b["gpu"] else f"{a['gpu']}->{b['gpu']}",
+                "nodes": int(b["nodes"]),
+            }
+        )
+    return pd.DataFrame(rows, columns=_COLUMNS)
+
+
+def scale_label(nodes: int) -> str:
+    """The scale group of a measured system: 1 node, 2-8 nodes or more than 8."""
+    return "1 node" if nodes <= 1 else ("2-8 nodes" if nodes <= FIT_MAX_NODES else "> 8 nodes")
+
+
+def split_end_to_end(table: pd.DataFrame) -> pd.DataFrame:
+    """End-to-end and what-if errors split as issue 25 asks: calibrated, then held out within
+    the fit's reach (A100/H100 on up to 8 nodes) and beyond it (H200, Blackwell, more nodes),
+    then held out per GPU and per scale; each with n, geomean |error| and mean signed error."""
+    e2e = table[table["family"] == "end_to_end"]
+    held = e2e[~e2e["calibrated"]]
+    inside = held["gpu"].isin(FIT_GPUS) & (held["nodes"] <= FIT_MAX_NODES)
+    groups: list[tuple[str, str, pd.DataFrame]] = [
+        ("end_to_end", "calibrated", e2e[e2e["calibrated"]]),
+        ("end_to_end", "held out", held),
+        ("end_to_end", "held out, A100/H100 <= 8 nodes", held[inside]),
+        ("end_to_end", "held out, beyond the fit", held[~inside]),
+    ]
+    for gpu in sorted(set(held["gpu"]), key=_gpu_order):
+        groups.append(("end_to_end", f"held out, {gpu}", held[held["gpu"] == gpu]))
+    scales = held["nodes"].map(scale_label)
+    for sc in ("1 node", "2-8 nodes", "> 8 nodes"):
+        if (scales == sc).any():
+            groups.append(("end_to_end", f"held out, {sc}", held[scales == sc]))
+    wi = table[(table["family"] == "what_if") & ~table["calibrated"]]
+    if len(wi):
+        groups.append(("what_if", "held out", wi))
+        for kind in WHATIF_KINDS:
+            sub = wi[wi["curve"] == kind]
+            if len(sub):
+                groups.append(("what_if", f"held out, {kind}", sub))
+    return pd.DataFrame(
+        [
+            {
+                "family": fam,
+                "group": name,
+                "n": int(len(sub)),
+                "geomean_abs_error_pct": geomean_abs_error(sub["error_pct"]),
+                "mean_error_pct": float(sub["error_pct"].mean()) if len(sub) else math.nan,
+            }
+            for fam, name, sub in groups
+        ]
+    )
+
+
+def _gpu_order(label: str) -> tuple[int, str]:
+    order = ("V100", "A100", "A800", "H100", "H800", "H20", "H200", "GH200", "B200", "GB200")
+    return (order.index(label) if label in order else len(order), label)
 
 
 def geomean_abs_error(errors_pct) -> float:
@@ -296,9 +502,11 @@ def geomean_abs_error(errors_pct) -> float:
 def summarize(table: pd.DataFrame) -> pd.DataFrame:
     """Per family (and ``all``): case count and geomean |error| of calibrated and held-out cases."""
     rows: list[dict[str, Any]] = []
-    families = [f for f in FAMILIES if f in set(table["family"])] + ["all"]
+    present = set(table["family"])
+    families = [f for f in (*FAMILIES, "what_if") if f in present] + ["all"]
     for fam in families:
-        sub = table if fam == "all" else table[table["family"] == fam]
+        # `all` pools the single measurements; what-if ratios reuse them, so they stay apart
+        sub = table[table["family"] != "what_if"] if fam == "all" else table[table["family"] == fam]
         cal, held = sub[sub["calibrated"]], sub[~sub["calibrated"]]
         rows.append(
             {
@@ -312,17 +520,26 @@ def summarize(table: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def report(table: pd.DataFrame, summary: pd.DataFrame, cases_file: str, fast: bool) -> dict:
-    """The plain mapping behind ``summary.json``: per-family geomeans and every case's error."""
+def report(
+    table: pd.DataFrame,
+    summary: pd.DataFrame,
+    cases_file: str,
+    fast: bool,
+    split: pd.DataFrame | None = None,
+) -> dict:
+    """The plain mapping behind ``summary.json``: per-family geomeans, the end-to-end split by
+    GPU and scale, and every case's error."""
 
     def plain(v):
         return None if isinstance(v, float) and math.isnan(v) else v
 
+    split = split_end_to_end(table) if split is None else split
     return {
         "cases_file": cases_file,
         "fast_only": fast,
         "n_cases": int(len(table)),
         "summary": [{k: plain(v) for k, v in r.items()} for r in summary.to_dict("records")],
+        "end_to_end_split": [{k: plain(v) for k, v in r.items()} for r in split.to_dict("records")],
         "cases": table.drop(columns=["curve"]).to_dict("records"),
     }
 

@@ -106,7 +106,11 @@ def phase_wire(cluster, model, st: Setting, algorithm: str, protocol: str, phase
             busbw = nc * t["per_channel_tree_ll128_bw"].get(gen, [20.0] * 3)[col] * 1e9
         else:
             busbw = nc * t["per_channel_tree_bw"].get(gen, [24.0] * 3)[col] * 1e9
-        eff *= tree_correction(model, st, algorithm, protocol)
+        # NCCL derates the tree's bandwidth after its caps (ncclTopoGetAlgoTime, T:634-640), so
+        # the correction slows a capped tree too: on the wire (efficiency) and on the cap
+        corr = tree_correction(model, st, algorithm, protocol)
+        eff *= corr
+        busbw *= corr
     eff *= extra
     cap = np.minimum(cap, busbw / per_src / eff)
     return _Wire(phase.nbytes / eff, cap)

@@ -235,6 +235,9 @@ class _Run:
         self.compute_busy = np.zeros(trace.ranks, dtype=bool)  # a compute kernel is running
         #: the host starts a step only once the previous one has ended (a stack's host overlap)
         self.host_waits = not stack.host_overlap
+        #: the embedding stream starts a step only once the previous one has ended (a stack's
+        #: ``iteration_join``: HugeCTR joins its streams at the end of every iteration)
+        self.emb_waits = stack.iteration_join
         #: with a second compute stream (a stack's ``embedding_stream``) the streams of a GPU take
         #: turns, one kernel at a time; None when each GPU has one compute stream
         two = any(op.stream == "embedding" for op in trace.ops)
@@ -254,7 +257,8 @@ class _Run:
         rows, copies = self.rec.ops.rows, self.rec.ops.copies
         member_ops = self.tpl.member_ops
         for it in range(iterations):
-            if it and self.host_waits and ops[0].stream == "host":
+            waits = self.host_waits if ops[0].stream == "host" else self.emb_waits
+            if it and waits and ops[0].stream in ("host", "embedding"):
                 while self.iteration[rank] < it:  # the previous step has not ended on the GPU
                     yield self.progress[rank]
             for op in ops:

@@ -1,0 +1,76 @@
+"""Issue 25: HugeCTR's pipeline (streams joined every iteration, the bottom MLP after the lookup),
+GPU presets carrying their own kernel measurements, RoCE link entries."""
+
+from __future__ import annotations
+
+import pytest
+
+from zionsim.dlrm.stack import load_stack
+from zionsim.hardware.topology import load_topology
+from zionsim.sim.run import run_point
+
+BASE = {
+    "topology": "dgx_h100",
+    "nodes": 1,
+    "gpus_per_node": 4,
+    "workload": "mlperf_dlrm_dcnv2",
+    "batch_per_gpu": 256,
+    "stack": "hugectr",
+    "iterations": 3,
+    "warmup": 1,
+}
+
+
+def _ops(options: dict):
+    ev = run_point(options).events
+    return ev[ev["rank"] == 0].set_index(["iteration", "name"])
+
+
+def test_hugectr_stack_states_its_pipeline():
+    s = load_stack("hugectr")
+    assert s.iteration_join and s.dense_waits_lookup and s.embedding_stream
+    assert not load_stack("torchrec").iteration_join
+
+
+def test_joined_iteration_starts_its_lookup_after_the_previous_step():
+    """With iteration_join the next lookup waits for the dense update; without, it runs ahead."""
+    joined = _ops(BASE)
+    assert joined.loc[(2, "emb_fwd"), "start_s"] >= joined.loc[(1, "dense_opt"), "end_s"] - 1e-12
+    free = _ops({**BASE, "stack.iteration_join": False})
+    assert free.loc[(2, "emb_fwd"), "start_s"] < free.loc[(1, "dense_opt"), "end_s"]
+
+
+def _waits_for_lookup(options: dict) -> bool:
+    ops = [op for op in run_point(options).trace.ops if op.rank == 0]
+    lookup = next(op.id for op in ops if op.name == "emb_fwd")
+    return lookup in next(op.deps for op in ops if op.name == "bottom_fwd0")
+
+
+def test_bottom_mlp_waits_for_the_lookup_only_where_the_stack_says_so():
+    waits = _ops(BASE)
+    assert waits.loc[(2, "bottom_fwd0"), "start_s"] >= waits.loc[(2, "emb_fwd"), "end_s"] - 1e-12
+    assert _waits_for_lookup(BASE)
+    assert not _waits_for_lookup({**BASE, "stack.dense_waits_lookup": False})
+
+
+def test_gpu_preset_brings_its_own_gemm_curve_unless_the_topology_has_one(tmp_path):
+    b200 = load_topology("dgx_h100", nodes=1, overrides=["gpu=b200"]).gpu
+    assert 0.5 < b200.compute["gemm"]["eff_max"] < 0.8
+    assert load_topology("dgx_b200", nodes=1, overrides=["gpu=h100"]).gpu.compute == {}
+    own = load_topology("dgx_h100", nodes=1, overrides=["gpu=b200", "compute.gemm.eff_max=0.5"]).gpu
+    assert own.compute["gemm"]["eff_max"] == pytest.approx(0.5)
+
+
+@pytest.mark.parametrize("name", ["dgx_a100", "dgx_h100", "dgx_b200"])
+def test_roce_link_is_the_infiniband_one_with_rocev2_headers(name):
+    spec = load_topology(name, nodes=2, overrides=["scale_out.kind=roce"])
+    ib = load_topology(name, nodes=2).links["infiniband"]
+    assert spec.scale_out.kind == "roce"
+    assert spec.links["roce"].efficiency == pytest.approx(ib.efficiency * 0.980 / 0.994, abs=1e-3)
+
+
+def test_gb200_nvl72_is_one_nvlink_domain_with_a_nic_per_gpu():
+    spec = load_topology("gb200_nvl72", nodes=1)
+    assert spec.gpus_per_node == 72 and spec.scale_out.nics_per_node == 72
+    assert spec.scale_up.kind == "nvswitch" and spec.scale_up.links_per_gpu == 18
+    assert spec.pcie.switches == 18  # a tray: 4 GPUs and 4 NICs
