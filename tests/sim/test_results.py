@@ -100,3 +100,26 @@ def test_link_roles(kind, tmp_path):
     by_role = r.summary["link_utilisation_by_role"]
     assert by_role["scale_out"] == pytest.approx(r.summary["link_utilisation_by_kind"][kind])
     assert by_role["scale_out"] > 0
+
+
+def test_op_records_hold_members_compactly():
+    """A stepped op's row, then its class members' records with its times: iterating and
+    ``columns`` give every record in that order."""
+    import numpy as np
+
+    from zionsim.sim.records import OpRecord, OpRecords
+
+    rec = OpRecords()
+    rec.rows += [(0, 0, 0.0, 0.5, 1.0), (0, 1, 1.0, 1.0, 2.0), (1, 0, 2.0, 2.5, 3.0)]
+    rec.copies += [(0, np.array([4, 8])), (2, np.array([4, 8]))]
+    want = [
+        OpRecord(0, 0, 0.0, 0.5, 1.0),
+        OpRecord(0, 4, 0.0, 0.5, 1.0),
+        OpRecord(0, 8, 0.0, 0.5, 1.0),
+        OpRecord(0, 1, 1.0, 1.0, 2.0),
+        OpRecord(1, 0, 2.0, 2.5, 3.0),
+        OpRecord(1, 4, 2.0, 2.5, 3.0),
+        OpRecord(1, 8, 2.0, 2.5, 3.0),
+    ]
+    assert list(rec) == want and len(rec) == len(want)
+    assert [c.tolist() for c in rec.columns()] == [list(x) for x in zip(*want, strict=True)]

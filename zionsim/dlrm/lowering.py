@@ -26,6 +26,7 @@ their gradients after the interaction backward (on CPU trainers, on a stream of 
 
 from __future__ import annotations
 
+import sys
 from collections import OrderedDict
 
 import numpy as np
@@ -58,6 +59,7 @@ class _Builder:
         self.dispatch_s = dispatch_s
         self.prepared: dict[int, int] = {}  # rank -> its batch-preparation host op
         self.last_launch: dict[int, int] = {}  # rank -> its latest launch op
+        self.shared: dict[tuple, dict] = {}  # op arguments by value (_shared)
 
     def op(self, rank, name, kind, category, stream, deps=(), **args) -> int:
         """Append an op (None deps dropped: absent ops) and return its id."""
@@ -87,8 +89,21 @@ class _Builder:
 
     def _append(self, rank, name, kind, category, stream, deps, args) -> int:
         i = len(self.ops)
-        self.ops.append(Op(i, rank, name, kind, category, stream, deps, args))
+        if kind != "host":  # a launch op's seconds grow as its run does (_launch): not shared
+            args = self._shared(kind, args)
+        self.ops.append(Op(i, rank, sys.intern(name), kind, category, stream, deps, args))
         return i
+
+    def _shared(self, kind: str, args: dict) -> dict:
+        """One dict for the equal arguments of many ops of one ``kind`` (alike ranks' GEMMs,
+        every member's op of a collective): at 65,536 ranks the trace's largest part.  Values
+        are compared with their types (``1`` and ``1.0`` stay apart); arguments holding lists
+        are not shared."""
+        try:
+            key = (kind, *((k, type(v), v) for k, v in args.items()))
+            return self.shared.setdefault(key, args)
+        except TypeError:  # an unhashable value (a parameter server's per-server bytes)
+            return args
 
     def prepare_batch(self, rank: int, seconds: float) -> None:
         """The host's per-iteration batch preparation of ``rank`` (the first op of its host
