@@ -1,5 +1,5 @@
 """Benchmark: wall and CPU time per simulated iteration, events, peak RSS and write time of
-DLRM runs from 128 to 16,384 GPUs.
+DLRM runs from 128 to 16,384 GPUs (65,536 when named: ``python bench/run.py neo_model_a 8192``).
 
     python bench/run.py                      # every case, each in its own subprocess
     python bench/run.py --max-gpus 1024      # only the cases up to 1,024 GPUs
@@ -9,14 +9,18 @@ DLRM runs from 128 to 16,384 GPUs.
 
 Cases: neo_model_a on ZionEX and mlperf_dlrm_dcnv2 on DGX H100 (it does not fit 40 GB GPUs),
 16, 128, 512 and 2,048 nodes (128, 1,024, 4,096 and 16,384 GPUs; the fabric's tiers follow the
-node count).  Each case builds the cluster, lowers the
+node count), and 8,192 nodes (65,536 GPUs) with ``--max-gpus 65536``.  After the cases, a
+``growth`` line per workload gives the exponent of CPU seconds per iteration against GPUs
+(least squares on logs, cases from 1,024 GPUs).  Each case builds the cluster, lowers the
 workload, simulates 3 iterations (1 warm-up) and analyses; that is timed inside the process,
 imports excluded, and divided by the 3 simulated iterations (``wall_s``; ``cpu_s``: process CPU
 time, the figure to trust on a shared machine).  ``write_s`` is writing the result folder
 (default ``--trace-ranks``), ``write_pct`` its share of the run.  A case that runs past
 ``--timeout`` seconds (default 3600) is reported as ``timeout``.  One line per case:
 ``case=<name> gpus=<N> wall_s=<x> cpu_s=<c> write_s=<w> write_pct=<p>
-events=<n> peak_rss_MB=<m>``.
+events=<n> events_per_s=<e> peak_rss_MB=<m>`` (``events``: simpy events of the run,
+``events_per_s`` per CPU second of it; ``peak_rss_MB``: the process's peak resident memory,
+writing included).
 
 The plan is ``simulate_run``'s default (table-wise round robin by size) unless ``--plan NAME``
 names a planner (``greedy`` is what ``zionsim run`` uses by default; its planning time is part
@@ -42,7 +46,8 @@ ITERATIONS = 3
 #: workload → topology: DCNv2's largest table (40 M rows × 128 × fp32 = 20.5 GB, twice with its
 #: optimizer state) does not fit a 40 GB ZionEX GPU, so it runs on DGX H100 (80 GB) nodes
 WORKLOADS = {"neo_model_a": "zionex", "mlperf_dlrm_dcnv2": "dgx_h100"}
-NODES = (16, 128, 512, 2048)
+#: node counts of the cases; 8,192 (65,536 GPUs, about 10 GB) only with ``--max-gpus 65536``
+NODES = (16, 128, 512, 2048, 8192)
 
 
 def run_case(
@@ -93,7 +98,8 @@ def run_case(
     return (
         f"{name} wall_s={wall / ITERATIONS:.3f} cpu_s={cpu / ITERATIONS:.3f} "
         f"write_s={write:.3f} write_pct={100 * write / (wall + write):.1f} "
-        f"events={r.timing['simpy_events']} peak_rss_MB={peak_rss_mb():.0f}"
+        f"events={r.timing['simpy_events']} events_per_s={r.timing['simpy_events'] / cpu:.0f} "
+        f"peak_rss_MB={peak_rss_mb():.0f}"
     )
 
 
@@ -154,6 +160,7 @@ def main() -> None:
     cmp = "--compare" in args
     max_gpus = int(args[args.index("--max-gpus") + 1]) if "--max-gpus" in args else 16384
     timeout = float(args[args.index("--timeout") + 1]) if "--timeout" in args else 3600.0
+    cpu: dict[str, list[tuple[int, float]]] = {}  # workload -> (GPUs, CPU s per iteration)
     for nodes in NODES:
         if nodes * 8 > max_gpus:
             continue
@@ -174,6 +181,25 @@ def main() -> None:
             except subprocess.TimeoutExpired:
                 line = f"case={workload} nodes={nodes} timeout={timeout:g}"
             print(line, flush=True)
+            fields = dict(x.split("=", 1) for x in line.split() if "=" in x)
+            if "cpu_s" in fields:
+                cpu.setdefault(workload, []).append((nodes * 8, float(fields["cpu_s"])))
+    for workload, points in cpu.items():
+        print(growth(workload, points), flush=True)
+
+
+def growth(workload: str, points: list[tuple[int, float]], base: int = 1024) -> str:
+    """The exponent ``a`` of CPU seconds per iteration ~ N^a, least squares on logs over the
+    cases of ``base`` GPUs and more (the line ``growth``)."""
+    import math
+
+    pts = [(math.log(n), math.log(c)) for n, c in points if n >= base and c > 0]
+    if len(pts) < 2:
+        return f"growth workload={workload} exponent=? (fewer than 2 cases from {base} GPUs)"
+    mx, my = (sum(p[i] for p in pts) / len(pts) for i in (0, 1))
+    slope = sum((x - mx) * (y - my) for x, y in pts) / sum((x - mx) ** 2 for x, _ in pts)
+    gpus = ",".join(str(n) for n, _ in points if n >= base)
+    return f"growth workload={workload} gpus={gpus} exponent={slope:.3f}"
 
 
 if __name__ == "__main__":

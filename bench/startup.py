@@ -1,4 +1,6 @@
-"""Start-up cost of the command line: ``zionsim --help`` and a small ``zionsim collective``.
+"""Start-up cost of the command line: ``zionsim --help``, small ``zionsim collective`` runs
+(the 8-GPU all-reduce of 64 MiB among them), and the headline ``zionsim run`` (defaults: Neo's
+model A on 16 ZionEX nodes, 3 iterations, every output file and the plot).
 
 Each command runs in a fresh process (the installed ``zionsim`` entry point next to this
 interpreter, else ``python -m zionsim``), ``--repeat`` times after one warm-up run that fills the
@@ -66,12 +68,19 @@ def main() -> None:
             "zionsim collective (16 nodes, 1 MiB)",
             zs + ["collective", "--sizes", "1M:1M", "--out", out, "--force"],
         ),
+        (
+            "zionsim collective (8 GPUs, all_reduce 64 MiB)",
+            zs
+            + ["collective", "--op", "all_reduce", "--nodes", "1", "--sizes", "64M:64M"]
+            + ["--out", out, "--force"],
+        ),
+        ("zionsim run (headline, with its plot)", zs + ["run", "--out", out, "--force"]),
     ]
     print(f"entry point: {' '.join(zs)}; median of {args.repeat} runs")
-    print(f"{'command':<40} {'wall s':>8} {'CPU s':>8}")
+    print(f"{'command':<48} {'wall s':>8} {'CPU s':>8}")
     for name, cmd in cases:
         wall, cpu = _time(cmd, args.repeat)
-        print(f"{name:<40} {wall:8.3f} {cpu:8.3f}")
+        print(f"{name:<48} {wall:8.3f} {cpu:8.3f}", flush=True)
     shutil.rmtree(out, ignore_errors=True)
 
 

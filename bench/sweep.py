@@ -1,24 +1,37 @@
-"""Benchmark: sweep throughput (points per minute) with 1 and 2 local worker processes.
+"""Benchmark: sweep throughput (points per CPU-minute and per minute) with 1 and 2 local
+worker processes.
 
     python bench/sweep.py          # 64 points of mlperf_dlrm on ZionEX x 16 nodes (128 GPUs)
 
 The grid is NIC speed (4) x batch per GPU (4) x dense precision (2) x communication precision
 (2) = 64 points, 2 iterations each (1 warm-up).  Each case runs in its own
 subprocess into a fresh folder (no resume), timed from the call to ``run_sweep`` to the written
-table (pool start-up included, imports of the parent excluded).  ``peak_rss_MB`` is the parent's
-peak; ``tree_rss_MB`` is the peak of parent + workers together, sampled every 0.1 s.
-One line per case: ``case=sweep64_workers<N> points=64 wall_s=<x> points_per_min=<y> ...``.
+table (pool start-up included, imports of the parent excluded).
+
+``cpu_s`` is the CPU time (user + system) of the whole process tree the case started — the
+parent, the fork server, every worker and the resource tracker — less the parent's CPU time
+before it called ``run_sweep`` (its interpreter start and imports, printed as
+``parent_import_cpu_s``): the case's process and all its descendants are reaped before this
+script reads ``RUSAGE_CHILDREN`` (it makes itself the child subreaper, Linux's
+``PR_SET_CHILD_SUBREAPER``, so that the fork server and the workers, orphaned when the case
+exits, are reaped here too).  ``points_per_cpu_min`` is ``60 * points / cpu_s``: the figure
+that holds on a loaded machine, where ``points_per_min`` (wall) does not.
+``peak_rss_MB`` is the parent's peak; ``tree_rss_MB`` is the peak of parent + workers together,
+sampled every 0.1 s.  One line per case: ``case=sweep64_workers<N> points=64 cpu_s=<c>
+points_per_cpu_min=<p> wall_s=<x> points_per_min=<y> ...``.
 """
 
 from __future__ import annotations
 
+import resource
+import subprocess
 import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
 
-from _harness import peak_rss_mb, run_cases
+from _harness import peak_rss_mb
 
 WORKERS = (1, 2)
 SWEEP = {
@@ -61,6 +74,7 @@ def run_case(workers: int) -> str:
 
     from zionsim.studies.sweep import points, run_sweep, sweep_from_dict
 
+    before_s = time.process_time()  # interpreter start and imports
     sweep = sweep_from_dict(SWEEP)
     n = len(points(sweep))
     stop, peak = threading.Event(), [0.0]
@@ -76,7 +90,53 @@ def run_case(workers: int) -> str:
     return (
         f"case=sweep{n}_workers{workers} points={n} ok={ok} wall_s={wall:.2f} "
         f"points_per_min={60 * n / wall:.0f} peak_rss_MB={peak_rss_mb():.0f} "
-        f"tree_rss_MB={peak[0]:.0f}"
+        f"tree_rss_MB={peak[0]:.0f} parent_import_cpu_s={before_s:.3f}"
+    )
+
+
+def _children_cpu_s() -> float:
+    use = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return use.ru_utime + use.ru_stime
+
+
+def _adopt_orphans() -> None:
+    """Linux: become the child subreaper, so that the case's fork server and workers, orphaned
+    when the case exits, are reparented to this process and their CPU time reaches its
+    ``RUSAGE_CHILDREN`` once reaped (:func:`_reap_all`)."""
+    import ctypes
+
+    PR_SET_CHILD_SUBREAPER = 36
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+
+
+def _reap_all() -> None:
+    """Wait for every child left (orphaned descendants of the case included)."""
+    import os
+
+    while True:
+        try:
+            os.waitpid(-1, 0)
+        except ChildProcessError:
+            return
+
+
+def run_tree(workers: int) -> str:
+    """Run one case in a fresh process and add the CPU time of its whole process tree."""
+    _adopt_orphans()
+    before = _children_cpu_s()
+    out = subprocess.run([sys.executable, __file__, str(workers)], capture_output=True, text=True)
+    _reap_all()
+    tree_s = _children_cpu_s() - before
+    line = out.stdout.strip()
+    if out.returncode or not line:
+        return out.stderr.strip().splitlines()[-1] if out.stderr.strip() else "failed"
+    fields = dict(f.split("=", 1) for f in line.split())
+    cpu_s = tree_s - float(fields["parent_import_cpu_s"])
+    n = int(fields["points"])
+    head, tail = line.split(" ok=", 1)
+    return (
+        f"{head} cpu_s={cpu_s:.2f} points_per_cpu_min={60 * n / cpu_s:.0f} "
+        f"process_tree_cpu_s={tree_s:.2f} ok={tail}"
     )
 
 
@@ -84,7 +144,8 @@ def main() -> None:
     if len(sys.argv) == 2:
         print(run_case(int(sys.argv[1])), flush=True)
     else:
-        run_cases(__file__, [(w,) for w in WORKERS])
+        for w in WORKERS:
+            print(run_tree(w), flush=True)
 
 
 if __name__ == "__main__":

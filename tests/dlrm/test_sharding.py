@@ -7,7 +7,7 @@ import pytest
 
 from zionsim.dlrm.cache import harmonic, hit_rate
 from zionsim.dlrm.plan import Plan, Shard, memory_by_rank
-from zionsim.dlrm.sharding import layout, row_splits
+from zionsim.dlrm.sharding import first_row_block, layout, row_splits
 from zionsim.dlrm.workload import load_workload
 
 N, G_PER_NODE = 4, 2  # the tiny world: 2 nodes × 2 GPUs
@@ -126,6 +126,7 @@ def test_zipf_hit_rate():
 def test_rows_split_in_torchrec_ceiling_blocks(rows, k, parts):
     """ceil(rows/k) rows per block, the last one short: the split TorchRec routes ids by."""
     assert row_splits(rows, k) == parts
+    assert first_row_block(rows, k) == parts[0]  # the planner's, without listing the blocks
 
 
 def test_row_wise_bytes_and_lookups_follow_the_ceiling_split():
@@ -140,3 +141,32 @@ def test_row_wise_bytes_and_lookups_follow_the_ceiling_split():
     np.testing.assert_allclose(lay.hbm_bytes, [63 * rb] * 15 + [55 * rb])
     G = w.batch_per_gpu * 16
     np.testing.assert_allclose(lay.lookups, G * t.pooling * np.array([63] * 15 + [55]) / 1000)
+
+
+def test_ranks_with_equal_row_parts_are_laid_out_at_once(monkeypatch):
+    """A row split's ranks holding equally many rows are laid out together: every figure of the
+    layout is the one laid out rank by rank, exactly (RW over all ranks and over some, TWRW,
+    UVM, uneven last blocks, and a rank listed twice)."""
+    from zionsim.dlrm import sharding
+
+    w = load_workload("tiny")
+    shards = (
+        Shard(0, "RW", tuple(range(16))),
+        Shard(1, "RW", (1, 3, 5)),
+        Shard(2, "TWRW", tuple(range(8, 16))),
+        Shard(3, "RW", tuple(range(16)), "uvm", 0.25),
+    )
+    plans = [Plan("mixed", shards), Plan("twice", (*shards[:3], Shard(3, "RW", (2, 2, 4))))]
+    for plan in plans:
+        fast = layout(w, plan, 16, 8, w.zipf_alpha)
+        with monkeypatch.context() as m:
+            m.setattr(sharding, "_alike_parts", lambda r, rows: list(zip(r, rows, strict=True)))
+            slow = layout(w, plan, 16, 8, w.zipf_alpha)
+        for key, value in vars(slow).items():
+            other = getattr(fast, key)
+            if isinstance(value, np.ndarray):
+                assert np.array_equal(value, other), key
+            elif hasattr(value, "row"):
+                assert np.array_equal(value.row, other.row) and np.array_equal(value.col, other.col)
+            else:
+                assert value == other, key

@@ -10,7 +10,7 @@ import pytest
 
 from tests.conftest import TINY
 from zionsim.hardware.topology import LINK_ROLES, SCALE_OUT_KINDS
-from zionsim.sim.results import perfetto, track_lanes
+from zionsim.sim.results import perfetto, perfetto_json, track_lanes
 from zionsim.sim.run import run_point
 
 
@@ -67,6 +67,26 @@ def test_perfetto_of_a_run():
         assert all(b[0] >= a[1] - 1e-6 for a, b in zip(ordered, ordered[1:], strict=False))
 
 
+def test_streamed_perfetto_is_the_json_of_its_own_objects(monkeypatch):
+    """The streamed text, in pieces, is exactly what ``json.dumps`` writes of the objects it
+    holds (floats as Python writes them, NaN as JSON's NaN, names escaped), and the same for
+    any piece size."""
+    import json
+
+    import zionsim.sim.results as results
+
+    r = run_point({"topology": TINY, "workload": "tiny", "iterations": 2})
+    odd = _events([(0, 0, "compute", 'say "hi"\\é', "gemm", "gemm", 1 / 3, 0.7, float("nan"))])
+    for events in (r.events, EVENTS, odd, EVENTS.iloc[:0]):
+        pieces = list(perfetto_json(events))
+        text = "".join(pieces)
+        assert text == json.dumps(json.loads(text), separators=(",", ":"))
+        monkeypatch.setattr(results, "CHUNK_EVENTS", 2)
+        assert "".join(perfetto_json(events)) == text
+        monkeypatch.undo()
+    assert len(list(perfetto_json(r.events))) >= 4
+
+
 @pytest.mark.parametrize("kind", SCALE_OUT_KINDS)
 def test_link_roles(kind, tmp_path):
     """Whatever the scale-out kind, its links are the scale_out role in links.csv and summary."""
@@ -80,3 +100,26 @@ def test_link_roles(kind, tmp_path):
     by_role = r.summary["link_utilisation_by_role"]
     assert by_role["scale_out"] == pytest.approx(r.summary["link_utilisation_by_kind"][kind])
     assert by_role["scale_out"] > 0
+
+
+def test_op_records_hold_members_compactly():
+    """A stepped op's row, then its class members' records with its times: iterating and
+    ``columns`` give every record in that order."""
+    import numpy as np
+
+    from zionsim.sim.records import OpRecord, OpRecords
+
+    rec = OpRecords()
+    rec.rows += [(0, 0, 0.0, 0.5, 1.0), (0, 1, 1.0, 1.0, 2.0), (1, 0, 2.0, 2.5, 3.0)]
+    rec.copies += [(0, np.array([4, 8])), (2, np.array([4, 8]))]
+    want = [
+        OpRecord(0, 0, 0.0, 0.5, 1.0),
+        OpRecord(0, 4, 0.0, 0.5, 1.0),
+        OpRecord(0, 8, 0.0, 0.5, 1.0),
+        OpRecord(0, 1, 1.0, 1.0, 2.0),
+        OpRecord(1, 0, 2.0, 2.5, 3.0),
+        OpRecord(1, 4, 2.0, 2.5, 3.0),
+        OpRecord(1, 8, 2.0, 2.5, 3.0),
+    ]
+    assert list(rec) == want and len(rec) == len(want)
+    assert [c.tolist() for c in rec.columns()] == [list(x) for x in zip(*want, strict=True)]

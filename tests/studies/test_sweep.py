@@ -181,7 +181,7 @@ def test_run_one_records_any_exception(monkeypatch):
     def boom(_options, _limit=None):
         raise RuntimeError("boom\nsecond line")
 
-    monkeypatch.setattr(sw, "run_point", boom)
+    monkeypatch.setattr(sw, "_run_reusing", boom)
     rec = sw.run_one({"point_id": "abc", "nodes": 1})
     assert rec["status"] == "error" and rec["error"] == "RuntimeError: boom second line"
     assert rec["parameters"] == {"nodes": 1} and rec["figures"] == {}

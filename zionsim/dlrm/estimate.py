@@ -34,6 +34,7 @@ work again).
 from __future__ import annotations
 
 import heapq
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -45,10 +46,14 @@ from zionsim.dlrm.stack import BARE, StackSpec
 from zionsim.dlrm.sync import sync_spec
 from zionsim.dlrm.trace import Trace
 from zionsim.network import nccl
+from zionsim.network.peer_bytes import OuterSum
 
 NAN = float("nan")
 #: iterations played (the first is the warm-up)
 ITERATIONS = 2
+#: walk one rank per class of alike ranks (module docstring); False: every rank (the tests
+#: comparing the two)
+CLASSES = True
 
 
 @dataclass(frozen=True)
@@ -94,21 +99,34 @@ class _Walk:
 
     def __init__(self, cluster, trace: Trace, durations: np.ndarray, slowdown: float):
         self.cluster, self.trace, self.dur, self.slow = cluster, trace, durations, slowdown
+        self.transfer_s = _transfer_seconds(cluster, trace)
         by_rank = trace.by_rank()
+        #: members of each rank's class (0: a rank another one stands for, not walked)
+        self.weight = (
+            rank_classes(by_rank, durations, self.transfer_s, trace.alike)
+            if CLASSES
+            else [1] * len(by_rank)
+        )
+        walked = [ops for ops, k in zip(by_rank, self.weight, strict=True) if k]
         self.streams = [
             [op.id for op in ops if op.stream == s]
-            for ops in by_rank
+            for ops in walked
             for s in dict.fromkeys(op.stream for op in ops)
         ]
         self.stream_of = {i: k for k, ids in enumerate(self.streams) for i in ids}
+        self.stream_ops = [[trace.ops[i] for i in ids] for ids in self.streams]
+        self.dur = durations.tolist()  # read one at a time, often
+        self.n_ops = len(trace.ops)
         #: streams (other than its own) with an op that waits for each op
         self.waiting: dict[int, set[int]] = {}
-        for op in trace.ops:
-            for d in op.deps:
-                if self.stream_of[d] != self.stream_of[op.id]:
-                    self.waiting.setdefault(d, set()).add(self.stream_of[op.id])
+        for ops in walked:
+            for op in ops:
+                for d in op.deps:
+                    if self.stream_of[d] != self.stream_of[op.id]:
+                        self.waiting.setdefault(d, set()).add(self.stream_of[op.id])
+        self.walked_ops = np.sort([op.id for ops in walked for op in ops]).astype(np.int64)
         two = any(op.stream == "embedding" for op in trace.ops)
-        self.gpu_free = np.zeros(trace.ranks) if two else None
+        self.gpu_free = [0.0] * trace.ranks if two else None
         self.coll_s: dict = {}
         #: the collectives of the ops of each name: copies of one step that run at once
         copies: dict[str, set[int]] = {}
@@ -116,7 +134,6 @@ class _Walk:
             if op.kind == "collective":
                 copies.setdefault(op.name, set()).add(op.args["coll"])
         self.copies = {c: tuple(sorted(g)) for g in copies.values() for c in g}
-        self.transfer_s = _transfer_seconds(cluster, trace)
 
     def run(self, iterations: int) -> np.ndarray:
         """End time of each iteration (latest end of any of its ops)."""
@@ -136,38 +153,38 @@ class _Walk:
             t, _, k = heapq.heappop(self.heap)
             self.queued.discard(k)
             self._start(k, t)
-        end = np.array(self.end)
+        end = np.array(self.end).reshape(iterations, n_ops)[:, self.walked_ops]
         if np.isnan(end).any():
-            stuck = int(np.flatnonzero(np.isnan(end))[0] % n_ops)
+            stuck = int(self.walked_ops[np.flatnonzero(np.isnan(end))[0] % len(self.walked_ops)])
             raise InputError(
                 f"the trace stalls: op {stuck} ({ops[stuck].name}, rank {ops[stuck].rank}) "
                 "never runs",
                 field=f"ops[{stuck}]",
             )
-        return end.reshape(iterations, n_ops).max(axis=1)
-
-    def _head(self, k: int) -> tuple[int, int] | None:
-        ids, p = self.streams[k], self.pos[k]
-        return None if p >= len(ids) * self.iterations else divmod(p, len(ids))
+        return end.max(axis=1)
 
     def _push(self, k: int) -> None:
         """Queue stream ``k``'s next op once all its dependencies have ended."""
-        head = self._head(k)
-        if head is None:
+        ops, p = self.stream_ops[k], self.pos[k]
+        if p >= len(ops) * self.iterations:
             return
-        it, j = head
-        op = self.trace.ops[self.streams[k][j]]
-        base = it * len(self.trace.ops)
-        dep_ends = [self.end[base + d] for d in op.deps]
-        if any(e != e for e in dep_ends):  # NaN: not ended yet
-            return
-        t = max([self.free[k], *dep_ends])
+        it, j = divmod(p, len(ops))
+        op = ops[j]
+        base, end = it * self.n_ops, self.end
+        t = self.free[k]
+        for d in op.deps:
+            e = end[base + d]
+            if e != e:  # NaN: not ended yet
+                return
+            if e > t:
+                t = e
         heapq.heappush(self.heap, (t, op.id + base, k))
         self.queued.add(k)
 
     def _start(self, k: int, t: float) -> None:
-        it, j = self._head(k)
-        op = self.trace.ops[self.streams[k][j]]
+        ops = self.stream_ops[k]
+        it, j = divmod(self.pos[k], len(ops))
+        op = ops[j]
         self.pos[k] += 1
         if op.kind == "collective":
             if op.category == "sync" and (it + 1) % op.args.get("every", 1):
@@ -179,28 +196,32 @@ class _Walk:
             skip = op.category == "sync" and (it + 1) % op.args.get("every", 1)
             return self._finish(op, it, t + (0.0 if skip else self.transfer_s[op.id]))
         seconds = self.dur[op.id]
-        if self.gpu_free is not None and op.kind != "host" and seconds > 0:
+        on_gpu = self.gpu_free is not None and op.kind != "host" and seconds > 0
+        if on_gpu:
             t = max(t, self.gpu_free[op.rank])
         if self.slow and op.kind != "host" and self._in_flight(op.rank, t):
             seconds *= 1.0 + self.slow
-        if self.gpu_free is not None and op.kind != "host" and seconds > 0:
+        if on_gpu:
             self.gpu_free[op.rank] = t + seconds
         self._finish(op, it, t + seconds)
 
     def _in_flight(self, rank: int, t: float) -> bool:
+        if not self.flight[rank]:
+            return False
         live = [(a, e) for a, e in self.flight[rank] if e > t]
         self.flight[rank] = live
         return any(a <= t for a, _ in live)
 
     def _arrive(self, op, it: int, t: float) -> None:
         cid = op.args["coll"]
-        members = self.arrived.setdefault((it, cid), [])
+        members = self.arrived.setdefault((it, cid), [0])
         members.append((op, t))
+        members[0] += self.weight[op.rank]  # the ranks arrived: a class counts all its members
         c = self.trace.collectives[cid]
-        if len(members) < len(c.ranks):
+        if members[0] < len(c.ranks):
             return
-        end = max(a for _, a in members) + self._collective_s(cid)
-        for o, a in members:
+        end = max(a for _, a in members[1:]) + self._collective_s(cid)
+        for o, a in members[1:]:
             fl = self.flight[o.rank]
             if (a, np.inf) in fl:
                 fl[fl.index((a, np.inf))] = (a, end)
@@ -208,7 +229,7 @@ class _Walk:
         del self.arrived[it, cid]
 
     def _finish(self, op, it: int, end: float) -> None:
-        self.end[it * len(self.trace.ops) + op.id] = end
+        self.end[it * self.n_ops + op.id] = end
         k = self.stream_of[op.id]
         self.free[k] = end
         self.in_collective.discard(k)
@@ -239,8 +260,81 @@ class _Walk:
         return self.coll_s[cid]
 
     def _choice(self, c) -> nccl.Choice:
-        devices = self.cluster.gpus[c.ranks]
-        return nccl.choose(self.cluster, c.op, devices, c.size_bytes, matrix=c.matrix)
+        """NCCL's choice for collective ``c``, remembered per cluster (the candidate plans of
+        one run share most of their collectives, and the run's own)."""
+        memo = _choices_of(self.cluster)
+        key = (c.op, c.size_bytes, c.ranks.tobytes(), _matrix_key(c.matrix))
+        if key not in memo:
+            if len(memo) >= MEMO_CHOICES:
+                memo.clear()
+            devices = self.cluster.gpus[c.ranks]
+            memo[key] = nccl.choose(self.cluster, c.op, devices, c.size_bytes, matrix=c.matrix)
+        return memo[key]
+
+
+#: NCCL choices remembered per cluster (:meth:`_Walk._choice`), at most
+MEMO_CHOICES = 4096
+_CHOICES: dict[int, tuple[weakref.ref, dict]] = {}
+
+
+def _choices_of(cluster) -> dict:
+    """The remembered NCCL choices of ``cluster`` (forgotten with it)."""
+    entry = _CHOICES.get(id(cluster))
+    if entry is None or entry[0]() is not cluster:
+        for k in [k for k, (ref, _) in _CHOICES.items() if ref() is None]:
+            del _CHOICES[k]
+        entry = _CHOICES[id(cluster)] = (weakref.ref(cluster), {})
+    return entry[1]
+
+
+def _matrix_key(m) -> tuple | None:
+    """A collective's byte matrix as a key: its values (a dense array, or an outer sum's row and
+    column vectors)."""
+    if m is None:
+        return None
+    if isinstance(m, OuterSum):
+        return ("outer", m.row.tobytes(), m.col.tobytes())
+    m = np.asarray(m)
+    return ("dense", m.shape, str(m.dtype), m.tobytes())
+
+
+def rank_classes(
+    by_rank: list, durations: np.ndarray, transfer_s: dict, alike: tuple | None = None
+) -> list[int]:
+    """Per rank, the members of its class when it is the class's first rank, else 0: ranks are
+    alike when their ops match op for op in name, kind, category, stream, dependencies (as
+    positions in the rank's own sequence), collective, sync period and seconds (module
+    docstring).  ``alike`` (``Trace.alike``): ranks the lowering knows to have equal ops, whose
+    ops are then compared once (their host transfers' seconds, which depend on the rank's own
+    routes, still each time)."""
+    first: dict[tuple, int] = {}
+    weight = [0] * len(by_rank)
+    known: dict[int, tuple] = {}  # a rank's key but for its transfers, by its ``alike`` rank
+    for rank, ops in enumerate(by_rank):
+        src = alike[rank] if alike is not None else rank
+        if src not in known:
+            known[src] = _ops_key(by_rank[src], durations)
+        moved = tuple(transfer_s[op.id] for op in ops if op.id in transfer_s) if transfer_s else ()
+        weight[first.setdefault((known[src], moved), rank)] += 1
+    return weight
+
+
+def _ops_key(ops: list, durations: np.ndarray) -> tuple:
+    """What tells one rank's ops from another's, but for host transfers' seconds."""
+    pos = {op.id: i for i, op in enumerate(ops)}
+    return tuple(
+        (
+            op.name,
+            op.kind,
+            op.category,
+            op.stream,
+            tuple(pos[d] for d in op.deps),
+            op.args.get("coll"),
+            op.args.get("every"),
+            float(durations[op.id]),
+        )
+        for op in ops
+    )
 
 
 def _transfer_seconds(cluster, trace: Trace) -> dict[int, float]:

@@ -26,6 +26,9 @@ their gradients after the interaction backward (on CPU trainers, on a stream of 
 
 from __future__ import annotations
 
+import sys
+from collections import OrderedDict
+
 import numpy as np
 
 from zionsim.dlrm.plan import Plan
@@ -56,6 +59,7 @@ class _Builder:
         self.dispatch_s = dispatch_s
         self.prepared: dict[int, int] = {}  # rank -> its batch-preparation host op
         self.last_launch: dict[int, int] = {}  # rank -> its latest launch op
+        self.shared: dict[tuple, dict] = {}  # op arguments by value (_shared)
 
     def op(self, rank, name, kind, category, stream, deps=(), **args) -> int:
         """Append an op (None deps dropped: absent ops) and return its id."""
@@ -85,8 +89,21 @@ class _Builder:
 
     def _append(self, rank, name, kind, category, stream, deps, args) -> int:
         i = len(self.ops)
-        self.ops.append(Op(i, rank, name, kind, category, stream, deps, args))
+        if kind != "host":  # a launch op's seconds grow as its run does (_launch): not shared
+            args = self._shared(kind, args)
+        self.ops.append(Op(i, rank, sys.intern(name), kind, category, stream, deps, args))
         return i
+
+    def _shared(self, kind: str, args: dict) -> dict:
+        """One dict for the equal arguments of many ops of one ``kind`` (alike ranks' GEMMs,
+        every member's op of a collective): at 65,536 ranks the trace's largest part.  Values
+        are compared with their types (``1`` and ``1.0`` stay apart); arguments holding lists
+        are not shared."""
+        try:
+            key = (kind, *((k, type(v), v) for k, v in args.items()))
+            return self.shared.setdefault(key, args)
+        except TypeError:  # an unhashable value (a parameter server's per-server bytes)
+            return args
 
     def prepare_batch(self, rank: int, seconds: float) -> None:
         """The host's per-iteration batch preparation of ``rank`` (the first op of its host
@@ -94,6 +111,17 @@ class _Builder:
         self.prepared[rank] = self._append(
             rank, "input_pipeline", "host", "framework", "host", (), {"seconds": seconds}
         )
+
+    def copy_rank(self, rank: int, start: int, end: int) -> None:
+        """Append the ops ``[start, end)`` of another rank, whose inputs equal ``rank``'s
+        (``lower``), as ``rank``'s: ids and dependencies shifted, the same (finished, never
+        changed again) arguments."""
+        shift = len(self.ops) - start
+        for op in self.ops[start:end]:
+            deps = tuple(d + shift for d in op.deps)
+            self.ops.append(
+                Op(op.id + shift, rank, op.name, op.kind, op.category, op.stream, deps, op.args)
+            )
 
     def collective(self, op, size, matrix=None, ranks=None) -> int:
         """Append a collective of ``size`` bytes over ``ranks`` (default all) and return its id."""
@@ -110,6 +138,16 @@ def _kernels(kind: str, args: dict) -> int:
     return int(args.get("launches", 1))
 
 
+#: lowered traces kept for reuse, at most this many ops in all (about 0.4 kB each): the
+#: planner lowers each candidate plan to estimate it, and the run then lowers the chosen one
+#: again; a sweep's points that differ only in the cluster's rates lower the same plans
+CACHE_OPS = 100_000
+#: lower a rank whose inputs equal an earlier rank's as a copy of that rank's ops (``lower``);
+#: False: every rank on its own (the tests comparing the two)
+SHARE_RANKS = True
+_CACHE: OrderedDict = OrderedDict()
+
+
 def lower(
     w: WorkloadSpec,
     plan: Plan,
@@ -121,9 +159,45 @@ def lower(
     stack: StackSpec = BARE,
 ) -> Trace:
     """One training iteration of ``w`` under ``plan`` on ``ranks`` GPUs, as software ``stack``
-    runs it (its kernel counts and per-step host work; its precisions are already in ``w``)."""
+    runs it (its kernel counts and per-step host work; its precisions are already in ``w``).
+
+    The same inputs (by value: the workload's and the stack's fields, the plan, the counts)
+    give the same trace, so recent traces are kept (:data:`CACHE_OPS`) and a repeat gets a
+    copy of one: its own op list, collective list and ``meta`` (the ops themselves, frozen,
+    are shared; their ``args`` must not be changed in place)."""
     g = gpus_per_node or ranks
     sync = sync or SyncSpec()
+    key = (repr(w), repr(plan), ranks, fused, g, zipf_alpha, repr(sync), repr(stack))
+    trace = _CACHE.get(key)
+    if trace is None:
+        trace = _lower(w, plan, ranks, fused, g, zipf_alpha, sync, stack)
+        _remember(key, trace)
+    else:
+        _CACHE.move_to_end(key)
+    meta = {k: dict(v) if isinstance(v, dict) else v for k, v in trace.meta.items()}
+    return Trace(
+        trace.ranks,
+        list(trace.ops),
+        list(trace.collectives),
+        meta,
+        trace.stack,
+        trace.sync,
+        trace.alike,
+    )
+
+
+def _remember(key: tuple, trace: Trace) -> None:
+    """Keep ``trace`` under ``key``, dropping the least recently used beyond :data:`CACHE_OPS`
+    ops (a trace larger than that is not kept)."""
+    if len(trace.ops) > CACHE_OPS:
+        return
+    _CACHE[key] = trace
+    while sum(len(t.ops) for t in _CACHE.values()) > CACHE_OPS:
+        _CACHE.popitem(last=False)
+
+
+def _lower(w, plan, ranks, fused, g, zipf_alpha, sync, stack) -> Trace:
+    """:func:`lower` without the cache."""
     lay = layout(w, plan, ranks, g, zipf_alpha)
     b = _Builder(ranks, stack.host_dispatch_s)
     c = _embedding_collectives(b, lay, ranks, g)
@@ -136,8 +210,26 @@ def lower(
     }
     sync_bytes = float((w.dense_params + lay.dp_params) * cb)
     sync_colls = _sync_collectives(b, sync, sync_bytes, ranks, g)
+    rows = _rank_rows(lay, ranks)
+    blocks: dict[tuple, tuple] = {}  # a rank's inputs -> (rank, its ops' ids [start, end))
+    alike: list[int] = []
+    group_of: dict[int, str] = {}
+    for k, grp in dense_groups.items():
+        for r in grp.tolist():
+            group_of.setdefault(r, k)
     for r in range(ranks):
-        group = next((k for k, grp in dense_groups.items() if r in grp), None)
+        group = group_of.get(r)
+        ar = c_ar.get(group, [])
+        node, local = r // g, r % g
+        twrw = [c.get((k, node)) for k in ("twrw_rs", "twrw_ag")]
+        twrw += [c.get((k, local)) for k in ("twrw_a2a", "twrw_a2a_bwd")]
+        key = (tuple(ar), *twrw, sync_colls.get(r), *(row[r].tobytes() for row in rows))
+        if SHARE_RANKS and key in blocks:
+            alike.append(alike[blocks[key][0]])
+            b.copy_rank(r, *blocks[key][1:])
+            continue
+        alike.append(r)
+        start = len(b.ops)
         host_s = stack.host_per_step_s + stack.host_per_sample_s * w.batch_per_gpu
         if host_s > 0 or stack.host_dispatch_s > 0:
             b.prepare_batch(r, host_s)
@@ -145,10 +237,10 @@ def lower(
         if stack.gpu_per_step_s > 0:  # GPU work the op list leaves out, serial on the GPU
             step_op = b.op(r, "step_gpu_work", "host", "framework", "compute", (),
                            seconds=stack.gpu_per_step_s)  # fmt: skip
-        ar = c_ar.get(group, [])
         first = step_op if stack.iteration_join else None
-        _lower_rank(b, w, r, r // g, r % g, lay, fused, c, ar, buckets, stack, first)
+        _lower_rank(b, w, r, node, local, lay, fused, c, ar, buckets, stack, first)
         _lower_sync(b, sync, r, g, sync_colls, sync_bytes)
+        blocks[key] = (r, start, len(b.ops))
     meta = {
         "workload": w.name,
         "plan": plan.name,
@@ -157,7 +249,19 @@ def lower(
         "model": model_figures(w),
     }
     background = sync_colls if sync.is_shadow else {}
-    return Trace(ranks, b.ops, b.colls, meta, stack, TraceSync(sync, background, sync_bytes))
+    sync_of = TraceSync(sync, background, sync_bytes)
+    return Trace(ranks, b.ops, b.colls, meta, stack, sync_of, tuple(alike))
+
+
+def _rank_rows(lay, ranks: int) -> list[np.ndarray]:
+    """Every per-rank array of the layout (first axis: the ranks; the n×n byte matrices are
+    not arrays and reach a rank's ops only through its collectives): with its dense group's,
+    node's and rail's collectives, what tells one rank's ops from another's."""
+    return [
+        v
+        for v in vars(lay).values()
+        if isinstance(v, np.ndarray) and v.ndim and v.shape[0] == ranks
+    ]
 
 
 def model_figures(w: WorkloadSpec) -> dict:
@@ -208,7 +312,8 @@ class _RankOps:
         self.stack = stack
         self.emb_stream = "embedding" if stack.embedding_stream else "compute"
         self.dt = w.precision["dense"]
-        self.servers = [int(k) for k in np.flatnonzero(lay.ps_pooled[r])]
+        ps = lay.ps_pooled[r]
+        self.servers = [int(k) for k in np.flatnonzero(ps)] if ps.size else []
 
     def coll(self, name, key, cat, stream, deps=()):
         """The rank's op of collective ``c[key]``; None when the trace has no such collective."""

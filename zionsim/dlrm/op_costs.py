@@ -18,18 +18,51 @@ from zionsim.hardware.services import service_routes
 
 
 def op_durations(cluster, trace: Trace, model: compute.ComputeModel | None = None) -> np.ndarray:
-    """Seconds of every compute op of ``trace`` on ``cluster``'s GPU (0 for collectives)."""
+    """Seconds of every compute op of ``trace`` on ``cluster``'s GPU (0 for collectives).
+
+    Every node has the same GPU, so a rank the lowering made as a copy of another
+    (``Trace.alike``) gets that rank's seconds, op for op, without pricing its ops again."""
     gpu = cluster.spec.gpu
     cache: dict[tuple, float] = {}
+    same: dict[int, float] = {}  # by the identity of an op's arguments (shared by copied ranks)
     out = np.zeros(len(trace.ops))
-    for op in trace.ops:
+    blocks = _rank_blocks(trace)
+    for op in trace.ops if blocks is None else _own_ops(trace, blocks):
         if op.kind in ("collective", "transfer"):
             continue
-        key = (op.kind, tuple(sorted(op.args.items())))
-        if key not in cache:
-            cache[key] = _duration(gpu, op.kind, op_args(op), model)
-        out[op.id] = cache[key]
+        seconds = same.get(id(op.args))
+        if seconds is None:
+            key = (op.kind, tuple(sorted(op.args.items())))
+            if key not in cache:
+                cache[key] = _duration(gpu, op.kind, op_args(op), model)
+            seconds = same[id(op.args)] = cache[key]
+        out[op.id] = seconds
+    if blocks is not None:
+        for r, src in enumerate(trace.alike):
+            if src != r:
+                out[blocks[r] : blocks[r + 1]] = out[blocks[src] : blocks[src + 1]]
     return out
+
+
+def _rank_blocks(trace: Trace) -> np.ndarray | None:
+    """Where each rank's ops start (and, last, where they end) when each rank's ops are one run
+    of ids and every rank the lowering copied has as many ops as its original; else None."""
+    if trace.alike is None or not trace.ops:
+        return None
+    ranks = np.fromiter((op.rank for op in trace.ops), dtype=np.int64, count=len(trace.ops))
+    if np.any(np.diff(ranks) < 0):
+        return None
+    blocks = np.searchsorted(ranks, np.arange(trace.ranks + 1))
+    sizes = np.diff(blocks)
+    src = np.asarray(trace.alike, dtype=np.int64)
+    return blocks if np.array_equal(sizes, sizes[src]) else None
+
+
+def _own_ops(trace: Trace, blocks: np.ndarray):
+    """The ops of the ranks that are not copies of another (``Trace.alike``)."""
+    for r, src in enumerate(trace.alike):
+        if src == r:
+            yield from trace.ops[blocks[r] : blocks[r + 1]]
 
 
 def _duration(gpu, kind: str, a, model) -> float:

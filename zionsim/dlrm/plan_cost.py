@@ -17,7 +17,7 @@ from zionsim.dlrm.cache import hit_rate
 from zionsim.dlrm.estimate import iteration_estimate, link_seconds
 from zionsim.dlrm.op_costs import nearest_dram
 from zionsim.dlrm.plan import Plan, Shard, memory_by_rank
-from zionsim.dlrm.sharding import column_splits, row_splits
+from zionsim.dlrm.sharding import column_splits, first_row_block
 from zionsim.dlrm.stack import StackSpec, resolve_stack
 from zionsim.dlrm.workload import DTYPE_BYTES, EMBEDDING_OPTIMIZERS, WorkloadSpec, row_bytes
 from zionsim.hardware import compute
@@ -149,7 +149,7 @@ def _largest_part(t, opt: Option) -> tuple[int, float]:
     first block (TorchRec's ``⌈rows/k⌉``, ``sharding.row_splits``), else the whole table."""
     if opt.kind not in ("RW", "TWRW"):
         return t.rows, 1.0
-    rows = row_splits(t.rows, opt.parts)[0]
+    rows = first_row_block(t.rows, opt.parts)
     return rows, rows / t.rows if t.rows else 0.0
 
 

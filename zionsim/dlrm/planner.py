@@ -188,9 +188,9 @@ class Planner:
         rebalanced; then the candidates of :meth:`candidates` compared by their estimated
         iteration (module docstring, stage 6)."""
         ctx = context(cluster, w)
+        price = _by_shape(ctx) if self.estimate is estimate else self.estimate
         costed = {
-            t.index: [(o, self.estimate(ctx, t, o)) for o in self.enumerate(ctx, t)]
-            for t in w.tables
+            t.index: [(o, price(ctx, t, o)) for o in self.enumerate(ctx, t)] for t in w.tables
         }
         data = sum(next(c for o, c in cs if o.kind == "TW").part_bytes for cs in costed.values())
         ctx = replace(ctx, hbm_share=min(1.0, ctx.n * ctx.hbm_budget / data) if data else 1.0)
@@ -264,6 +264,21 @@ class Planner:
                 break
             best, chosen, plan = peak, trial, p
         return plan
+
+
+def _by_shape(ctx: Context) -> Callable:
+    """:func:`~zionsim.dlrm.plan_cost.estimate` on ``ctx``, priced once per table shape (rows,
+    columns, pooling) and option kind and parts: all it reads of a table (a workload of many
+    alike tables, such as Neo's model A, is priced once)."""
+    seen: dict[tuple, Cost] = {}
+
+    def price(_ctx: Context, t, o: Option) -> Cost:
+        key = (t.rows, t.dim, t.pooling, o.kind, o.parts)
+        if key not in seen:
+            seen[key] = estimate(ctx, t, o)
+        return seen[key]
+
+    return price
 
 
 def best_estimated(cluster, w: WorkloadSpec, plans: list[Plan], stack=None) -> Plan:

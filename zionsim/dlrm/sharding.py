@@ -153,9 +153,10 @@ def _add_ps_shard(out: Layout, w: WorkloadSpec, s) -> None:
     out.ps_dram_bytes[s.server] += t.rows * (rb + state)
 
 
-def _serve(out: Layout, w: WorkloadSpec, s, r: int, lookups, rows, dim: int, zipf_alpha) -> None:
-    """Rank ``r`` serves ``lookups`` lookups into ``rows`` rows of width ``dim`` of shard ``s``:
-    lookup work, and HBM (or, in the ``uvm`` tier, cached HBM + host DRAM and miss traffic)."""
+def _serve(out: Layout, w: WorkloadSpec, s, r, lookups, rows, dim: int, zipf_alpha) -> None:
+    """Rank ``r`` (or every rank of a slice) serves ``lookups`` lookups into ``rows`` rows of
+    width ``dim`` of shard ``s``: lookup work, and HBM (or, in the ``uvm`` tier, cached HBM +
+    host DRAM and miss traffic)."""
     rb, state = _row_and_state_bytes(w, dim)
     out.lookups[r] += lookups
     if lookups > 0:
@@ -183,10 +184,10 @@ def _add_gpu_shard(out: Layout, w: WorkloadSpec, s, n: int, g: int, zipf_alpha: 
     t, idx = w.tables[s.table], w.index_bytes
     B, G = w.batch_per_gpu, w.batch_per_gpu * n
     cb = DTYPE_BYTES[s.comm_precision or w.precision["communication"]]
-    if s.kind == "DP":
-        for r in range(n):
-            _serve(out, w, s, r, B * t.pooling, t.rows, t.dim, zipf_alpha)
-            out.out_bytes[r] += B * t.dim * cb
+    if s.kind == "DP":  # every rank alike: served at once (the same sums, element by element)
+        every = slice(None)
+        _serve(out, w, s, every, B * t.pooling, t.rows, t.dim, zipf_alpha)
+        out.out_bytes[every] += B * t.dim * cb
         out.dp_params += t.rows * t.dim
     elif s.kind in ("TW", "CW", "TWCW"):
         for r, d in zip(s.ranks, shard_widths(s, t.dim), strict=True):
@@ -213,7 +214,14 @@ def row_splits(rows: int, k: int) -> list[int]:
     FBGEMM's ``block_bucketize_sparse_features``, which routes id ``i`` to block
     ``i // block``)."""
     block = -(-rows // k) if k > 0 else 0
-    return [max(0, min(block, rows - i * block)) for i in range(k)]
+    # max(0, min(block, rows - i * block)) for each block i, at once (k is every GPU for RW)
+    return np.clip(rows - np.arange(k, dtype=np.int64) * block, 0, block).tolist()
+
+
+def first_row_block(rows: int, k: int) -> int:
+    """``row_splits(rows, k)[0]``, the largest block, without listing the ``k`` blocks (the
+    planner asks for it per table and option: ``k`` is every GPU for a row-wise option)."""
+    return max(0, min(-(-rows // k), rows)) if k > 0 else 0
 
 
 def shard_rows(s, rows: int) -> list[int]:
@@ -222,6 +230,17 @@ def shard_rows(s, rows: int) -> list[int]:
     if s.rows is not None:
         return list(s.rows)
     return row_splits(rows, len(s.ranks))
+
+
+def _alike_parts(ranks, rows: list[int]) -> list[tuple]:
+    """(ranks, rows) of a row split's parts, the ranks holding equally many rows together (an
+    index array) when no rank is listed twice, else (rank, rows) one by one: a row-wise table
+    over 65,536 GPUs is two or three groups, laid out at once.  Each rank's figures are the
+    same sums either way (a rank's slot gets its tables' terms in table order)."""
+    if len(set(ranks)) < len(ranks):
+        return list(zip(ranks, rows, strict=True))
+    idx, sizes = np.asarray(ranks, dtype=np.int64), np.asarray(rows)
+    return [(idx[sizes == v], v) for v in dict.fromkeys(rows)]
 
 
 def _add_row_shard(out: Layout, w: WorkloadSpec, s, n: int, g: int, zipf_alpha, cb) -> None:
@@ -237,7 +256,7 @@ def _add_row_shard(out: Layout, w: WorkloadSpec, s, n: int, g: int, zipf_alpha, 
     t, idx = w.tables[s.table], w.index_bytes
     B, G = w.batch_per_gpu, w.batch_per_gpu * n
     every = s.kind == "RW" and sorted(s.ranks) == list(range(n))
-    for r, rows in zip(s.ranks, shard_rows(s, t.rows), strict=True):
+    for r, rows in _alike_parts(s.ranks, shard_rows(s, t.rows)):
         share = rows / t.rows if t.rows else 0.0
         _serve(out, w, s, r, G * t.pooling * share, rows, t.dim, zipf_alpha)
         out.out_bytes[r] += G * t.dim * cb

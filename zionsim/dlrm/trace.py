@@ -196,6 +196,9 @@ class Trace:
     meta: dict = field(default_factory=dict)
     stack: StackSpec | None = None
     sync: TraceSync | None = None
+    #: each rank's first rank whose ops equal its own but for ids and rank (the lowering's
+    #: shared ranks, ``lowering.py``); None where not known (a trace file, a profile)
+    alike: tuple[int, ...] | None = None
 
     @property
     def sync_spec(self) -> SyncSpec:

@@ -238,14 +238,25 @@ def is_partial(path: str | Path) -> bool:
     return any(part.startswith(TMP_PREFIX) for part in Path(path).parts)
 
 
+def _write_content(path: Path, content) -> None:
+    """Write bytes, text, or an iterable of text pieces (streamed, one piece at a time)."""
+    if isinstance(content, bytes | str):
+        path.write_bytes(content.encode() if isinstance(content, str) else content)
+        return
+    with open(path, "w", encoding="utf-8") as f:
+        for piece in content:
+            f.write(piece)
+
+
 def write_result_dir(
     out_dir: str | Path,
-    files: dict[str, bytes | str],
+    files: dict,
     kind: str = "result",
     inputs: str | None = None,
     force: bool = False,
 ) -> Path:
-    """Write ``files`` (name → content) as the folder ``out_dir``, atomically.
+    """Write ``files`` (name → bytes, text, or an iterable of text pieces streamed to the
+    file) as the folder ``out_dir``, atomically.
 
     The folder is written as a temporary sibling (``.zionsim-tmp-<name>.<pid>.*``) with a
     ``MARKER`` file naming ``kind`` and ``inputs``, then renamed into place; the sibling is removed
@@ -260,7 +271,7 @@ def write_result_dir(
     old = None
     try:
         for name, content in files.items():
-            (tmp / name).write_bytes(content.encode() if isinstance(content, str) else content)
+            _write_content(tmp / name, content)
         (tmp / MARKER).write_text(to_json({"kind": kind, "inputs": inputs}))
         if out.exists():
             old = Path(
@@ -310,7 +321,7 @@ def write_run(
         "links.csv": result.links.to_csv(index=False),
         "memory.csv": result.memory.to_csv(index=False),
         "ranks.csv": result.rank_totals().to_csv(index=False),
-        "trace.json": json.dumps(result.perfetto(ranks), separators=(",", ":")),
+        "trace.json": result.perfetto_json(ranks),  # streamed: pieces of text
     }
     if plot:
         from zionsim.io.plots import plot_breakdown, png_bytes

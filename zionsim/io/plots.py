@@ -1,11 +1,10 @@
 """Plots: each function takes model data plus an optional matplotlib ``ax`` and returns the axes.
 
-matplotlib is imported inside the functions (headless backend), so importing zionsim stays cheap.
+matplotlib (and networkx, for the topology) is imported inside the functions (headless
+backend), so importing zionsim, or this module, stays cheap.
 """
 
 from __future__ import annotations
-
-import networkx as nx
 
 _COLORS = {
     "gpu": "#76b900",
@@ -41,6 +40,8 @@ def _pyplot():
 
 def plot_topology(cluster, ax=None, max_nodes: int = 2):
     """Draw the devices of the first ``max_nodes`` nodes and the switches above them."""
+    import networkx as nx
+
     plt = _pyplot()
     if ax is None:
         _, ax = plt.subplots(figsize=(12, 7))

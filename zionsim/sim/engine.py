@@ -37,11 +37,8 @@ from zionsim.hardware import compute
 from zionsim.network import nccl
 from zionsim.network.flows import FlowNetwork, NetworkStats
 from zionsim.network.simulate import CountingEnvironment
-from zionsim.sim.records import OpRecord, SpanTag, SyncRound
+from zionsim.sim.records import OpRecords, SpanTag, SyncRound
 from zionsim.sim.templates import TemplateBroken, templates
-
-#: a named tuple from a tuple without a Python call (the engine's hot loop)
-_new = tuple.__new__
 
 
 @dataclass
@@ -66,8 +63,8 @@ class RunRecords:
     trace: Trace
     iterations: int
     durations_s: np.ndarray
-    #: one :class:`~zionsim.sim.records.OpRecord` per executed op
-    ops: list[OpRecord] = field(default_factory=list)
+    #: one :class:`~zionsim.sim.records.OpRecord` per executed op (held compactly)
+    ops: OpRecords = field(default_factory=OpRecords)
     collectives: dict[tuple[int, int], CollectiveRecord] = field(default_factory=dict)
     network: NetworkStats | None = None
     sim_time_s: float = 0.0
@@ -220,7 +217,8 @@ def check_complete(rec: RunRecords) -> None:
     """InputError naming the first op that never ran, unless every op ran every iteration."""
     trace = rec.trace
     if len(rec.ops) != rec.iterations * len(trace.ops):
-        stuck = {o.id for o in trace.ops} - {r.op for r in rec.ops if r.iteration == 0}
+        it, op = rec.ops.columns()[:2]
+        stuck = {o.id for o in trace.ops} - set(op[it == 0].tolist())
         first = trace.ops[min(stuck)] if stuck else trace.ops[-1]
         raise InputError(
             f"the trace stalls: op {first.id} ({first.name}, rank {first.rank}) "
@@ -280,7 +278,8 @@ class _Run:
     def stream(self, rank: int, ops, iterations: int):
         """Process running one (rank, stream)'s ops in order for ``iterations`` iterations, each
         after its deps; records (iteration, op, free, start, end) per op."""
-        env, dur, rows = self.env, self.rec.durations_s, self.rec.ops
+        env, dur = self.env, self.rec.durations_s
+        rows, copies = self.rec.ops.rows, self.rec.ops.copies
         member_ops = self.tpl.member_ops
         for it in range(iterations):
             if self.per_iteration is not None:  # noise and hiccups (``variability.py``)
@@ -311,10 +310,9 @@ class _Run:
                         yield from self._compute(rank, op, dur[op.id])
                 elif dur[op.id] > 0:
                     yield from self._compute(rank, op, dur[op.id])
-                rows.append(OpRecord(it, op.id, free, start, env.now))
+                rows.append((it, op.id, free, start, env.now))
                 if op.id in member_ops:  # the other members of its class: the same times
-                    rows.extend(_new(OpRecord, (it, m, free, start, env.now))
-                                for m in member_ops[op.id])  # fmt: skip
+                    copies.append((len(rows) - 1, member_ops[op.id]))
                 self._done(it, op.id).succeed()
             if ops[0].stream == "compute":
                 self.iteration[rank] = it + 1

@@ -16,13 +16,15 @@ Definitions (also in ``docs/outputs.md``):
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
+from collections.abc import Iterator
 
 import numpy as np
 import pandas as pd
 
 from zionsim.base.errors import InputError
-from zionsim.dlrm.trace import CATEGORIES
+from zionsim.dlrm.trace import CATEGORIES, STREAMS
 from zionsim.sim.records import SpanTag
 
 BREAKDOWN_KEYS = CATEGORIES + ("idle",)
@@ -36,25 +38,30 @@ class Analysis:
         if not 0 <= warmup < rec.iterations:
             raise ValueError("warmup must leave at least one measured iteration")
         self.warmup = warmup
-        arr = np.array(rec.ops, dtype=float).reshape(-1, 5)
-        self.it, self.op = arr[:, 0].astype(int), arr[:, 1].astype(int)
-        self.free, self.start, self.end = arr[:, 2], arr[:, 3], arr[:, 4]
-        self.row = {(i, o): k for k, (i, o) in enumerate(zip(self.it, self.op, strict=True))}
+        self.it, self.op, self.free, self.start, self.end = rec.ops.columns()
+        #: the record of (iteration, op): ``row[it, op]`` (every op runs every iteration)
+        self.row = np.full((rec.iterations, len(self.trace.ops)), -1, dtype=np.int64)
+        self.row[self.it, self.op] = np.arange(len(self.it))
         self.ends = np.array([self.end[self.it == i].max() for i in range(rec.iterations)])
+        self._op_codes: dict | None = None  # per-op arrays, built on first use (_codes)
         self._stream_links()
 
     def _stream_links(self) -> None:
-        """Previous op on the same (rank, stream), and each rank's op of each collective."""
-        self.prev: dict[int, int] = {}
+        """Previous op on the same (rank, stream) (-1: none), and each rank's op of each
+        collective."""
+        prev = [-1] * len(self.trace.ops)
         self.last_of_stream: dict[tuple[int, str], int] = {}
         self.coll_op: dict[tuple[int, int], int] = {}
+        last = self.last_of_stream
         for op in self.trace.ops:
             key = (op.rank, op.stream)
-            if key in self.last_of_stream:
-                self.prev[op.id] = self.last_of_stream[key]
-            self.last_of_stream[key] = op.id
+            p = last.get(key)
+            if p is not None:
+                prev[op.id] = p
+            last[key] = op.id
             if op.kind == "collective":
                 self.coll_op[op.rank, op.args["coll"]] = op.id
+        self.prev = np.array(prev, dtype=np.int64)
 
     # ----------------------------------------------------------------------------- figures
     def iteration_times(self) -> np.ndarray:
@@ -100,8 +107,8 @@ class Analysis:
 
     def _binding(self, it: int, op) -> int | None:
         cands = [self.row[it, d] for d in op.deps]
-        p = self.prev.get(op.id)
-        if p is not None:
+        p = self.prev[op.id]
+        if p >= 0:
             cands.append(self.row[it, p])
         elif it > 0:
             cands.append(self.row[it - 1, self.last_of_stream[op.rank, op.stream]])
@@ -118,105 +125,175 @@ class Analysis:
 
     def busy(self) -> dict[str, float]:
         """Busy seconds per category per iteration, averaged over ranks."""
-        out = dict.fromkeys(CATEGORIES, 0.0)
-        measured = self.it >= self.warmup
-        for k in np.flatnonzero(measured):
-            op = self.trace.ops[self.op[k]]
-            cr = self.rec.collectives.get((self.it[k], op.args.get("coll")))
-            if op.kind == "collective" and cr is not None:
-                out[op.category] += cr.end_s - cr.start_s
-            else:
-                out[op.category] += self.end[k] - self.start[k]
+        k = np.flatnonzero(self.it >= self.warmup)
+        codes = self._codes()
+        ops, its = self.op[k], self.it[k]
+        seconds = self.end[k] - self.start[k]
+        coll = codes["coll"][ops]
+        joined = np.flatnonzero(coll >= 0)  # a collective counts from its last arrival
+        if len(joined):
+            span = self._collective_spans()[its[joined], coll[joined]]
+            have = ~np.isnan(span)
+            seconds[joined[have]] = span[have]
+        # bincount adds in record order, as a loop over the records would
+        sums = np.bincount(codes["category"][ops], seconds, minlength=len(CATEGORIES))
         scale = self.trace.ranks * (self.rec.iterations - self.warmup)
-        return {k: v / scale for k, v in out.items()}
+        return {c: float(v) / scale for c, v in zip(CATEGORIES, sums.tolist(), strict=True)}
 
     def exposed(self) -> dict[str, float]:
         """Exposed communication seconds per collective category per iteration, rank-averaged."""
         out: dict[str, float] = defaultdict(float)
-        for k in np.flatnonzero(self.it >= self.warmup):
+        codes = self._codes()
+        wait = self.start - self.free
+        compute = STREAM_CODES["compute"]
+        waiting = (self.it >= self.warmup) & (wait > 0)
+        waiting &= (codes["stream"][self.op] == compute) & codes["has_deps"][self.op]
+        for k in np.flatnonzero(waiting):
             op = self.trace.ops[self.op[k]]
-            wait = self.start[k] - self.free[k]
-            if op.stream != "compute" or wait <= 0 or not op.deps:
-                continue
             it = self.it[k]
             dep = max(op.deps, key=lambda d: self.end[self.row[it, d]])
             dop = self.trace.ops[dep]
             if dop.kind == "collective":
-                out[dop.category] += min(wait, self.end[self.row[it, dep]] - self.free[k])
+                out[dop.category] += min(wait[k], self.end[self.row[it, dep]] - self.free[k])
         scale = self.trace.ranks * (self.rec.iterations - self.warmup)
         return {k: v / scale for k, v in sorted(out.items())}
+
+    def _codes(self) -> dict[str, np.ndarray]:
+        """Per op of the trace (by id): rank, category and stream (indices into
+        ``CATEGORIES`` and ``STREAMS``), collective id (-1: not a collective op), whether it
+        has dependencies, and its name and kind (indices into ``names`` and ``kinds``)."""
+        if self._op_codes is None:
+            ops = self.trace.ops
+            cat = {c: i for i, c in enumerate(CATEGORIES)}
+            names: dict[str, int] = {}
+            kinds: dict[str, int] = {}
+            self._op_codes = {
+                "rank": np.array([o.rank for o in ops], dtype=np.int64),
+                "category": np.array([cat[o.category] for o in ops], dtype=np.int64),
+                "stream": np.array([STREAM_CODES[o.stream] for o in ops], dtype=np.int64),
+                "coll": np.array(
+                    [o.args["coll"] if o.kind == "collective" else -1 for o in ops],
+                    dtype=np.int64,
+                ),
+                "has_deps": np.array([bool(o.deps) for o in ops], dtype=bool),
+                "name": np.array([names.setdefault(o.name, len(names)) for o in ops]),
+                "kind": np.array([kinds.setdefault(o.kind, len(kinds)) for o in ops]),
+                "names": list(names),
+                "kinds": list(kinds),
+            }
+        return self._op_codes
+
+    def _collective_spans(self) -> np.ndarray:
+        """Seconds of each (iteration, collective) from its last arrival to its end; NaN for
+        one not recorded."""
+        out = np.full((self.rec.iterations, len(self.trace.collectives)), np.nan)
+        for (it, cid), cr in self.rec.collectives.items():
+            out[it, cid] = cr.end_s - cr.start_s
+        return out
 
     # ----------------------------------------------------------------------------- tables
     def events(self) -> pd.DataFrame:
         """One row per executed op, then one per network batch (collective phase) and one per
         background (shadow) sync round; sorted by start time, then rank, stream and name."""
         parts = [self._op_events(), self._network_events(), self._sync_round_events()]
-        df = pd.concat([p for p in parts if p is not None], ignore_index=True)
-        if "bytes" not in df:
-            df["bytes"] = 0.0
-        df["bytes"] = df["bytes"].fillna(0.0)
-        df["duration_s"] = df["end_s"] - df["start_s"]
-        return df.sort_values(
-            ["start_s", "rank", "stream", "name"], kind="stable", ignore_index=True
-        )
-
-    def _op_events(self) -> pd.DataFrame:
-        """One row per executed op; ``wait_s`` is the time it sat ready behind its stream."""
-        ops = self.trace.ops
-        idx = self.op
-        return pd.DataFrame(
+        parts = [p for p in parts if p is not None]
+        cols: dict = {}
+        for key in ("iteration", "rank", "start_s", "end_s", "wait_s", "bytes"):
+            cols[key] = np.concatenate(
+                [np.broadcast_to(p.get(key, 0.0), len(p["start_s"])) for p in parts]
+            )
+        text = {}  # each string column as (values in sorted order, each row's index there)
+        for key in ("stream", "name", "kind", "category"):
+            vocab = sorted({v for p in parts for v in p[key][1]})
+            code = {v: i for i, v in enumerate(vocab)}
+            rows = [np.array([code[v] for v in p[key][1]])[p[key][0]] for p in parts]
+            text[key] = (vocab, np.concatenate(rows))
+        # the order of a stable sort by start time, rank, stream and name
+        order = np.lexsort((text["name"][1], text["stream"][1], cols["rank"], cols["start_s"]))
+        df = pd.DataFrame(
             {
-                "iteration": self.it,
-                "rank": [ops[i].rank for i in idx],
-                "stream": [ops[i].stream for i in idx],
-                "name": [ops[i].name for i in idx],
-                "kind": [ops[i].kind for i in idx],
-                "category": [ops[i].category for i in idx],
-                "start_s": self.start,
-                "end_s": self.end,
-                "wait_s": self.start - self.free,
+                "iteration": cols["iteration"][order].astype(np.int64),
+                "rank": cols["rank"][order].astype(np.int64),
+                **{
+                    k: pd.array(np.array(v, dtype=object)[c[order]], dtype="str")
+                    for k, (v, c) in text.items()
+                },
+                "start_s": cols["start_s"][order],
+                "end_s": cols["end_s"][order],
+                "wait_s": cols["wait_s"][order],
+                "bytes": cols["bytes"][order],
             }
         )
+        df["duration_s"] = df["end_s"] - df["start_s"]
+        return df
 
-    def _network_events(self) -> pd.DataFrame | None:
+    def _op_events(self) -> dict:
+        """One row per executed op, as columns (strings as (codes, values)); ``wait_s`` is the
+        time it sat ready behind its stream."""
+        codes, idx = self._codes(), self.op
+        return {
+            "iteration": self.it,
+            "rank": codes["rank"][idx],
+            "stream": (codes["stream"][idx], list(STREAM_CODES)),
+            "name": (codes["name"][idx], codes["names"]),
+            "kind": (codes["kind"][idx], codes["kinds"]),
+            "category": (codes["category"][idx], list(CATEGORIES)),
+            "start_s": self.start,
+            "end_s": self.end,
+            "wait_s": self.start - self.free,
+        }
+
+    def _network_events(self) -> dict | None:
         """One row per network batch (rank -1, stream ``network``) with its bytes; None if none."""
         spans = self.rec.network.spans if self.rec.network else []
         if not spans:
             return None
         labels = [_span_label(s.tag, self.trace.collectives) for s in spans]
-        return pd.DataFrame(
-            {
-                "iteration": [x[0] for x in labels],
-                "rank": -1,
-                "stream": "network",
-                "name": [x[1] for x in labels],
-                "kind": "flows",
-                "category": [x[2] for x in labels],
-                "start_s": [s.start_s for s in spans],
-                "end_s": [s.end_s for s in spans],
-                "wait_s": 0.0,
-                "bytes": [s.bytes for s in spans],
-            }
-        )
+        return {
+            "iteration": np.array([x[0] for x in labels], dtype=np.int64),
+            "rank": -1,
+            "stream": _constant("network", len(spans)),
+            "name": _strings([x[1] for x in labels]),
+            "kind": _constant("flows", len(spans)),
+            "category": _strings([x[2] for x in labels]),
+            "start_s": np.array([s.start_s for s in spans], dtype=float),
+            "end_s": np.array([s.end_s for s in spans], dtype=float),
+            "wait_s": 0.0,
+            "bytes": np.array([s.bytes for s in spans], dtype=float),
+        }
 
-    def _sync_round_events(self) -> pd.DataFrame | None:
+    def _sync_round_events(self) -> dict | None:
         """One row per background (ShadowSync) round on stream ``sync``; None if none."""
         sr = self.rec.sync_rounds
         if not sr:
             return None
-        return pd.DataFrame(
-            {
-                "iteration": [x[3] for x in sr],
-                "rank": [x[0] for x in sr],
-                "stream": "sync",
-                "name": "shadow_round",
-                "kind": "sync",
-                "category": "sync",
-                "start_s": [x[1] for x in sr],
-                "end_s": [x[2] for x in sr],
-                "wait_s": 0.0,
-            }
-        )
+        return {
+            "iteration": np.array([x[3] for x in sr], dtype=np.int64),
+            "rank": np.array([x[0] for x in sr], dtype=np.int64),
+            "stream": _constant("sync", len(sr)),
+            "name": _constant("shadow_round", len(sr)),
+            "kind": _constant("sync", len(sr)),
+            "category": _constant("sync", len(sr)),
+            "start_s": np.array([x[1] for x in sr], dtype=float),
+            "end_s": np.array([x[2] for x in sr], dtype=float),
+            "wait_s": 0.0,
+        }
+
+
+#: each stream's index (``trace.STREAMS``) in the per-op codes of :class:`Analysis`
+STREAM_CODES = {s: i for i, s in enumerate(STREAMS)}
+
+
+def _constant(value: str, n: int) -> tuple[np.ndarray, list[str]]:
+    """A string column of ``n`` rows all ``value``, as (codes, values)."""
+    return np.zeros(n, dtype=np.int64), [value]
+
+
+def _strings(values: list[str]) -> tuple[np.ndarray, list[str]]:
+    """A string column as (codes, values)."""
+    index: dict[str, int] = {}
+    codes = np.array([index.setdefault(v, len(index)) for v in values], dtype=np.int64)
+    return codes, list(index)
 
 
 def _span_label(tag: SpanTag, colls) -> tuple:
@@ -315,37 +392,68 @@ def perfetto(events: pd.DataFrame) -> dict:
     """Chrome/Perfetto trace: one process per rank (the network as process -1, shown first), one
     named track per stream; spans of one stream that overlap in time (concurrent collectives on
     the network) go on numbered tracks of their own, so no track overlaps itself."""
+    return json.loads("".join(perfetto_json(events)))
+
+
+def perfetto_json(events: pd.DataFrame) -> Iterator[str]:
+    """:func:`perfetto` as compact JSON text (``separators=(",", ":")``), in pieces of about
+    :data:`CHUNK_EVENTS` events each, so a writer streams it to its file without holding the
+    trace as objects (or whole) in memory; the text is the one ``json.dumps`` writes of it."""
     lanes = track_lanes(events)
     order = {s: i for i, s in enumerate(STREAM_TRACKS)}
-    streams = events["stream"]
+    streams = events["stream"].tolist()
     tids = [order.get(s, len(order)) * 100 + int(n) for s, n in zip(streams, lanes, strict=True)]
-    out: list[dict] = []
+    head: list[dict] = []
     for p in sorted(events["rank"].unique()):
-        out.append(_meta("process_name", int(p), 0, {"name": f"rank {p}" if p >= 0 else "network"}))
-        out.append(_meta("process_sort_index", int(p), 0, {"sort_index": int(p)}))
+        name = f"rank {p}" if p >= 0 else "network"
+        head.append(_meta("process_name", int(p), 0, {"name": name}))
+        head.append(_meta("process_sort_index", int(p), 0, {"sort_index": int(p)}))
     tracks = sorted(set(zip(events["rank"].astype(int), tids, streams, lanes, strict=True)))
     for rank, tid, stream, lane in tracks:
         label = STREAM_TRACKS.get(stream, stream) + (f" ({lane + 1})" if lane else "")
-        out.append(_meta("thread_name", rank, tid, {"name": label}))
-        out.append(_meta("thread_sort_index", rank, tid, {"sort_index": tid}))
-    for row, tid in zip(events.itertuples(index=False), tids, strict=True):
-        args = {"iteration": int(row.iteration)}
-        if row.bytes:
-            args["bytes"] = float(row.bytes)
-        out.append(
-            {
-                "name": row.name,
-                "cat": row.category,
-                "ph": "X",
-                "pid": int(row.rank),
-                "tid": tid,
-                "ts": round(row.start_s * 1e6, 3),
-                # from the rounded ends, so spans that touch do not overlap after rounding
-                "dur": round(round(row.end_s * 1e6, 3) - round(row.start_s * 1e6, 3), 3),
-                "args": args,
-            }
-        )
-    return {"traceEvents": out, "displayTimeUnit": "ms"}
+        head.append(_meta("thread_name", rank, tid, {"name": label}))
+        head.append(_meta("thread_sort_index", rank, tid, {"sort_index": tid}))
+    yield '{"traceEvents":['
+    yield ",".join(_dumps(m) for m in head)
+    sep = "," if head else ""
+    cols = [events[c].tolist() for c in ("name", "category", "rank", "start_s", "end_s")]
+    cols += [events["iteration"].tolist(), events["bytes"].tolist(), tids]
+    text: dict[str, str] = {}  # names and categories, JSON-quoted once each
+    for k in range(0, len(tids), CHUNK_EVENTS):
+        part = [c[k : k + CHUNK_EVENTS] for c in cols]
+        yield sep + ",".join(_span(*row, text) for row in zip(*part, strict=True))
+        sep = ","
+    yield '],"displayTimeUnit":"ms"}'
+
+
+#: spans per piece of :func:`perfetto_json`
+CHUNK_EVENTS = 20_000
+
+
+def _span(name, cat, rank, start_s, end_s, iteration, nbytes, tid, text: dict) -> str:
+    """One span as the JSON object :func:`perfetto` holds (keys in its order)."""
+    ts = round(start_s * 1e6, 3)
+    # from the rounded ends, so spans that touch do not overlap after rounding
+    dur = round(round(end_s * 1e6, 3) - ts, 3)
+    args = f'{{"iteration":{int(iteration)}'
+    args += f',"bytes":{_num(float(nbytes))}}}' if nbytes else "}"
+    if name not in text:
+        text[name] = _dumps(name)
+    if cat not in text:
+        text[cat] = _dumps(cat)
+    return (
+        f'{{"name":{text[name]},"cat":{text[cat]},"ph":"X","pid":{int(rank)},"tid":{tid},'
+        f'"ts":{_num(ts)},"dur":{_num(dur)},"args":{args}}}'
+    )
+
+
+def _num(x: float) -> str:
+    """A float as ``json.dumps`` writes it."""
+    return float.__repr__(x) if x - x == 0.0 else _dumps(x)
+
+
+def _dumps(obj) -> str:
+    return json.dumps(obj, separators=(",", ":"))
 
 
 def _meta(name: str, pid: int, tid: int, args: dict) -> dict:

@@ -33,7 +33,14 @@ from zionsim.hardware.compute import architecture
 from zionsim.sim.engine import simulate_trace
 from zionsim.sim.inputs import RunInputs, plan_of, resolve_inputs
 from zionsim.sim.resources import check_inputs, check_trace
-from zionsim.sim.results import Analysis, links_table, perfetto, rank_totals, sample_events
+from zionsim.sim.results import (
+    Analysis,
+    links_table,
+    perfetto,
+    perfetto_json,
+    rank_totals,
+    sample_events,
+)
 
 
 @dataclass
@@ -56,6 +63,11 @@ class RunResult:
         """The events (of ``ranks`` only, network rows kept; default all) as a Chrome/Perfetto
         trace (see :func:`zionsim.sim.results.perfetto`)."""
         return perfetto(self.events if ranks is None else sample_events(self.events, ranks))
+
+    def perfetto_json(self, ranks: list[int] | None = None):
+        """:meth:`perfetto` as JSON text in pieces, to stream to a file
+        (:func:`zionsim.sim.results.perfetto_json`)."""
+        return perfetto_json(self.events if ranks is None else sample_events(self.events, ranks))
 
     def rank_totals(self) -> pd.DataFrame:
         """Seconds, spans and bytes per rank and category (every rank, see ``rank_totals``)."""

@@ -47,7 +47,7 @@ class Templates:
 
     rep_of: np.ndarray
     members: dict[int, list[int]]
-    member_ops: dict[int, list[int]]
+    member_ops: dict[int, np.ndarray]
     coll_class: np.ndarray | None = None
     copies: dict[int, list[int]] | None = None
 
@@ -145,10 +145,13 @@ def templates(trace, durations_s: np.ndarray, alone: bool, g: int = 0) -> Templa
     members: dict[int, list[int]] = {}
     for rank in range(n):
         members.setdefault(int(rep_of[rank]), []).append(rank)
-    member_ops: dict[int, list[int]] = {}
+    member_ops: dict[int, np.ndarray] = {}
     for rep, ranks in members.items():
         if len(ranks) == 1:
             continue
+        ids = np.empty((len(by_rank[rep]), len(ranks) - 1), dtype=np.int64)
+        for j, m in enumerate(ranks[1:]):
+            ids[:, j] = [op.id for op in by_rank[m]]
         for pos, op in enumerate(by_rank[rep]):
-            member_ops[op.id] = [by_rank[m][pos].id for m in ranks[1:]]
+            member_ops[op.id] = ids[pos]
     return Templates(rep_of, members, member_ops, coll_class, copies)

@@ -20,6 +20,13 @@ cluster.  Assumptions and choices:
    column.
 5. Parameter columns carry the values as written; a summary figure with the same name as a
    parameter (``topology``, ``nodes``, ``plan``, ...) is kept as ``summary.<name>``.
+6. A worker stays up for many points and reuses what they share: the cluster of an earlier point
+   with the same spec (graph, routes and flow classes), and, through the lowering's and the
+   planner's own caches (``dlrm/lowering.py``, ``dlrm/estimate.py``), the lowered traces of plans
+   it met before (points that differ only in the cluster's rates lower the same plans).  A local
+   pool is handed the points grouped by their options outside ``topology.*`` (grid order kept
+   otherwise) so that such points follow one another.  Every reuse is of values equal to what
+   the point would build alone, so its record is the one a lone run gives (tested).
 
 This module reads and writes files (the point files and the table); the simulation stays pure.
 """
@@ -37,7 +44,7 @@ from zionsim.base.errors import InputError
 from zionsim.io.files import print_note, to_json, write_atomic, write_sweep_table
 from zionsim.sim.inputs import ALLOWED_KEYS, OVERRIDE_PREFIXES, RUN_OPTIONS
 from zionsim.sim.results import summary_row
-from zionsim.sim.run import run_point
+from zionsim.sim.run import RunResult
 from zionsim.studies.points import (
     canonical,
     inputs_hash,
@@ -184,13 +191,38 @@ def run_one(point: dict, max_memory_bytes: float | str | None = None) -> dict:
         if is_scenario_point(params):  # several jobs on one fabric (studies/jobs.py)
             figures, wall = scenario_point(params)
         else:
-            result = run_point(params, max_memory_bytes)
+            result = _run_reusing(params, max_memory_bytes)
             figures, wall = summary_row(result.summary), float(result.timing["sim_wall_s"])
     except InputError as exc:
         return {**record, "status": "error", "error": exc.one_line(), "sim_wall_s": None}
     except Exception as exc:  # any failure is recorded; the other points go on
         return {**record, "status": "error", "error": _describe(exc), "sim_wall_s": None}
     return {**record, "figures": figures, "status": "ok", "error": None, "sim_wall_s": wall}
+
+
+#: clusters built for earlier points of this process, by their spec (``repr``): at most this
+#: many GPUs in all (a sweep's points differ mostly in fields that do not change the cluster)
+KEEP_CLUSTER_GPUS = 4096
+_CLUSTERS: dict[str, object] = {}
+
+
+def _run_reusing(params: dict, limit) -> RunResult:
+    """:func:`~zionsim.sim.run.run_point` of ``params``, on the cluster an earlier point of this
+    process built when its spec is the same (assumption 6); the memory guard runs first, as in
+    ``run_point``."""
+    from zionsim.hardware.cluster import Cluster
+    from zionsim.sim.inputs import resolve_inputs
+    from zionsim.sim.run import check_iterations, guard_inputs, simulate_inputs
+
+    inputs = resolve_inputs(params)
+    check_iterations(inputs.options["iterations"], inputs.options["warmup"])
+    guard_inputs(inputs, limit)
+    key = repr(inputs.cluster)
+    cluster = _CLUSTERS.pop(key, None) or Cluster.build(inputs.cluster)
+    _CLUSTERS[key] = cluster  # the most recent last
+    while sum(c.spec.gpus for c in _CLUSTERS.values()) > KEEP_CLUSTER_GPUS:
+        del _CLUSTERS[next(iter(_CLUSTERS))]
+    return simulate_inputs(inputs, cluster, max_memory_bytes=limit, guarded=True)
 
 
 def _describe(exc: BaseException) -> str:
@@ -325,6 +357,20 @@ class _Run:
             )
 
 
+def reuse_order(todo: list[dict]) -> list[dict]:
+    """The points in the order a worker reuses most (assumption 6): those with the same options
+    apart from ``topology.*`` overrides (the cluster's rates, mostly) next to each other, grid
+    order kept within and among such groups."""
+    first: dict[str, int] = {}
+    for i, p in enumerate(todo):
+        first.setdefault(canonical(_beside_cluster(p)), i)
+    return sorted(todo, key=lambda p: first[canonical(_beside_cluster(p))])
+
+
+def _beside_cluster(point: dict) -> dict:
+    return {k: v for k, v in point.items() if k != "point_id" and not k.startswith("topology.")}
+
+
 def _run_local(todo: list[dict], workers: int, run: _Run, limit) -> None:
     """Run ``todo`` in a local pool whose workers die with this process (``studies/pool.py``)."""
     from concurrent.futures import as_completed
@@ -332,7 +378,7 @@ def _run_local(todo: list[dict], workers: int, run: _Run, limit) -> None:
     from zionsim.studies.pool import local_pool
 
     with local_pool(workers) as pool:
-        pending = {pool.submit(run_one, p, limit): p for p in todo}
+        pending = {pool.submit(run_one, p, limit): p for p in reuse_order(todo)}
         _drain(pending, workers, as_completed, run)
 
 

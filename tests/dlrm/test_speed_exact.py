@@ -1,0 +1,123 @@
+"""The planner's and the lowering's shortcuts change no number (issue 29): the estimate walks
+one rank per class of alike ranks, the lowering copies a rank whose inputs equal an earlier
+one's, and recent traces are reused; each gives exactly what the long way gives."""
+
+from dataclasses import replace
+
+import pytest
+
+from zionsim.dlrm import estimate, lowering
+from zionsim.dlrm.planner import Planner, parameter_servers, round_robin
+from zionsim.sim.inputs import resolve_inputs
+from zionsim.sim.run import _build
+
+CASES = [
+    {"workload": "mlperf_dlrm", "nodes": 4},
+    {"workload": "mlperf_dlrm_dcnv2", "nodes": 2, "topology": "dgx_h100", "stack": "hugectr"},
+    {"workload": "mlperf_dlrm_dcnv2", "nodes": 4, "sync": "foreground-ma", "sync_every": 2},
+    {"workload": "mlperf_dlrm_dcnv2", "nodes": 2, "sync": "foreground-easgd"},
+    {"workload": "mlperf_dlrm", "nodes": 2, "fused": False, "stack": "nvidia_pytorch_dlrm"},
+    {"workload": "neo_model_i", "nodes": 1, "batch_per_gpu": 256},  # UVM: host transfers
+    {"workload": "tiny", "nodes": 2, "stack": "tensorflow_sok"},
+]
+
+
+def _candidates(options: dict):
+    """The run's inputs, its cluster, and every plan the greedy planner compares (TWRW, RW, CW
+    and DP among them), round-robin and parameter servers."""
+    inputs = resolve_inputs(options)
+    cluster = _build(inputs)
+    seen = {}
+
+    def keep(_cluster, _w, plans, _stack):
+        seen["plans"] = plans
+        return plans[0]
+
+    replace(Planner(), compare=keep).plan(cluster, inputs.workload, inputs.stack)
+    plans = [*seen["plans"], round_robin(cluster, inputs.workload)]
+    if cluster.spec.front_end is not None:
+        plans.append(parameter_servers(cluster, inputs.workload))
+    return inputs, cluster, plans
+
+
+@pytest.fixture(params=CASES, ids=lambda c: "-".join(str(v) for v in c.values()))
+def case(request):
+    return _candidates(request.param)
+
+
+def _lower(inputs, cluster, plan):
+    fused = inputs.options["fused"] and inputs.stack.fused_embedding
+    g = cluster.spec.gpus_per_node
+    w = inputs.workload
+    return lowering.lower(w, plan, len(cluster.gpus), fused, g, w.zipf_alpha, inputs.sync,
+                          inputs.stack)  # fmt: skip
+
+
+def test_estimate_by_rank_class_equals_every_rank_walked(case, monkeypatch):
+    """Also without the lowering's ``alike`` ranks (a trace from a file)."""
+    inputs, cluster, plans = case
+    w, stack, sync = inputs.workload, inputs.stack, inputs.sync
+    fast = [estimate.iteration_estimate(cluster, w, p, stack, sync).iteration_s for p in plans]
+    monkeypatch.setattr(estimate, "CLASSES", False)
+    monkeypatch.setattr(estimate, "_CHOICES", {})
+    monkeypatch.setattr(estimate, "MEMO_CHOICES", 0)  # NCCL's choice made anew each time
+    slow = [estimate.iteration_estimate(cluster, w, p, stack, sync).iteration_s for p in plans]
+    assert fast == slow
+    monkeypatch.setattr(estimate, "CLASSES", True)
+    monkeypatch.setattr(lowering, "SHARE_RANKS", False)
+    monkeypatch.setattr(lowering, "CACHE_OPS", 0)
+    unknown = [estimate.iteration_estimate(cluster, w, p, stack, sync).iteration_s for p in plans]
+    assert unknown == slow
+
+
+def test_shared_ranks_and_the_trace_cache_lower_the_same_trace(case, monkeypatch):
+    inputs, cluster, plans = case
+    monkeypatch.setattr(lowering, "_CACHE", lowering.OrderedDict())
+    fast = [_lower(inputs, cluster, p) for p in plans]
+    again = [_lower(inputs, cluster, p) for p in plans]  # from the cache
+    monkeypatch.setattr(lowering, "SHARE_RANKS", False)
+    monkeypatch.setattr(lowering, "CACHE_OPS", 0)
+    slow = [_lower(inputs, cluster, p) for p in plans]
+    for a, b, c in zip(fast, again, slow, strict=True):
+        assert a.ops == b.ops == c.ops
+        assert a.meta == b.meta == c.meta
+        assert [(x.id, x.op, x.size_bytes, x.ranks.tolist()) for x in a.collectives] == [
+            (x.id, x.op, x.size_bytes, x.ranks.tolist()) for x in c.collectives
+        ]
+
+
+def test_a_cached_trace_is_not_changed_by_its_user(monkeypatch):
+    inputs, cluster, plans = _candidates({"workload": "tiny", "nodes": 1})
+    monkeypatch.setattr(lowering, "_CACHE", lowering.OrderedDict())
+    first = _lower(inputs, cluster, plans[0])
+    n = len(first.ops)
+    first.ops.clear()
+    first.meta["model"]["params"] = -1
+    again = _lower(inputs, cluster, plans[0])
+    assert len(again.ops) == n and again.meta["model"]["params"] > 0
+
+
+def test_the_trace_cache_is_bounded_by_ops(monkeypatch):
+    inputs, cluster, plans = _candidates({"workload": "mlperf_dlrm", "nodes": 2})
+    cache = lowering.OrderedDict()
+    monkeypatch.setattr(lowering, "_CACHE", cache)
+    size = len(_lower(inputs, cluster, plans[0]).ops)
+    monkeypatch.setattr(lowering, "CACHE_OPS", size + 1)
+    for p in plans:
+        _lower(inputs, cluster, p)
+    assert len(cache) == 1 and sum(len(t.ops) for t in cache.values()) <= size + 1
+
+
+def test_durations_of_copied_ranks_equal_their_own(case):
+    """``op_durations`` gives a copied rank its original's seconds: the same as pricing every op
+    (the trace without ``alike``)."""
+    from zionsim.dlrm.op_costs import op_durations, stack_compute_model
+
+    inputs, cluster, plans = case
+    model = stack_compute_model(cluster, inputs.stack)
+    for p in plans:
+        trace = _lower(inputs, cluster, p)
+        assert trace.alike is not None
+        fast = op_durations(cluster, trace, model)
+        slow = op_durations(cluster, replace(trace, alike=None), model)
+        assert fast.tolist() == slow.tolist()

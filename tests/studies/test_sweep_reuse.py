@@ -1,0 +1,73 @@
+"""A sweep's worker reuses what its points share (issue 29): clusters, lowered traces, NCCL
+choices, rank classes.  Every point's record must be the one a lone run gives: here each point
+is run again in this process with every shortcut off and every cache empty."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from zionsim.dlrm import estimate, lowering
+from zionsim.io.files import to_json
+from zionsim.sim.results import summary_row
+from zionsim.sim.run import run_point
+from zionsim.studies import sweep as sw
+from zionsim.studies.points import point_path, read_record
+
+SWEEP = {
+    "base": {"topology": "zionex", "nodes": 2, "workload": "mlperf_dlrm", "iterations": 2},
+    "grid": {
+        "topology.scale_out.nic_bw": ["100Gbps", "400Gbps"],  # rates only: the same plans
+        "batch_per_gpu": [512, 1024],  # the same cluster
+        "workload.precision.communication": ["fp32", "fp16"],
+    },
+}
+
+
+def _alone(params: dict, monkeypatch) -> dict:
+    """``params`` run on their own, the long way: no trace cache, no shared ranks, every rank
+    walked, NCCL's choices made anew, the cluster built for the point."""
+    monkeypatch.setattr(lowering, "_CACHE", lowering.OrderedDict())
+    monkeypatch.setattr(lowering, "CACHE_OPS", 0)
+    monkeypatch.setattr(lowering, "SHARE_RANKS", False)
+    monkeypatch.setattr(estimate, "CLASSES", False)
+    monkeypatch.setattr(estimate, "_CHOICES", {})
+    monkeypatch.setattr(estimate, "MEMO_CHOICES", 0)
+    figures = summary_row(run_point(params).summary)
+    return json.loads(to_json(figures))  # as a point file holds them
+
+
+@pytest.mark.parametrize("workers", [1])
+def test_a_reused_sweep_gives_what_each_point_gives_alone(tmp_path, monkeypatch, workers):
+    sweep = sw.sweep_from_dict(SWEEP)
+    table = sw.run_sweep(sweep, tmp_path, workers=workers, progress=False)
+    assert (table["status"] == "ok").all()
+    for p in sw.points(sweep):
+        record = read_record(point_path(tmp_path, p["point_id"]))
+        params = {k: v for k, v in p.items() if k != "point_id"}
+        assert record["figures"] == _alone(params, monkeypatch), params
+
+
+def test_the_same_worker_reuses_and_matches_in_process(monkeypatch):
+    """In one process (a warm worker): the points in reuse order, one after another, give the
+    records of lone runs; the cluster of an earlier point is reused."""
+    monkeypatch.setattr(sw, "_CLUSTERS", {})
+    pts = sw.reuse_order(sw.points(sw.sweep_from_dict(SWEEP)))
+    assert [p["batch_per_gpu"] for p in pts[:2]] == [512, 512]  # grouped: only nic_bw differs
+    records = [sw.run_one(p) for p in pts]
+    assert len(sw._CLUSTERS) == 2  # one cluster per NIC speed, reused by the other points
+    for p, rec in zip(pts, records, strict=True):
+        params = {k: v for k, v in p.items() if k != "point_id"}
+        with monkeypatch.context() as m:
+            assert json.loads(to_json(rec["figures"])) == _alone(params, m), params
+
+
+def test_reuse_order_groups_points_by_their_options_outside_topology():
+    pts = [
+        {"point_id": "a", "topology.x": 1, "b": 1},
+        {"point_id": "b", "topology.x": 1, "b": 2},
+        {"point_id": "c", "topology.x": 2, "b": 1},
+        {"point_id": "d", "topology.x": 2, "b": 2},
+    ]
+    assert [p["point_id"] for p in sw.reuse_order(pts)] == ["a", "c", "b", "d"]
