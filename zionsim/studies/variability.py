@@ -72,38 +72,31 @@ def straggler_table(table: pd.DataFrame) -> pd.DataFrame:
     return out.sort_values(["gpus", "straggler_fraction", "straggler_factor"], ignore_index=True)
 
 
+def _recovery_frame(rows: pd.DataFrame, recovery: str, prefix: str) -> pd.DataFrame:
+    """The columns every recovery row has, read from ``rows``' goodput fields under ``prefix``."""
+    return pd.DataFrame(
+        {
+            "recovery": recovery,
+            "gpus": rows["gpus"],
+            "checkpoint_interval_min": rows[prefix + "checkpoint_interval_s"] / 60.0,
+            "useful_fraction": rows[prefix + "useful_fraction"],
+            "goodput_samples_per_s": rows[prefix + "goodput_samples_per_s"],
+            "samples_per_s": rows["samples_per_s"],
+        }
+    )
+
+
 def goodput_table(table: pd.DataFrame) -> pd.DataFrame:
     """Per checkpoint interval: useful fraction and goodput under full recovery, with the
     optimum, Young's and Daly's intervals; one row for CPR-style partial recovery."""
     ok = table[table["status"] == "ok"]
     g = "goodput."
-    full = pd.DataFrame(
-        {
-            "recovery": "full",
-            "gpus": ok["gpus"],
-            "checkpoint_interval_min": ok[g + "checkpoint_interval_s"] / 60.0,
-            "useful_fraction": ok[g + "useful_fraction"],
-            "goodput_samples_per_s": ok[g + "goodput_samples_per_s"],
-            "samples_per_s": ok["samples_per_s"],
-            "optimal_interval_min": ok[g + "optimal_interval_s"] / 60.0,
-            "young_interval_min": ok[g + "young_interval_s"] / 60.0,
-            "daly_interval_min": ok[g + "daly_interval_s"] / 60.0,
-            "checkpoint_write_s": ok[g + "checkpoint_write_s"],
-            "failures_per_day": ok[g + "failures_per_day"],
-        }
-    )
-    p = g + "partial_recovery."
-    first = ok.iloc[:1]
-    partial = pd.DataFrame(
-        {
-            "recovery": "partial (CPR)",
-            "gpus": first["gpus"],
-            "checkpoint_interval_min": first[p + "checkpoint_interval_s"] / 60.0,
-            "useful_fraction": first[p + "useful_fraction"],
-            "goodput_samples_per_s": first[p + "goodput_samples_per_s"],
-            "samples_per_s": first["samples_per_s"],
-        }
-    )
+    full = _recovery_frame(ok, "full", g)
+    for name in ("optimal", "young", "daly"):
+        full[name + "_interval_min"] = ok[g + name + "_interval_s"] / 60.0
+    full["checkpoint_write_s"] = ok[g + "checkpoint_write_s"]
+    full["failures_per_day"] = ok[g + "failures_per_day"]
+    partial = _recovery_frame(ok.iloc[:1], "partial (CPR)", g + "partial_recovery.")
     out = pd.concat([full, partial], ignore_index=True)
     out["status"] = "ok"
     return out.sort_values(["recovery", "checkpoint_interval_min"], ignore_index=True)
