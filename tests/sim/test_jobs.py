@@ -10,8 +10,9 @@ import pytest
 
 from zionsim.io.scenario import scenario_from_dict
 from zionsim.network.maxmin import maxmin_rates
-from zionsim.sim.jobs import node_leaves, place, simulate_jobs
+from zionsim.sim.jobs import simulate_jobs
 from zionsim.sim.run import run_point
+from zionsim.sim.scenario import node_leaves, place
 
 OVERSUB = ["scale_out.switch_radix=32", "scale_out.oversubscription=3"]
 

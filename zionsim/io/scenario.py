@@ -15,7 +15,7 @@ from pathlib import Path
 from zionsim.base.config import Fields, load_yaml
 from zionsim.base.errors import InputError
 from zionsim.sim.inputs import RUN_OPTIONS, split_override
-from zionsim.sim.jobs import KINDS, PLACEMENTS, JobSpec, Scenario
+from zionsim.sim.scenario import KINDS, PLACEMENTS, JobSpec, Scenario
 
 CLUSTER_KEYS = ("topology", "nodes", "gpus_per_node", "set")
 #: job fields that are not run options
