@@ -8,7 +8,8 @@ import argparse
 import pytest
 
 from tests.conftest import TINY
-from zionsim.cli.main import DESCRIPTION, build_parser, main, nccl_tests_row
+from zionsim.cli.hardware import nccl_tests_row
+from zionsim.cli.main import DESCRIPTION, build_parser, main
 
 
 def _subparsers() -> dict[str, argparse.ArgumentParser]:

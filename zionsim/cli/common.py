@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from zionsim.base.errors import InputError
 from zionsim.io.files import FORMATS
 
 DEFAULT_TOPOLOGY = "zionex"
@@ -129,3 +130,21 @@ class Phases:
         """Finish and remove the bar."""
         self.bar.update(len(self.names) - self.bar.n)
         self.bar.close()
+
+
+def topology_sets(args) -> dict:
+    """``--set`` of a command that builds only a cluster: topology paths (``topology.`` prefix
+    optional); a workload or stack path is refused."""
+    from zionsim.sim.inputs import split_override
+
+    out = {}
+    for text in args.set:
+        path, value = split_override(text)
+        if not path.startswith("topology."):
+            raise InputError(
+                f"{path.split('.')[0]} fields do not apply to zionsim {args.command}",
+                field=f"--set {text.split('=')[0]}",
+                allowed="topology paths",
+            )
+        out[path[len("topology.") :]] = value
+    return out

@@ -1,5 +1,6 @@
-"""Command line: ``zionsim run|trace|plan|topology|collective`` here; ``sweep|compare|plot`` in
-``cli.studies`` (with ``studies``), ``validate|calibrate`` in ``cli.measure``.
+"""Command line: ``zionsim run|trace|plan|rerun`` and the dispatcher here; ``topology|collective``
+in ``cli.hardware``, ``sweep|compare|plot|studies`` in ``cli.studies``, ``validate|calibrate`` in
+``cli.measure``, ``jobs`` in ``cli.jobs``.
 
 Parses arguments, calls the pure model, prints and writes.  Bad input exits with status 2 and a
 one-line message naming the file and field; never a traceback.  A NaN or infinite figure from
@@ -15,18 +16,18 @@ import threading
 from pathlib import Path
 
 from zionsim.base.errors import InputError, ModelError
+from zionsim.cli import hardware as cli_hardware
 from zionsim.cli.common import (
     DEFAULT_WORKLOAD,
     Phases,
     common_options,
-    default_out,
     force_option,
     format_option,
-    guard_cluster,
     memory_limit_of,
     memory_option,
+    topology_sets,
 )
-from zionsim.io.files import format_mapping, format_rows, safe_name, to_json, write_result_dir
+from zionsim.io.files import format_mapping, format_rows, safe_name, to_json
 
 DESCRIPTION = (
     "A discrete-event performance simulator of ZionEX-style GPU clusters training DLRMs. "
@@ -73,8 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
         )
         _add_workload_options(p, name)
         add_options(p)
-    _add_topology_parser(sub)
-    _add_collective_parser(sub)
+    cli_hardware.add_parsers(sub)
     _add_rerun_parser(sub)
     from zionsim.cli import jobs as cli_jobs
     from zionsim.cli import measure as cli_measure
@@ -223,40 +223,6 @@ def _check_input_files(block: dict, summary_file: Path) -> None:
             )
 
 
-def _add_topology_parser(sub) -> None:
-    """``zionsim topology [NAME] [--plot FILE.png]``."""
-    p = sub.add_parser("topology", help="describe a cluster topology")
-    p.add_argument("name", nargs="?", default=None, help="built-in name or YAML path")
-    common_options(p)
-    p.add_argument("--plot", metavar="FILE.png", help="draw the first nodes and the fabric")
-
-
-def _add_collective_parser(sub) -> None:
-    """``zionsim collective``: one collective over a range of sizes, like nccl-tests."""
-    p = sub.add_parser("collective", help="nccl-tests in simulation")
-    common_options(p, nodes_default=None)
-    p.add_argument(
-        "--op",
-        default="all_reduce",
-        choices=("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "send_recv"),
-        help="the collective (default %(default)s)",
-    )
-    p.add_argument("--sizes", default="1K:8G", help="MIN:MAX bytes, doubling (K/M/G = 2^10..)")
-    p.add_argument(
-        "--algorithm",
-        default=None,
-        help="ring, tree, nvls, hierarchical, direct, pxn ... (default: what NCCL would choose)",
-    )
-    p.add_argument(
-        "--protocol",
-        default=None,
-        choices=("LL", "LL128", "Simple"),
-        help="NCCL protocol (default: what NCCL would choose)",
-    )
-    p.add_argument("--out", default=None, help="result folder (default results/runs/<name>_<hash>)")
-    force_option(p)
-
-
 def _trace_ranks_arg(text: str) -> str | list[int]:
     """``--trace-ranks``: auto, all or comma-separated rank numbers."""
     if text in ("auto", "all"):
@@ -340,114 +306,6 @@ class _Deprecated(argparse.Action):
     def __call__(self, parser, namespace, values, option_string=None):
         print(f"zionsim: {option_string} is deprecated; use --{self.dest}", file=sys.stderr)
         setattr(namespace, self.dest, values)
-
-
-def _cluster(args):
-    """The cluster of ``topology`` and ``collective``: ``--topology``, ``--nodes``,
-    ``--gpus-per-node`` and ``--set`` topology paths, guarded before it is built."""
-    from zionsim.hardware.cluster import Cluster
-    from zionsim.hardware.topology import load_topology
-
-    name = getattr(args, "name", None) or args.topology
-    spec = load_topology(
-        name, nodes=args.nodes, gpus_per_node=args.gpus_per_node, overrides=_topology_sets(args)
-    )
-    guard_cluster(spec, memory_limit_of(args), getattr(args, "op", None))
-    return Cluster.build(spec)
-
-
-def _topology_sets(args) -> dict:
-    """``--set`` of a command that builds only a cluster: topology paths (``topology.`` prefix
-    optional); a workload or stack path is refused."""
-    from zionsim.sim.inputs import split_override
-
-    out = {}
-    for text in args.set:
-        path, value = split_override(text)
-        if not path.startswith("topology."):
-            raise InputError(
-                f"{path.split('.')[0]} fields do not apply to zionsim {args.command}",
-                field=f"--set {text.split('=')[0]}",
-                allowed="topology paths",
-            )
-        out[path[len("topology.") :]] = value
-    return out
-
-
-def cmd_topology(args) -> int:
-    """``zionsim topology``: print the cluster's summary table; ``--plot`` draws it to a PNG."""
-    from zionsim.hardware.summary import topology_summary
-
-    cluster = _cluster(args)
-    print(format_mapping(topology_summary(cluster), args.format), end="")
-    if args.plot:
-        from zionsim.io.plots import plot_topology, save
-
-        save(plot_topology(cluster), args.plot)
-    return 0
-
-
-def cmd_collective(args) -> int:
-    """``zionsim collective``: one collective at each size of ``--sizes`` (bytes, doubling), like
-    nccl-tests; prints the rows and writes ``collective.csv`` and ``summary.json``."""
-    from zionsim.base.units import parse_size_list
-    from zionsim.io.files import check_result_target, prepare_parent
-    from zionsim.network.simulate import simulate_collective
-
-    sizes = parse_size_list(args.sizes)
-    cluster = _cluster(args)
-    name = f"collective_{cluster.spec.name}_{cluster.spec.nodes}n_{args.op}"
-    out, ident = default_out("collective", name, args)
-    out = Path(args.out) if args.out else out
-    check_result_target(out, ident, args.force)  # before any simulation
-    prepare_parent(out)
-    rows = [
-        simulate_collective(
-            cluster,
-            args.op,
-            s,
-            algorithm=args.algorithm,
-            protocol=args.protocol,
-        ).row()
-        for s in sizes
-    ]
-    shown = [nccl_tests_row(r, args.op) for r in rows] if args.format == "table" else rows
-    print(format_rows(shown, args.format), end="")
-    summary = {
-        "topology": cluster.spec.name,
-        "nodes": cluster.spec.nodes,
-        "gpus": cluster.spec.gpus,
-        "op": args.op,
-        "rows": rows,
-    }
-    files = {"collective.csv": format_rows(rows, "csv"), "summary.json": to_json(summary)}
-    write_result_dir(out, files, "collective", ident, args.force)
-    if args.format == "table":
-        print(f"wrote {out}/", file=sys.stderr)
-    return 0
-
-
-#: nccl-tests' element type (its default, ``-d float``) and reduction per collective
-NCCL_TESTS_TYPE = ("float", 4)
-NCCL_TESTS_REDOP = {"all_reduce": "sum", "reduce_scatter": "sum"}
-
-
-def nccl_tests_row(row: dict, op: str) -> dict:
-    """One result row in nccl-tests' columns: size (B), count (elements), type, redop, root,
-    time (us), algbw and busbw (GB/s), then the algorithm and protocol NCCL would pick."""
-    name, width = NCCL_TESTS_TYPE
-    return {
-        "size": int(row["size_bytes"]),
-        "count": int(row["size_bytes"]) // width,
-        "type": name,
-        "redop": NCCL_TESTS_REDOP.get(op, "none"),
-        "root": -1,
-        "time_us": round(row["time_s"] * 1e6, 2),
-        "algbw_GBps": round(row["algbw_GBps"], 2),
-        "busbw_GBps": round(row["busbw_GBps"], 2),
-        "algorithm": row["algorithm"],
-        "protocol": row["protocol"],
-    }
 
 
 def _options(args) -> dict:
@@ -577,7 +435,7 @@ def _import_kineto(args):
         args.topology,
         nodes=args.nodes,
         gpus_per_node=args.gpus_per_node,
-        overrides=_topology_sets(args),
+        overrides=topology_sets(args),
     )
     return retarget(trace, spec.gpus)
 
@@ -697,8 +555,6 @@ CORE_COMMANDS = {
     "run": cmd_run,
     "trace": cmd_trace,
     "plan": cmd_plan,
-    "topology": cmd_topology,
-    "collective": cmd_collective,
     "rerun": cmd_rerun,
 }
 
@@ -709,7 +565,13 @@ def commands() -> dict:
     from zionsim.cli import measure as cli_measure
     from zionsim.cli import studies as cli_studies
 
-    return {**CORE_COMMANDS, **cli_studies.COMMANDS, **cli_measure.COMMANDS, **cli_jobs.COMMANDS}
+    return {
+        **CORE_COMMANDS,
+        **cli_hardware.COMMANDS,
+        **cli_studies.COMMANDS,
+        **cli_measure.COMMANDS,
+        **cli_jobs.COMMANDS,
+    }
 
 
 def _terminate(signum, frame) -> None:
