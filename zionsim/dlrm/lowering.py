@@ -1,7 +1,8 @@
 """Lowering: one DLRM training iteration of a workload under a plan, as a :class:`~.trace.Trace`.
 
 :func:`lower` turns workload + plan + rank count (+ the dense sync and the software stack) into
-the per-rank DAG of typed ops that ``trace.py`` defines.
+the per-rank DAG of typed ops that ``trace.py`` defines; the dense side (interaction, gradient
+buckets, sync rounds) is added by ``lower_dense.py``.
 
 The iteration, per rank (streams: ``compute``, ``a2a`` and ``allreduce``, each in order):
 
@@ -18,10 +19,10 @@ the ``ps`` stream from the iteration's start and feeds the interaction; ``ps_upd
 their gradients after the interaction backward (on CPU trainers, on a stream of its own,
 ``ps_push``: their Hogwild threads are out of step, so pushes overlap the next lookups).
 
-6. dense gradients all-reduced in buckets of ``BUCKET_BYTES`` as backward produces them (PyTorch
-   DDP: 25 MiB, a tensor larger than that is a bucket of its own); DP tables' gradients join the
-   last bucket; ``dense_opt`` waits for every bucket.  A stack with ``grouped_allreduce``
-   all-reduces every gradient in one call once the last is done (HugeCTR).
+6. dense gradients all-reduced in buckets of ``BUCKET_BYTES`` (``lower_dense.py``) as backward
+   produces them (PyTorch DDP: 25 MiB, a tensor larger than that is a bucket of its own); DP
+   tables' gradients join the last bucket; ``dense_opt`` waits for every bucket.  A stack with
+   ``grouped_allreduce`` all-reduces every gradient in one call once the last is done (HugeCTR).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from collections import OrderedDict
 
 import numpy as np
 
+from zionsim.dlrm import lower_dense
 from zionsim.dlrm.plan import Plan
 from zionsim.dlrm.sharding import layout
 from zionsim.dlrm.stack import BARE, StackSpec
@@ -42,9 +44,6 @@ from zionsim.dlrm.workload import (
     WorkloadSpec,
 )
 from zionsim.hardware import compute
-
-#: PyTorch DDP's default bucket_cap_mb (torch.nn.parallel.DistributedDataParallel docs)
-BUCKET_BYTES = 25 * 2**20
 
 
 class _Builder:
@@ -201,15 +200,15 @@ def _lower(w, plan, ranks, fused, g, zipf_alpha, sync, stack) -> Trace:
     lay = layout(w, plan, ranks, g, zipf_alpha)
     b = _Builder(ranks, stack.host_dispatch_s)
     c = _embedding_collectives(b, lay, ranks, g)
-    buckets = _buckets(w, lay.dp_params, stack.grouped_allreduce)
+    buckets = lower_dense.buckets(w, lay.dp_params, stack.grouped_allreduce)
     cb = DTYPE_BYTES[w.precision["communication"]]
-    dense_groups = _dense_groups(sync, ranks, g)
+    dense_groups = lower_dense.dense_groups(sync, ranks, g)
     c_ar = {
         key: [b.collective("all_reduce", n * cb, ranks=grp) for n, _ in buckets]
         for key, grp in dense_groups.items()
     }
     sync_bytes = float((w.dense_params + lay.dp_params) * cb)
-    sync_colls = _sync_collectives(b, sync, sync_bytes, ranks, g)
+    sync_colls = lower_dense.sync_collectives(b, sync, sync_bytes, ranks, g)
     rows = _rank_rows(lay, ranks)
     blocks: dict[tuple, tuple] = {}  # a rank's inputs -> (rank, its ops' ids [start, end))
     alike: list[int] = []
@@ -239,7 +238,7 @@ def _lower(w, plan, ranks, fused, g, zipf_alpha, sync, stack) -> Trace:
                            seconds=stack.gpu_per_step_s)  # fmt: skip
         first = step_op if stack.iteration_join else None
         _lower_rank(b, w, r, node, local, lay, fused, c, ar, buckets, stack, first)
-        _lower_sync(b, sync, r, g, sync_colls, sync_bytes)
+        lower_dense.lower_sync(b, sync, r, g, sync_colls, sync_bytes)
         blocks[key] = (r, start, len(b.ops))
     meta = {
         "workload": w.name,
@@ -409,7 +408,7 @@ def _lower_dense_fwd(o: _RankOps, outs: list, lookup: int | None = None) -> int:
     for i, (k, n) in enumerate(w.bottom_layers()):
         deps = (lookup,) if i == 0 else ()
         last = o.gemm(f"bottom_fwd{i}", B, n, k, deps, o.stack.mlp_kernels[0], B * n)
-    x = _interaction(o.b, w, o.r, B, o.dt, (last, *outs), "fwd")
+    x = lower_dense.interaction(o.b, w, o.r, B, o.dt, (last, *outs), "fwd")
     for i, (k, n) in enumerate(w.top_layers()):
         x = o.gemm(f"top_fwd{i}", B, n, k, (x,), o.stack.mlp_kernels[0], B * n)
     return o.b.op(o.r, "loss", "memory", "interaction", "compute", (x,), nbytes=float(16 * B))
@@ -423,7 +422,7 @@ def _lower_top_bwd(o: _RankOps, x: int, grads_done: dict) -> int:
     for i, (k, n) in reversed(list(enumerate(w.top_layers()))):
         grads_done[f"top{i}"] = o.gemm(f"top_wgrad{i}", k, n, B, (x,))
         x = o.gemm(f"top_dgrad{i}", B, k, n, (x,), o.stack.mlp_kernels[1] - 1, B * n)
-    x = _interaction(o.b, w, o.r, B, o.dt, (x,), "bwd")
+    x = lower_dense.interaction(o.b, w, o.r, B, o.dt, (x,), "bwd")
     if w.interaction_params:
         grads_done["interaction"] = x
     return x
@@ -489,142 +488,3 @@ def _lower_dense_update(o: _RankOps, e_bwd, d2h, grads_done, c_ar, buckets) -> N
         o.r, "dense_opt", "memory", "optimizer", "compute", (*ars, e_bwd, d2h),
         nbytes=float(o.w.dense_params * 4 * (3 + 2 * state)), **extra,
     )  # fmt: skip
-
-
-def _dense_groups(sync: SyncSpec, ranks: int, g: int) -> dict:
-    """Groups that all-reduce dense gradients every iteration: all ranks (``allreduce``), each
-    node (node trainers), or none (rank trainers of a sync mode)."""
-    if sync.kind == "allreduce":
-        return {"all": np.arange(ranks)}
-    if sync.trainer == "node":
-        return {f"node{k}": np.arange(k * g, (k + 1) * g) for k in range(ranks // g)}
-    return {}
-
-
-def _sync_collectives(b, sync: SyncSpec, nbytes: float, ranks: int, g: int) -> dict:
-    """Collective ids of MA/BMUF sync rounds, by rank (a round all-reduces the parameters among
-    trainers; node trainers sync 1/g shards among same-index GPUs)."""
-    if sync.kind == "allreduce" or sync.method == "easgd":
-        return {}
-    if sync.trainer == "node":
-        ids = {
-            j: b.collective("all_reduce", nbytes / g, ranks=np.arange(ranks // g) * g + j)
-            for j in range(g)
-        }
-        return {r: ids[r % g] for r in range(ranks)}
-    cid = b.collective("all_reduce", nbytes)
-    return dict.fromkeys(range(ranks), cid)
-
-
-def _lower_sync(b, sync: SyncSpec, r: int, g: int, colls: dict, nbytes: float) -> None:
-    """Foreground sync round ops at the end of rank ``r``'s iteration (run every K-th)."""
-    if sync.kind != "foreground":
-        return
-    last = len(b.ops) - 1  # dense_opt of this rank
-    if sync.method == "easgd":
-        share = nbytes / g if sync.trainer == "node" else nbytes
-        for name, direction in (("sync_push", "to_ps"), ("sync_pull", "from_ps")):
-            last = b.op(
-                r, name, "transfer", "sync", "compute", (last,), direction=direction,
-                nbytes=float(share), servers=sync.servers, every=sync.every,
-                placement=sync.placement,
-            )  # fmt: skip
-    else:
-        b.op(
-            r,
-            "sync_round",
-            "collective",
-            "sync",
-            "compute",
-            (last,),
-            coll=colls[r],
-            every=sync.every,
-        )
-
-
-def _interaction(b, w, r, B, dt, deps, phase):
-    """Interaction ops (forward, or backward at twice the forward work); returns the last op."""
-    d, n_feat = w.bottom_mlp[-1], len(w.tables) + 1
-    name = f"interaction_{phase}"
-    reps = 1 if phase == "fwd" else 2
-    if w.interaction == "dot":
-        x = None
-        for i in range(reps):  # batched F×d · d×F products: B·F rows against F columns
-            x = b.op(
-                r, f"{name}{i}", "gemm", "interaction", "compute", deps if i == 0 else (x,),
-                m=B * n_feat, n=n_feat, k=d, dtype=dt,
-            )  # fmt: skip
-        return x
-    width = w.interaction_input_width
-    if w.interaction in ("reduce", "projection"):
-        return _stated_width_interaction(b, w, r, B, dt, deps, phase)
-    if w.interaction == "concat":  # read and write the concatenated features
-        nbytes = float(2 * DTYPE_BYTES[dt] * B * width * reps)
-        return b.op(r, name, "memory", "interaction", "compute", deps, nbytes=nbytes)
-    return _dcn_interaction(b, w, r, B, dt, deps, name, reps, width)
-
-
-def _dcn_interaction(b, w, r, B, dt, deps, name, reps, width):
-    """DCN cross layers: per layer, the low-rank V and W GEMMs (``reps`` times) and an
-    element-wise multiply-add over the ``width`` features; returns the last op."""
-    x = None
-    for layer in range(w.dcn_layers):
-        for i in range(reps):
-            x = b.op(
-                r, f"{name}_l{layer}_v{i}", "gemm", "interaction", "compute",
-                deps if x is None else (x,), m=B, n=w.dcn_low_rank, k=width, dtype=dt,
-            )  # fmt: skip
-            x = b.op(
-                r, f"{name}_l{layer}_w{i}", "gemm", "interaction", "compute", (x,),
-                m=B, n=width, k=w.dcn_low_rank, dtype=dt,
-            )  # fmt: skip
-        x = b.op(
-            r, f"{name}_l{layer}_mul", "memory", "interaction", "compute", (x,),
-            nbytes=float(3 * DTYPE_BYTES[dt] * B * width * reps),
-        )  # fmt: skip
-    return x
-
-
-def _stated_width_interaction(b, w, r, B, dt, deps, phase):
-    """``reduce``: the interaction inputs summed element-wise down to ``output_width`` features
-    (memory-bound: read every input element, write the output; backward the reverse).
-    ``projection``: a learned linear layer from the inputs to ``output_width`` (forward GEMM;
-    backward wgrad and dgrad GEMMs)."""
-    n_in, n_out, name = w.interaction_input_width, w.interaction_width, f"interaction_{phase}"
-    if w.interaction == "reduce":
-        nbytes = float(DTYPE_BYTES[dt] * B * (n_in + n_out))
-        return b.op(r, name, "memory", "interaction", "compute", deps, nbytes=nbytes)
-    if phase == "fwd":
-        return b.op(r, name, "gemm", "interaction", "compute", deps, m=B, n=n_out, k=n_in, dtype=dt)
-    x = b.op(
-        r, f"{name}_wgrad", "gemm", "interaction", "compute", deps,
-        m=n_in, n=n_out, k=B, dtype=dt,
-    )  # fmt: skip
-    return b.op(
-        r, f"{name}_dgrad", "gemm", "interaction", "compute", (x,),
-        m=B, n=n_in, k=n_out, dtype=dt,
-    )  # fmt: skip
-
-
-def _buckets(w: WorkloadSpec, dp_params: int, grouped: bool = False) -> list[tuple[int, list[str]]]:
-    """DDP buckets in backward order: (parameters, [layer keys whose gradients fill it]); one
-    bucket of every gradient when ``grouped`` (a stack's ``grouped_allreduce``)."""
-    layers = [(f"top{i}", k * n + n) for i, (k, n) in reversed(list(enumerate(w.top_layers())))]
-    if w.interaction_params:
-        layers.append(("interaction", w.interaction_params))
-    layers += [
-        (f"bottom{i}", k * n + n) for i, (k, n) in reversed(list(enumerate(w.bottom_layers())))
-    ]
-    if dp_params:
-        layers.append(("dp_tables", dp_params))
-    cap = float("inf") if grouped else BUCKET_BYTES // 4
-    out, cur, members = [], 0, []
-    for key, params in layers:
-        cur += params
-        members.append(key)
-        if cur >= cap:
-            out.append((cur, members))
-            cur, members = 0, []
-    if members:
-        out.append((cur, members))
-    return out

@@ -1,0 +1,153 @@
+"""The dense side of a lowered iteration (``lowering.py``): the interaction ops (dot, concat, DCN
+cross layers, reduce, projection), the DDP buckets the dense gradients are all-reduced in, and
+the dense sync of a sync mode (the groups that all-reduce every iteration, and the MA/BMUF/EASGD
+rounds a foreground trainer runs).  Each function adds ops through the lowering's builder."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from zionsim.dlrm.sync import SyncSpec
+from zionsim.dlrm.workload import DTYPE_BYTES, WorkloadSpec
+
+#: PyTorch DDP's default bucket_cap_mb (torch.nn.parallel.DistributedDataParallel docs)
+BUCKET_BYTES = 25 * 2**20
+
+
+def dense_groups(sync: SyncSpec, ranks: int, g: int) -> dict:
+    """Groups that all-reduce dense gradients every iteration: all ranks (``allreduce``), each
+    node (node trainers), or none (rank trainers of a sync mode)."""
+    if sync.kind == "allreduce":
+        return {"all": np.arange(ranks)}
+    if sync.trainer == "node":
+        return {f"node{k}": np.arange(k * g, (k + 1) * g) for k in range(ranks // g)}
+    return {}
+
+
+def sync_collectives(b, sync: SyncSpec, nbytes: float, ranks: int, g: int) -> dict:
+    """Collective ids of MA/BMUF sync rounds, by rank (a round all-reduces the parameters among
+    trainers; node trainers sync 1/g shards among same-index GPUs)."""
+    if sync.kind == "allreduce" or sync.method == "easgd":
+        return {}
+    if sync.trainer == "node":
+        ids = {
+            j: b.collective("all_reduce", nbytes / g, ranks=np.arange(ranks // g) * g + j)
+            for j in range(g)
+        }
+        return {r: ids[r % g] for r in range(ranks)}
+    cid = b.collective("all_reduce", nbytes)
+    return dict.fromkeys(range(ranks), cid)
+
+
+def lower_sync(b, sync: SyncSpec, r: int, g: int, colls: dict, nbytes: float) -> None:
+    """Foreground sync round ops at the end of rank ``r``'s iteration (run every K-th)."""
+    if sync.kind != "foreground":
+        return
+    last = len(b.ops) - 1  # dense_opt of this rank
+    if sync.method == "easgd":
+        share = nbytes / g if sync.trainer == "node" else nbytes
+        for name, direction in (("sync_push", "to_ps"), ("sync_pull", "from_ps")):
+            last = b.op(
+                r, name, "transfer", "sync", "compute", (last,), direction=direction,
+                nbytes=float(share), servers=sync.servers, every=sync.every,
+                placement=sync.placement,
+            )  # fmt: skip
+    else:
+        b.op(
+            r,
+            "sync_round",
+            "collective",
+            "sync",
+            "compute",
+            (last,),
+            coll=colls[r],
+            every=sync.every,
+        )
+
+
+def interaction(b, w, r, B, dt, deps, phase):
+    """Interaction ops (forward, or backward at twice the forward work); returns the last op."""
+    d, n_feat = w.bottom_mlp[-1], len(w.tables) + 1
+    name = f"interaction_{phase}"
+    reps = 1 if phase == "fwd" else 2
+    if w.interaction == "dot":
+        x = None
+        for i in range(reps):  # batched F×d · d×F products: B·F rows against F columns
+            x = b.op(
+                r, f"{name}{i}", "gemm", "interaction", "compute", deps if i == 0 else (x,),
+                m=B * n_feat, n=n_feat, k=d, dtype=dt,
+            )  # fmt: skip
+        return x
+    width = w.interaction_input_width
+    if w.interaction in ("reduce", "projection"):
+        return _stated_width_interaction(b, w, r, B, dt, deps, phase)
+    if w.interaction == "concat":  # read and write the concatenated features
+        nbytes = float(2 * DTYPE_BYTES[dt] * B * width * reps)
+        return b.op(r, name, "memory", "interaction", "compute", deps, nbytes=nbytes)
+    return _dcn_interaction(b, w, r, B, dt, deps, name, reps, width)
+
+
+def _dcn_interaction(b, w, r, B, dt, deps, name, reps, width):
+    """DCN cross layers: per layer, the low-rank V and W GEMMs (``reps`` times) and an
+    element-wise multiply-add over the ``width`` features; returns the last op."""
+    x = None
+    for layer in range(w.dcn_layers):
+        for i in range(reps):
+            x = b.op(
+                r, f"{name}_l{layer}_v{i}", "gemm", "interaction", "compute",
+                deps if x is None else (x,), m=B, n=w.dcn_low_rank, k=width, dtype=dt,
+            )  # fmt: skip
+            x = b.op(
+                r, f"{name}_l{layer}_w{i}", "gemm", "interaction", "compute", (x,),
+                m=B, n=width, k=w.dcn_low_rank, dtype=dt,
+            )  # fmt: skip
+        x = b.op(
+            r, f"{name}_l{layer}_mul", "memory", "interaction", "compute", (x,),
+            nbytes=float(3 * DTYPE_BYTES[dt] * B * width * reps),
+        )  # fmt: skip
+    return x
+
+
+def _stated_width_interaction(b, w, r, B, dt, deps, phase):
+    """``reduce``: the interaction inputs summed element-wise down to ``output_width`` features
+    (memory-bound: read every input element, write the output; backward the reverse).
+    ``projection``: a learned linear layer from the inputs to ``output_width`` (forward GEMM;
+    backward wgrad and dgrad GEMMs)."""
+    n_in, n_out, name = w.interaction_input_width, w.interaction_width, f"interaction_{phase}"
+    if w.interaction == "reduce":
+        nbytes = float(DTYPE_BYTES[dt] * B * (n_in + n_out))
+        return b.op(r, name, "memory", "interaction", "compute", deps, nbytes=nbytes)
+    if phase == "fwd":
+        return b.op(r, name, "gemm", "interaction", "compute", deps, m=B, n=n_out, k=n_in, dtype=dt)
+    x = b.op(
+        r, f"{name}_wgrad", "gemm", "interaction", "compute", deps,
+        m=n_in, n=n_out, k=B, dtype=dt,
+    )  # fmt: skip
+    return b.op(
+        r, f"{name}_dgrad", "gemm", "interaction", "compute", (x,),
+        m=B, n=n_in, k=n_out, dtype=dt,
+    )  # fmt: skip
+
+
+def buckets(w: WorkloadSpec, dp_params: int, grouped: bool = False) -> list[tuple[int, list[str]]]:
+    """DDP buckets in backward order: (parameters, [layer keys whose gradients fill it]); one
+    bucket of every gradient when ``grouped`` (a stack's ``grouped_allreduce``)."""
+    layers = [(f"top{i}", k * n + n) for i, (k, n) in reversed(list(enumerate(w.top_layers())))]
+    if w.interaction_params:
+        layers.append(("interaction", w.interaction_params))
+    layers += [
+        (f"bottom{i}", k * n + n) for i, (k, n) in reversed(list(enumerate(w.bottom_layers())))
+    ]
+    if dp_params:
+        layers.append(("dp_tables", dp_params))
+    cap = float("inf") if grouped else BUCKET_BYTES // 4
+    out, cur, members = [], 0, []
+    for key, params in layers:
+        cur += params
+        members.append(key)
+        if cur >= cap:
+            out.append((cur, members))
+            cur, members = 0, []
+    if members:
+        out.append((cur, members))
+    return out
