@@ -151,7 +151,6 @@ def start_trace(
     noisy = rec.per_iteration_s is not None  # noisy ranks are not alike
     tpl = templates(trace, rec.durations_s, alone=background or not alike or noisy, g=g)
     run = _Run(env, net, cluster, trace, rec, collective_model, sync_traffic, tpl)
-    run.per_iteration = rec.per_iteration_s
     by_rank = trace.by_rank()
     procs = []
     for rank in tpl.reps:
@@ -266,7 +265,7 @@ class _Run:
         two = any(op.stream == "embedding" for op in trace.ops)
         self.gpu = [simpy.Resource(env, 1) for _ in range(trace.ranks)] if two else None
         #: per iteration × op durations where they vary (``variability.py``), else None
-        self.per_iteration: np.ndarray | None = None
+        self.per_iteration: np.ndarray | None = rec.per_iteration_s
 
     def _done(self, it: int, op_id: int) -> simpy.Event:
         i = it * self.n_ops + op_id
