@@ -224,6 +224,12 @@ class FaultedRouter(Router):
             out[i, : len(r)] = r
         return out
 
+    @property
+    def rerouted_pairs(self) -> int:
+        """How many (source, destination) device pairs have been rerouted around the failed
+        components so far (routes are repaired as the run asks for them)."""
+        return len(self._repaired)
+
     def _broken(self, rows: np.ndarray) -> np.ndarray:
         return np.append(self.failed, False)[rows].any(axis=1)
 

@@ -76,7 +76,7 @@ def execute_varied(inputs, cluster, trace, memory, execute):
     if var.faults:
         s["faults"] = {
             "failed": list(var.faults),
-            "rerouted_pairs": len(getattr(faulted.router, "_repaired", {})),
+            "rerouted_pairs": faulted.router.rerouted_pairs,  # faults: a FaultedRouter
         }
     if var.goodput is not None:
         from zionsim.sim.goodput import goodput_block
