@@ -115,7 +115,9 @@ def test_cli_exit_code_3_for_a_model_error(monkeypatch, capsys):
     def broken(args):
         raise ModelError("summary.json: non-finite value at iteration_time_s")
 
-    monkeypatch.setitem(cli_main.CORE_COMMANDS, "topology", broken)
+    from zionsim.cli import hardware as cli_hardware
+
+    monkeypatch.setitem(cli_hardware.COMMANDS, "topology", broken)
     assert cli_main.main(["topology", "--topology", TINY]) == 3
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("zionsim: internal error: summary.json")
