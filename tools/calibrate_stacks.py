@@ -74,8 +74,17 @@ def fitted_terms(name: str) -> list[str]:
 
 
 def simulate_ms(case, stack) -> float:
-    """The case's simulated step time (ms) under ``stack`` (a StackSpec)."""
-    options = dict(case.params["options"], stack=stack)
+    """The case's simulated step time (ms) under ``stack`` (a StackSpec), with the case's own
+    ``stack.PATH`` settings (its software as its source states it) over the stack's file and
+    the fitted terms of ``stack`` over both."""
+    options = dict(case.params["options"])
+    sets = [f"{k[len('stack.'):]}={v}" for k, v in options.items() if k.startswith("stack.")]
+    if sets:
+        own = load_stack(stack.name, sets)
+        fitted = {ATTR[t]: getattr(stack, ATTR[t]) for t in fitted_terms(stack.name)}
+        stack = dataclasses.replace(own, **fitted)
+    options = {k: v for k, v in options.items() if not k.startswith("stack.")}
+    options["stack"] = stack
     return run_point(options).summary["iteration_time_s"] * 1e3
 
 

@@ -192,3 +192,52 @@ def test_grouped_allreduce_is_one_call_after_the_last_gradient():
     assert {"bottom_wgrad0", "top_wgrad0"} <= names
     sizes = [c.size_bytes for c in grouped.collectives if c.op == "all_reduce"]
     assert sizes == [sum(c.size_bytes for c in bucketed.collectives if c.op == "all_reduce")]
+
+
+def _update_ops(stack, ranks, dense="fp32"):
+    """Names and byte counts of one rank's embedding-update ops under ``stack``."""
+    from zionsim.dlrm.lowering import lower
+    from zionsim.dlrm.plan import Plan, Shard
+    from zionsim.dlrm.workload import with_precision
+
+    w = with_precision(load_workload("tiny"), {"dense": dense})
+    plan = Plan("tw", tuple(Shard(t.index, "TW", (t.index % ranks,)) for t in w.tables))
+    trace = lower(w, plan, ranks, stack=stack)
+    ops = [o for o in trace.ops if o.rank == 0 and o.name.startswith("emb_") and o.name != "emb_fwd"]
+    return {o.name: o for o in ops}
+
+
+def test_framework_embedding_update_is_torch_optim_over_a_sparse_gradient():
+    """``embedding_update.optimizer: framework``: the fused lookup stays one kernel, the update
+    becomes torch.optim's step (``emb_opt``, every lookup's row); the gradient is a kernel only
+    where the stack says so (DeepLearningExamples: one GPU), and the loss scaler's unscale is a
+    read and a write of every value under mixed precision only."""
+    upd = {"optimizer": "framework", "gradient": {"single_gpu": "kernel", "multi_gpu": "view"},
+           "amp_unscale": True}  # fmt: skip
+    s = stack_from_dict({"name": "s", "embedding_update": upd})
+    assert set(_update_ops(BARE, 2)) == {"emb_bwd"}
+    one, two = _update_ops(s, 1), _update_ops(s, 2)
+    assert set(one) == {"emb_bwd", "emb_opt"} and one["emb_bwd"].kind == "memory"
+    assert set(two) == {"emb_opt"}
+    assert one["emb_opt"].args["fused"] is False and one["emb_opt"].args["tables"] == 1
+    amp = _update_ops(s, 2, dense="fp16")
+    look = amp["emb_opt"].args["lookups"] * amp["emb_opt"].args["row_bytes"]
+    assert amp["emb_unscale"].args["nbytes"] == pytest.approx(2 * look)
+    # many lookups of few rows: torch.optim's step (lr-scaled copy, then every lookup's row
+    # read and written) outweighs the fused backward's update of each distinct row once
+    from zionsim.hardware import compute
+
+    gpu = Cluster.load("dgx_a100", nodes=1).spec.gpu
+    fused = compute.embedding_backward_time_s(gpu, 1e6, 512, 1, True, "sgd", 0, None, 1e4)
+    torch_step = compute.embedding_optimizer_time_s(gpu, 1e6, 512, 1, "sgd", 0, None, 1e4)
+    assert torch_step > 2 * fused
+
+
+def test_bad_embedding_update_is_named():
+    """An unknown optimizer or gradient kind names its field and the allowed values."""
+    with pytest.raises(InputError, match="embedding_update.optimizer"):
+        stack_from_dict({"name": "x", "embedding_update": {"optimizer": "adam"}})
+    with pytest.raises(InputError, match="embedding_update.gradient.multi_gpu"):
+        stack_from_dict({"name": "x", "embedding_update": {"gradient": {"multi_gpu": "copy"}}})
+    with pytest.raises(InputError, match="embedding_update"):
+        stack_from_dict({"name": "x", "embedding_update": {"unscale": True}})

@@ -445,17 +445,38 @@ def _lower_sparse_bwd(o: _RankOps, node, local, e_args, x, grads_done) -> tuple:
         if i > 0:
             x = o.gemm(f"bottom_dgrad{i}", B, k, n, (x,), o.stack.mlp_kernels[1] - 1, B * n)
     n_look = e_args["lookups"]
-    name, category, deps = "emb_bwd", "embedding", tuple(backs)
-    if not e_args["fused"] and n_look:
-        deps = (_native_gradient(o, e_args, deps),)
+    name, category, deps, args = "emb_bwd", "embedding", tuple(backs), e_args
+    framework = o.stack.embedding_optimizer == "framework"
+    if (framework or not e_args["fused"]) and n_look:
+        deps, args = _sparse_gradient(o, e_args, deps)
         name, category = "emb_opt", "optimizer"
     e_bwd = o.b.op(
         o.r, name, "embedding_bwd", category, o.emb_stream, deps,
         optimizer=w.optimizer["embedding"],
         state_bytes_per_row=float(lay.state_bytes[o.r] / n_look) if n_look else 0.0,
-        unique_rows=float(lay.unique_rows[o.r]), **e_args,
+        unique_rows=float(lay.unique_rows[o.r]), **args,
     )  # fmt: skip
     return e_bwd, o.host("uvm_write", "d2h", (e_bwd,))
+
+
+def _sparse_gradient(o: _RankOps, e_args: dict, deps: tuple) -> tuple[tuple, dict]:
+    """The sparse COO gradient the framework's optimizer applies (``emb_opt``): its ops, and the
+    arguments of the optimizer's step.  Unfused (per-table ``nn.EmbeddingBag``): one
+    ``index_select`` per table writes it.  Fused lookups with ``embedding_update.optimizer:
+    framework`` (one joint table): the backward kernel writes it (``gradient: kernel``) or wraps
+    the output's gradient uncopied (``view``); under mixed precision with ``amp_unscale`` the
+    loss scaler then reads and writes every value once."""
+    stack, args = o.stack, dict(e_args)
+    if not e_args["fused"]:
+        return (_native_gradient(o, e_args, deps),), args
+    args.update(fused=False, tables=1)
+    single = len(o.lay.lookups) == 1
+    if stack.embedding_gradient[0 if single else 1] == "kernel":
+        deps = (_native_gradient(o, args, deps),)
+    if stack.amp_unscale and o.dt in ("fp16", "bf16"):
+        nbytes = 2.0 * e_args["lookups"] * e_args["row_bytes"]
+        deps = (o.b.op(o.r, "emb_unscale", "memory", "optimizer", o.emb_stream, deps, nbytes=nbytes),)
+    return deps, args
 
 
 def _native_gradient(o: _RankOps, e_args: dict, deps: tuple) -> int:

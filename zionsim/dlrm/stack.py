@@ -35,6 +35,14 @@ TensorFlow + SOK.  A stack profile states, as data with sources, what differs be
    ``compute_slowdown`` slower (NCCL takes SMs and HBM bandwidth) and its collectives
    ``comm_slowdown`` slower while its compute stream is busy.
 7. ``fused_embedding`` — table-batched (fused) embedding kernels, or one kernel per table.
+7b. ``embedding_update`` — where the embedding rows are updated: ``optimizer: fused`` (default:
+   inside the embedding backward kernel, FBGEMM's TBE, HugeCTR, SOK: each distinct row once) or
+   ``framework`` (autograd hands a sparse COO gradient, one value row per lookup, to the
+   framework's optimizer, ``torch.optim``, which updates every lookup's row); ``gradient``:
+   ``kernel`` (the backward writes the gradient's values and indices) or ``view`` (the pooled
+   output's gradient is the values, uncopied), per ``single_gpu`` / ``multi_gpu`` where a stack
+   picks its embedding by GPU count; ``amp_unscale``: under mixed precision the loss scaler
+   unscales the values in place before the step (a read and a write of every value).
 8. ``embedding_stream`` — the embedding lookups and updates run on a CUDA stream of their own
    (HugeCTR's model-parallel stream): they share the GPU with the dense stream one kernel at a
    time, but wait for no dense work, so the next iteration's lookups and their all-to-all run
@@ -86,6 +94,7 @@ STACK_KEYS = {
     "gpu_per_step",
     "interference",
     "fused_embedding",
+    "embedding_update",
     "embedding_stream",
     "iteration_join",
     "dense_waits_lookup",
@@ -98,6 +107,10 @@ TRAINER_KINDS = ("gpu", "cpu")
 #: planners a stack may name, with the parser of their settings (``planner:`` mapping)
 STACK_PLANNERS = ("greedy", "hugectr")
 PRECISION_KEYS = ("embedding", "dense", "communication")
+#: ``embedding_update.optimizer``: in the embedding backward kernel, or the framework's optimizer
+EMBEDDING_OPTIMIZERS = ("fused", "framework")
+#: ``embedding_update.gradient``: the backward writes the sparse gradient, or views the output's
+EMBEDDING_GRADIENTS = ("kernel", "view")
 HOST_KEYS = ("dispatch", "per_step", "per_sample", "overlap")
 #: ``precision.communication`` value: exchange in the dense math's 16-bit type under mixed precision
 FOLLOW_DENSE = "dense"
@@ -128,6 +141,11 @@ class StackSpec:
     compute_slowdown: float = 0.0
     comm_slowdown: float = 0.0
     fused_embedding: bool = True
+    #: ``embedding_update``: optimizer (EMBEDDING_OPTIMIZERS), gradient on one GPU and on several
+    #: (EMBEDDING_GRADIENTS), the loss scaler's unscale of the values under mixed precision
+    embedding_optimizer: str = "fused"
+    embedding_gradient: tuple[str, str] = ("view", "view")
+    amp_unscale: bool = False
     embedding_stream: bool = False
     iteration_join: bool = False
     dense_waits_lookup: bool = False
@@ -155,6 +173,17 @@ class StackSpec:
             "compute_slowdown": self.compute_slowdown,
             "comm_slowdown": self.comm_slowdown,
             "fused_embedding": self.fused_embedding,
+            **(
+                {
+                    "embedding_update": {
+                        "optimizer": self.embedding_optimizer,
+                        "gradient": dict(zip(("single_gpu", "multi_gpu"), self.embedding_gradient)),
+                        "amp_unscale": self.amp_unscale,
+                    }
+                }
+                if self.embedding_optimizer != "fused"
+                else {}
+            ),
             "embedding_stream": self.embedding_stream,
             **({"iteration_join": True} if self.iteration_join else {}),
             **({"dense_waits_lookup": True} if self.dense_waits_lookup else {}),
@@ -229,6 +258,7 @@ def stack_from_dict(data: dict, file: str = "<stack>") -> StackSpec:
     i.check_keys({"compute_slowdown", "comm_slowdown"})
     launch = data.get("kernel_launch")
     planner, settings = _planner(f)
+    e_opt, e_grad, unscale = _embedding_update(f)
     return StackSpec(
         name=str(f.raw("name", Path(file).stem)),
         description=str(f.raw("description", "")),
@@ -244,6 +274,9 @@ def stack_from_dict(data: dict, file: str = "<stack>") -> StackSpec:
         compute_slowdown=i.quantity("compute_slowdown", "fraction", 0.0, strict=False),
         comm_slowdown=i.quantity("comm_slowdown", "fraction", 0.0, strict=False),
         fused_embedding=f.flag("fused_embedding", True),
+        embedding_optimizer=e_opt,
+        embedding_gradient=e_grad,
+        amp_unscale=unscale,
         embedding_stream=f.flag("embedding_stream", False),
         iteration_join=f.flag("iteration_join", False),
         dense_waits_lookup=f.flag("dense_waits_lookup", False),
@@ -270,6 +303,27 @@ def check_trainer(stack: StackSpec, architecture: str) -> None:
             if cpu
             else "a GPU stack: torchrec, hugectr, nvidia_pytorch_dlrm, tensorflow_sok, bare",
         )
+
+
+def _embedding_update(f: Fields) -> tuple[str, tuple[str, str], bool]:
+    """The stack's ``embedding_update:`` mapping: (optimizer, (gradient on one GPU, on several),
+    amp_unscale)."""
+    if f.data.get("embedding_update") is None:
+        return "fused", ("view", "view"), False
+    u = f.sub("embedding_update")
+    u.check_keys({"optimizer", "gradient", "amp_unscale"})
+    optimizer = u.choice("optimizer", EMBEDDING_OPTIMIZERS, "fused")
+    if isinstance(u.data.get("gradient"), dict):
+        g = u.sub("gradient")
+        g.check_keys({"single_gpu", "multi_gpu"})
+        gradient = (
+            g.choice("single_gpu", EMBEDDING_GRADIENTS, "view"),
+            g.choice("multi_gpu", EMBEDDING_GRADIENTS, "view"),
+        )
+    else:
+        one = u.choice("gradient", EMBEDDING_GRADIENTS, "view")
+        gradient = (one, one)
+    return optimizer, gradient, u.flag("amp_unscale", False)
 
 
 def _planner(f: Fields) -> tuple[str, object]:

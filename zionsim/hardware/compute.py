@@ -361,7 +361,9 @@ def native_step_work(
     ``index_add_`` (index and value read, the row read and written).
 
     * ``sgd`` (``torch/optim/sgd.py``: ``param.add_(grad, alpha=-lr)`` on the uncoalesced
-      gradient, ``add_out_dense_sparse_cuda`` → one ``index_add_``): every lookup updates its row.
+      gradient, ``add_out_dense_sparse_cuda``: ``values = values.mul(value)``, "purposely not
+      inplace", a read and a write of every value, then one ``index_add_``): every lookup
+      updates its row; 2 kernels.
     * ``adagrad`` (``torch/optim/adagrad.py``, sparse branch): ``coalesce()``, then ``pow(2)``,
       ``state_sum.add_`` (``index_add_``), ``sparse_mask`` (a gather, 2 kernels: assumption),
       ``sqrt_``, ``add_(eps)``, the division and ``param.add_``: 8 kernels over the distinct rows.
@@ -372,7 +374,7 @@ def native_step_work(
     """
     idx, acc = m.index_bytes, (lambda b: access_bytes(b, m))
     if optimizer == "sgd":
-        return 1, lookups * 2 * acc(row), lookups * (idx + row)
+        return 2, lookups * 2 * acc(row), lookups * (idx + 3 * row)
     # coalesce: index work, the values gathered in sorted order, the distinct rows written
     kernels = m.coalesce_kernels + 1
     scattered = lookups * acc(row) + rows * 2 * acc(row)
