@@ -136,3 +136,15 @@ def test_h200_has_its_own_stream_efficiency(model):
     h200 = load_topology("dgx_h100", nodes=1, overrides=["gpu=h200"]).gpu
     assert model.for_gpu(h200).stream_eff == pytest.approx(4.15 / 4.8, abs=1e-3)
     assert compute.memory_time_s(h200, 4.15e9, model) == pytest.approx(1e-3, rel=0.01)
+
+
+def test_gather_and_stream_kernel_cases_simulate():
+    """The built-in gather and H200/B200 stream cases of validation/cases.yaml run (the gather
+    kind, ``set:`` on memory kinds) and the calibrated ones reproduce their points."""
+    from zionsim.measure import validate
+
+    cases = [c for c in validate.load_cases() if c.kind in ("gather", "memory")]
+    assert {"gather", "memory"} == {c.kind for c in cases}
+    for c in cases:
+        err = validate.simulate_case(c) / c.measured - 1.0
+        assert abs(err) < (0.02 if c.calibrated else 0.10), c.id
