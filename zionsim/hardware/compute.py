@@ -62,7 +62,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 
@@ -131,17 +131,26 @@ class ComputeModel:
     #: random-row gathers: bytes in flight per SM and the smooth minimum's exponent (fitted)
     gather_bytes_in_flight: float = 0.0
     gather_smoothness: float = 1.0
+    #: for_gpu's results for GPUs without a ``compute:`` of their own (a copy made by
+    #: ``dataclasses.replace`` starts empty)
+    _resolved: dict = field(default_factory=dict, init=False, compare=False, repr=False)
 
     def for_gpu(self, gpu: GpuSpec) -> ArchModel:
         """The parameters of ``gpu``'s architecture, with the GPU's own fitted ones over them
         and the gather efficiency of its latency bound where none is stated."""
-        a = self.arch[architecture(gpu)]
+        arch = architecture(gpu)
+        key = None if gpu.compute else (arch, gpu.sm_count, gpu.memory_latency_s, gpu.hbm_bw_Bps)
+        if key in self._resolved:
+            return self._resolved[key]
+        a = self.arch[arch]
         if gpu.compute:
             own = {k: v for k, v in gpu.compute.items() if k != "gemm"}
             gemm = replace(a.gemm, **gpu.compute.get("gemm", {}))
             a = replace(a, gemm=gemm, **own)
         if a.gather_eff is None:
             a = replace(a, gather_eff=_gather_bandwidth(gpu, a, self) / gpu.hbm_bw_Bps)
+        if key is not None:
+            self._resolved[key] = a
         return a
 
     def with_gemm(self, arch: str, fit: GemmFit) -> ComputeModel:
