@@ -1,4 +1,5 @@
-"""Refit the GEMM efficiency curves and the embedding access overhead in compute_model.yaml.
+"""Refit the GEMM efficiency curves, the embedding access overhead and the gather latency bound
+in compute_model.yaml.
 
     python tools/calibrate_compute.py      # prints the fits, rewrites the `fitted:` block
 
@@ -19,17 +20,26 @@ dispatch) takes ``a`` ~ 3 and makes small GEMMs slower on H100 than on A100.
   zzc0721/torch-performance-test-data issue 140 (Tesla V100-SXM2-16GB, torch.matmul FP16) on
   `bigbasin`'s GPU (same 125 TFLOP/s and 900 GB/s as the 16 GB part).
 
-GPU presets with their own kernel measurements (``compute:`` of zionsim/data/gpus.yaml), fitted
-on the preset's GPU (``eff_max`` free) and written into the preset. B200's knee runs to its lower
-bound (0.01 us): above the 4 us launch its measured efficiency is flat (0.19 of peak at 1024^3 is
-the launch; Hopper's knee, 3.7 us, would make it 0.09), so the curve is a plateau at ``eff_max``:
-
-* b200: pytorch/ao PR 2427, benchmarks/float8/bench_matmul.py on an NVIDIA B200, torch.bfloat16
-  square matmuls 1024-8192 (0.19-0.67 of the 2.25 PFLOP/s peak; 0.63-0.65 from 4096 up).
+* blackwell: ``eff_max`` fitted too; pytorch/ao PR 2427, benchmarks/float8/bench_matmul.py on an
+  NVIDIA B200 (`dgx_b200`'s GPU), torch.bfloat16 square matmuls 1024-8192 (0.19-0.67 of the
+  2.25 PFLOP/s peak; 0.63-0.65 from 4096 up).  Kernel measurements characterise the hardware;
+  no end-to-end H200/Blackwell run is fitted.  Its knee runs to the lower bound (0.01 us): above
+  the 4 us launch the measured efficiency is flat (0.19 of peak at 1024^3 is the launch;
+  Hopper's knee, 3.7 us, would make it 0.09), so the curve is a plateau at ``eff_max``.
 
 Embedding access overhead: the per-access bytes ``c`` such that the time per useful byte of
 ``ceil32(b) + c`` over ``b`` reproduces TorchRec's planner penalties for FP32 rows (relative to
 128-dim = 512-byte rows): 1.15 at 64 dims (256 B), 1.75 at 32 dims (128 B).
+
+Gather latency bound (compute.py assumption 6): ``smooth_min(stream, sm_count x Q / latency, p)``,
+fitted on H100 SXM (`dgx_h100`'s GPU: 132 SMs, 353.5 ns, STREAM 0.887 x 3350 GB/s) only:
+
+* ``p``: pegainfer-project/pegainfer PR 488 / issue 484, the same bf16 embedding gather of
+  10000 rows of 5 KB on H100 with 2-byte and with 16-byte loads and stores: 904 and 2644 GB/s.
+  Assumption: the two keep the same loads outstanding per thread, so the 2-byte kernel has 1/8
+  of the 16-byte kernel's bytes in flight; ``p`` and that kernel's ``Q`` reproduce both points.
+* ``Q``: the FBGEMM gather_along_first_dim peak on H100 SXM5, 2646.4 GB/s (pytorch/FBGEMM PR
+  3993): the bytes in flight per SM of a vectorised production gather, with ``p`` fixed.
 """
 
 from __future__ import annotations
@@ -37,6 +47,7 @@ from __future__ import annotations
 import math
 import re
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
@@ -51,27 +62,36 @@ from zionsim.measure import fitting  # noqa: E402
 
 MODEL_PATH = ROOT / "zionsim/data/compute_model.yaml"
 HARDWARE_CSV = ROOT / "zionsim/data/reference/hardware.csv"
-TOPOLOGY = {"volta": "bigbasin", "ampere": "dgx_a100", "hopper": "dgx_h100"}
+TOPOLOGY = {
+    "volta": "bigbasin",
+    "ampere": "dgx_a100",
+    "hopper": "dgx_h100",
+    "blackwell": "dgx_b200",
+}
 #: (m=n=k, TFLOP/s) measured outside hardware.csv, with their sources (see the docstring)
 EXTRA_POINTS = {
     "hopper": ("bf16", [(1024, 176.62), (2048, 676.59), (4096, 788.72), (8192, 797.51)]),
     "volta": ("fp16", [(1024, 57.30), (2048, 78.23), (4096, 95.73), (8192, 97.36)]),
-}
-#: GPU presets fitted on their own measurements: preset -> (topology of the preset, dtype, points)
-PRESET_POINTS = {
-    "b200": (
-        "dgx_b200",
+    "blackwell": (
         "bf16",
         [(1024, 423.0), (1536, 921.0), (2048, 1130.0), (3072, 1510.0), (4096, 1410.0),
          (6144, 1450.0), (8192, 1420.0)],
     ),
 }  # fmt: skip
-GPUS_PATH = ROOT / "zionsim/data/gpus.yaml"
+#: H100 gathers (GB/s): the 2-byte and 16-byte embedding gathers of pegainfer PR 488 (102.4 MB
+#: read and written in 113.25 and 38.73 us) and FBGEMM's gather_along_first_dim (PR 3993)
+GATHER_SCALAR_GBPS = 102.4e6 / 113.25e-6 / 1e9
+GATHER_VECTOR_GBPS = 102.4e6 / 38.73e-6 / 1e9
+GATHER_FBGEMM_GBPS = 2646.431
+#: bytes in flight of the 16-byte kernel over the 2-byte one (assumption: the same loads
+#: outstanding per thread)
+GATHER_VECTOR_RATIO = 8.0
 #: provenance written above the fitted values
 FIT_NOTES = {
     "ampere": "hardware.csv 'A100 cuBLASLt FP16 m=n=k' rows; eff_max = A100 max achievable/312",
     "hopper": "zzc0721/torch-performance-test-data#79 BF16; eff_max = H100 max achievable/989",
     "volta": "zzc0721/torch-performance-test-data#140 FP16 (V100-SXM2); eff_max fitted",
+    "blackwell": "pytorch/ao#2427 BF16 torch.matmul on B200 (kernel data); eff_max fitted",
 }
 #: not fitted, printed as a check: FP32 / TF32 runs of the same two sources
 CROSS_CHECK = {
@@ -95,6 +115,7 @@ def reference_points() -> dict[str, tuple[str, list[tuple[int, float]], float | 
         "ampere": ("fp16", list(zip(sizes, a100["value"], strict=True)), value("A100 BF16") / 312),
         "hopper": (*EXTRA_POINTS["hopper"], value("H100 BF16 matmul") / 989),
         "volta": (*EXTRA_POINTS["volta"], None),
+        "blackwell": (*EXTRA_POINTS["blackwell"], None),
     }
 
 
@@ -116,29 +137,28 @@ def fit_gemm(model, arch: str, dtype: str, points, eff_max: float | None):
     return fitting.fit_gemm(gpu, model, timed, eff_max), gpu
 
 
-def fit_preset(model, preset: str, topology: str, dtype: str, points) -> None:
-    """Fit a preset's own GEMM curve (``eff_max`` free) and rewrite its ``gemm:`` line in
-    gpus.yaml; the fit runs on the preset's GPU without its current ``compute:``."""
-    from dataclasses import replace
+def fit_gather_latency(model) -> tuple[float, float]:
+    """``(p, Q)`` of the gather latency bound on `dgx_h100`'s GPU (see the docstring)."""
+    from scipy.optimize import brentq
 
-    gpu = replace(load_topology(topology).gpu, compute={})
-    timed = [(n, n, n, dtype, compute.gemm_flops(n, n, n) / (t * 1e12)) for n, t in points]
-    fit = fitting.fit_gemm(gpu, model, timed, None)
-    own = model.with_gemm(compute.architecture(gpu), fit)
-    print(f"{preset}: {fit}")
-    for size, t in points:
-        got = measured_tflops(own, gpu, dtype, size)
-        print(f"  {dtype} {size:>5d}^3  measured {t:7.1f}  model {got:7.1f}  {got / t - 1:+6.1%}")
-    line = (
-        f"gemm: {{eff_max: {fit.eff_max:.4f}, half_time: {fit.half_time_s * 1e6:.3f} us, "
-        f"exponent: {fit.exponent:.4f}}}"
-    )
-    text = GPUS_PATH.read_text()
-    pattern = rf"(\n  {preset}:\n(?:    .*\n)*?    compute:.*\n      )gemm: \{{.*\}}"
-    new, n = re.subn(pattern, lambda m: m.group(1) + line, text, count=1)
-    if n != 1:
-        raise SystemExit(f"{GPUS_PATH}: no compute.gemm line in preset {preset}")
-    GPUS_PATH.write_text(new)
+    gpu = load_topology(TOPOLOGY["hopper"]).gpu
+    a = model.for_gpu(replace(gpu, compute={}, sm_count=0, memory_latency_s=0.0))
+    arch = model.arch["hopper"]
+    stream = a.stream_eff * gpu.hbm_bw_Bps / 1e9
+    sms = gpu.sm_count or arch.sm_count
+    latency = gpu.memory_latency_s or arch.memory_latency_s
+
+    def bound(measured: float, p: float) -> float:
+        """The latency bound (GB/s) that ``measured`` implies under exponent ``p``."""
+        return (measured ** (-p) - stream ** (-p)) ** (-1.0 / p)
+
+    def miss(p: float) -> float:
+        vec = GATHER_VECTOR_RATIO * bound(GATHER_SCALAR_GBPS, p)
+        return compute.smooth_min(stream, vec, p) - GATHER_VECTOR_GBPS
+
+    p = brentq(miss, 0.5, 20.0)
+    q = bound(GATHER_FBGEMM_GBPS, p) * 1e9 * latency / sms
+    return p, q
 
 
 def fit_access_overhead(sector: float) -> float:
@@ -173,8 +193,6 @@ def main() -> None:
             f"    {arch}: {{eff_max: {fit.eff_max:.4f}, half_time_us: {fit.half_time_s * 1e6:.3f}, "
             f"exponent: {fit.exponent:.4f}}}"
         )
-    for preset, (topo, dtype, points) in PRESET_POINTS.items():
-        fit_preset(model, preset, topo, dtype, points)
     c = fit_access_overhead(model.sector_bytes)
     for b, p in TORCHREC_PENALTY.items():
         got = ((math.ceil(b / 32) * 32 + c) / b) / ((512 + c) / 512)
@@ -183,6 +201,23 @@ def main() -> None:
         "  # per-access overhead fitted to TorchRec's HALF/QUARTER_BLOCK_PENALTY (1.15, 1.75)"
     )
     lines.append(f"  access_overhead_bytes: {c:.1f}")
+    p, q = fit_gather_latency(model)
+    model = replace(model, gather_smoothness=p, gather_bytes_in_flight=q)
+    h100 = load_topology(TOPOLOGY["hopper"]).gpu
+    print(f"gather latency bound: p {p:.3f}, Q {q:.0f} B per SM")
+    for name, topo in TOPOLOGY.items():
+        g = load_topology(topo).gpu
+        bw = compute.gather_bandwidth_Bps(g, model) / 1e9
+        print(f"  {name:9s} {g.model:16s} gather {bw:7.1f} GB/s ({bw * 1e9 / g.hbm_bw_Bps:.3f})")
+    print(f"  H100 gather {compute.gather_bandwidth_Bps(h100, model) / 1e9:.1f} GB/s, measured "
+          f"{GATHER_FBGEMM_GBPS} (FBGEMM) and {GATHER_VECTOR_GBPS:.1f} (pegainfer)")  # fmt: skip
+    lines += [
+        "  # random-row gather latency bound, fitted on H100 only: smoothness to the scalar"
+        " (2-byte) and",
+        "  # vector (16-byte) embedding gathers of [pegainfer488], bytes in flight to [fbgemm3993]",
+        f"  gather_smoothness: {p:.3f}",
+        f"  gather_bytes_in_flight_per_sm: {q:.0f}",
+    ]
     block = "\n".join(lines) + "\n"
     text = re.sub(r"fitted:\n(  .*\n)+", block, MODEL_PATH.read_text())
     MODEL_PATH.write_text(text)

@@ -53,12 +53,14 @@ def test_bottom_mlp_waits_for_the_lookup_only_where_the_stack_says_so():
     assert not _waits_for_lookup({**BASE, "stack.dense_waits_lookup": False})
 
 
-def test_gpu_preset_brings_its_own_gemm_curve_unless_the_topology_has_one(tmp_path):
-    b200 = load_topology("dgx_h100", nodes=1, overrides=["gpu=b200"]).gpu
-    assert 0.5 < b200.compute["gemm"]["eff_max"] < 0.8
+def test_gpu_preset_brings_its_own_kernel_parameters_unless_the_topology_has_them(tmp_path):
+    h200 = load_topology("dgx_h100", nodes=1, overrides=["gpu=h200"]).gpu
+    assert 0.8 < h200.compute["stream_eff"] < 0.9
     assert load_topology("dgx_b200", nodes=1, overrides=["gpu=h100"]).gpu.compute == {}
-    own = load_topology("dgx_h100", nodes=1, overrides=["gpu=b200", "compute.gemm.eff_max=0.5"]).gpu
-    assert own.compute["gemm"]["eff_max"] == pytest.approx(0.5)
+    own = load_topology(
+        "dgx_h100", nodes=1, overrides=["gpu=h200", "compute.stream_efficiency=0.5"]
+    )
+    assert own.gpu.compute["stream_eff"] == pytest.approx(0.5)
 
 
 @pytest.mark.parametrize("name", ["dgx_a100", "dgx_h100", "dgx_b200"])

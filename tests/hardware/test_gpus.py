@@ -19,7 +19,7 @@ EXPECTED = {  # name: (model, architecture, fp16 FLOP/s, HBM bytes, HBM B/s, NVL
     "a100_80gb": ("A100-SXM4-80GB", "ampere", 312e12, 80e9, 2039e9, 300e9),
     "h100_sxm": ("H100-SXM5-80GB", "hopper", 989e12, 80e9, 3350e9, 450e9),
     "h200": ("H200-SXM5-141GB", "hopper", 989e12, 141e9, 4800e9, 450e9),
-    "b200": ("B200-SXM-180GB", "hopper", 2250e12, 180e9, 7672e9, 900e9),
+    "b200": ("B200-SXM-180GB", "blackwell", 2250e12, 180e9, 7672e9, 900e9),
 }
 
 

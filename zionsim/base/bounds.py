@@ -65,6 +65,10 @@ FIELDS: dict[str, Bound] = {
     "nvswitch_generation": Bound(1, 5, "NVSwitch generations 1 (DGX-2) to 5 (NVL72) and one more"),
     "switches": Bound(0, 64, "64 PCIe switches in a node: 16x a ZionEX node's 4"),
     "tiers": Bound(1, 3, "a folded Clos of 1, 2 or 3 switch levels"),
+    "sm_count": Bound(1, 1024, "1,024 streaming multiprocessors: 7x a B200's 148"),
+    "memory_latency": Bound(
+        1e-8, 1e-5, "10 ns to 10 us: a load that misses L2 takes 300-450 ns on V100 to B200"
+    ),
     "hbm": Bound(1, 2**44, "16 TiB of accelerator memory: 80x a B200's 192 GB"),
     "dram": Bound(1, 1e15, "1 PB of host memory per node: 20x the largest x86 servers"),
     # achieved fractions of peak: below 0.1 % a link or kernel is broken, not slow (and the

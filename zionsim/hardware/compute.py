@@ -20,8 +20,17 @@ Modelling assumptions:
    memory cost nothing), all elements ``dtype`` wide (INT8 GEMMs are assumed to write INT8).
 5. Memory-bound kernels (concat, loss, optimizer steps) stream at STREAM-triad efficiency.
 6. An embedding row access is random: it moves its payload rounded up to 32-byte DRAM sectors
-   plus a fixed per-access overhead (fitted to TorchRec's block-size penalties) at the
-   architecture's large-row gather efficiency.  Indices (int64) and pooled outputs stream.
+   plus a fixed per-access overhead (fitted to TorchRec's block-size penalties) at the GPU's
+   gather bandwidth (:func:`gather_bandwidth_Bps`).  Indices (int64) and pooled outputs stream.
+   A gather's loads depend on indices, so it keeps only as many bytes in flight as its warps
+   have loads outstanding: by Little's law it moves at most ``sm_count x Q / latency`` (``Q``
+   bytes in flight per SM, ``latency`` the idle latency of a load that misses L2), and at most
+   the STREAM rate.  The two combine by a smooth minimum ``(a^-p + b^-p)^(-1/p)`` (queueing
+   near the knee).  ``Q`` and ``p`` are fitted on H100 gathers only (tools/calibrate_compute.py)
+   and assumed the same for every GPU (the same kernels, the same per-SM limits on outstanding
+   loads); ``sm_count`` and ``latency`` are the GPU's own (``GpuSpec``, else its
+   architecture's).  So HBM bandwidth gained without more SMs or less latency (H200, B200)
+   speeds gathers up less than streams.
 7. Every lookup reaches HBM (no L2 reuse of hot rows): an upper bound for skewed access.  The
    backward pass reads each lookup's bag gradient but updates each distinct row once (FBGEMM
    sorts the indices and merges duplicates before the fused optimizer update); the caller gives
@@ -42,17 +51,18 @@ Modelling assumptions:
    launches.  Autograd keeps the sparse gradient uncopied (``accumulate_grad.h``: a shallow copy
    when its indices and values are contiguous).  Not modelled: the device-host sync inside the
    coalesce (``unique_by_key``) and atomic contention on hot rows.
-9. Volta, Ampere and Hopper each have their own GEMM fit; Volta and Ampere gather efficiencies are
-   derived from Hopper's gather/STREAM ratio (no public TBE bandwidth found for them).
+9. Volta, Ampere, Hopper and Blackwell each have their own GEMM fit (Blackwell's from B200
+   kernel measurements).  CPU trainers have a stated gather efficiency (no latency bound).
 10. A topology's ``compute:`` section (``GpuSpec.compute``, e.g. written by ``zionsim calibrate``
-    from measured kernels) replaces its architecture's parameters for that cluster's GPU.
+    from measured kernels) replaces its architecture's parameters for that cluster's GPU; a
+    ``gather_efficiency`` there is a measured one and replaces the latency bound.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 
@@ -73,6 +83,10 @@ FAMILIES = {
     "H100": "hopper",
     "H800": "hopper",
     "H200": "hopper",
+    "GH200": "hopper",
+    "B100": "blackwell",
+    "B200": "blackwell",
+    "GB200": "blackwell",
 }
 MODEL_FILE = Path(__file__).resolve().parent.parent / "data" / "compute_model.yaml"
 _FAMILY = re.compile(r"(?<![A-Z0-9])(" + "|".join(FAMILIES) + r")", re.IGNORECASE)
@@ -89,12 +103,17 @@ class GemmFit:
 
 @dataclass(frozen=True)
 class ArchModel:
-    """Parameters of one GPU architecture (fractions of peak; seconds)."""
+    """Parameters of one GPU architecture (fractions of peak; seconds).  ``gather_eff`` is None
+    for a GPU architecture until :meth:`ComputeModel.for_gpu` derives it from the latency bound
+    (a stated or measured one is kept); ``sm_count`` and ``memory_latency_s`` are the defaults
+    for a GPU that does not state its own (0 for CPU trainers)."""
 
     launch_s: float
     stream_eff: float
-    gather_eff: float
+    gather_eff: float | None
     gemm: GemmFit
+    sm_count: int = 0
+    memory_latency_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -109,15 +128,30 @@ class ComputeModel:
     backward_kernels: int
     coalesce_index_bytes: float
     coalesce_kernels: int
+    #: random-row gathers: bytes in flight per SM and the smooth minimum's exponent (fitted)
+    gather_bytes_in_flight: float = 0.0
+    gather_smoothness: float = 1.0
+    #: for_gpu's results for GPUs without a ``compute:`` of their own (a copy made by
+    #: ``dataclasses.replace`` starts empty)
+    _resolved: dict = field(default_factory=dict, init=False, compare=False, repr=False)
 
     def for_gpu(self, gpu: GpuSpec) -> ArchModel:
-        """The parameters of ``gpu``'s architecture, with the GPU's own fitted ones over them."""
-        a = self.arch[architecture(gpu)]
-        if not gpu.compute:
-            return a
-        own = {k: v for k, v in gpu.compute.items() if k != "gemm"}
-        gemm = replace(a.gemm, **gpu.compute.get("gemm", {}))
-        return replace(a, gemm=gemm, **own)
+        """The parameters of ``gpu``'s architecture, with the GPU's own fitted ones over them
+        and the gather efficiency of its latency bound where none is stated."""
+        arch = architecture(gpu)
+        key = None if gpu.compute else (arch, gpu.sm_count, gpu.memory_latency_s, gpu.hbm_bw_Bps)
+        if key in self._resolved:
+            return self._resolved[key]
+        a = self.arch[arch]
+        if gpu.compute:
+            own = {k: v for k, v in gpu.compute.items() if k != "gemm"}
+            gemm = replace(a.gemm, **gpu.compute.get("gemm", {}))
+            a = replace(a, gemm=gemm, **own)
+        if a.gather_eff is None:
+            a = replace(a, gather_eff=_gather_bandwidth(gpu, a, self) / gpu.hbm_bw_Bps)
+        if key is not None:
+            self._resolved[key] = a
+        return a
 
     def with_gemm(self, arch: str, fit: GemmFit) -> ComputeModel:
         """A copy with another GEMM fit for ``arch`` (used by the calibration)."""
@@ -144,6 +178,10 @@ def load_compute_model(path: str | None = None) -> ComputeModel:
         backward_kernels=emb.integer("backward_kernels"),
         coalesce_index_bytes=emb.quantity("coalesce_index_bytes_per_lookup", "bytes", unit=False),
         coalesce_kernels=emb.integer("coalesce_kernels"),
+        gather_bytes_in_flight=fitted.quantity(
+            "gather_bytes_in_flight_per_sm", "bytes", unit=False
+        ),
+        gather_smoothness=fitted.quantity("gather_smoothness", "fraction"),
     )
 
 
@@ -156,10 +194,26 @@ def _gemm_fields(f: Fields, fitted: Fields, arch: str) -> Fields:
 
 
 def _arch(f: Fields, g: Fields) -> ArchModel:
+    """One ``architectures`` entry: a GPU architecture states ``sm_count`` and
+    ``memory_latency_ns`` (its gather efficiency comes from the latency bound), a CPU trainer its
+    ``gather_efficiency``."""
+    stated = "gather_efficiency" in f.data
+    if not stated and not ("sm_count" in f.data and "memory_latency_ns" in f.data):
+        raise f.error(
+            "gather_efficiency",
+            "missing: needs gather_efficiency, or sm_count and memory_latency_ns",
+            allowed="gather_efficiency (0, 1], or sm_count and memory_latency_ns",
+        )
     return ArchModel(
         launch_s=f.quantity("launch_overhead_us", "time", unit=False) * 1e-6,
         stream_eff=f.fraction("stream_efficiency"),
-        gather_eff=f.fraction("gather_efficiency"),
+        gather_eff=f.fraction("gather_efficiency") if stated else None,
+        sm_count=f.integer("sm_count") if "sm_count" in f.data else 0,
+        memory_latency_s=(
+            f.quantity("memory_latency_ns", "time", unit=False) * 1e-9
+            if "memory_latency_ns" in f.data
+            else 0.0
+        ),
         gemm=GemmFit(
             eff_max=g.fraction("eff_max"),
             half_time_s=g.quantity("half_time_us", "time", unit=False) * 1e-6,
@@ -169,7 +223,7 @@ def _arch(f: Fields, g: Fields) -> ArchModel:
 
 
 def architecture(gpu: GpuSpec) -> str:
-    """``"volta"``, ``"ampere"``, ``"hopper"`` (or ``"cpu"`` for a CPU trainer):
+    """``"volta"``, ``"ampere"``, ``"hopper"``, ``"blackwell"`` (or ``"cpu"`` for a CPU trainer):
     ``gpu.architecture`` when given (a preset gives it), else from the family named in
     ``gpu.model``."""
     if gpu.architecture:
@@ -249,6 +303,45 @@ def access_bytes(payload: float, model: ComputeModel | None = None) -> float:
     if payload <= 0:
         return 0.0
     return math.ceil(payload / m.sector_bytes) * m.sector_bytes + m.access_overhead_bytes
+
+
+def smooth_min(a: float, b: float, p: float) -> float:
+    """``(a^-p + b^-p)^(-1/p)``: below both, the smaller as ``p`` grows (``p > 0``)."""
+    return (a ** (-p) + b ** (-p)) ** (-1.0 / p)
+
+
+def latency_bound_Bps(sm_count: int, bytes_in_flight: float, latency_s: float) -> float:
+    """Little's law: bytes per second that ``sm_count`` SMs move with ``bytes_in_flight`` each
+    outstanding for ``latency_s``."""
+    return sm_count * bytes_in_flight / latency_s
+
+
+def gather_bandwidth_Bps(gpu: GpuSpec, model: ComputeModel | None = None) -> float:
+    """Bytes per second of random-row gathers on ``gpu`` (assumption 6): its stated or
+    measured gather efficiency, else the smooth minimum of the STREAM rate and the latency
+    bound."""
+    return _arch_of(gpu, model).gather_eff * gpu.hbm_bw_Bps
+
+
+def _gather_bandwidth(gpu: GpuSpec, a: ArchModel, m: ComputeModel) -> float:
+    """The latency-bound gather bandwidth of ``gpu`` with architecture parameters ``a``."""
+    sms = gpu.sm_count or a.sm_count
+    latency = gpu.memory_latency_s or a.memory_latency_s
+    if isinstance(sms, bool) or not isinstance(sms, int) or sms < 1:
+        raise InputError(
+            f"the GPU's SM count must be a whole number >= 1, got {sms!r}",
+            field="gpu.sm_count",
+            allowed="an integer from 1 to 1024 (H100 SXM5: 132, B200: 148)",
+        )
+    if not latency > 0 or not math.isfinite(latency):
+        raise InputError(
+            f"the GPU's memory latency must be > 0, got {latency!r} s",
+            field="gpu.memory_latency",
+            allowed="a time such as 354 ns",
+        )
+    stream = a.stream_eff * gpu.hbm_bw_Bps
+    bound = latency_bound_Bps(sms, m.gather_bytes_in_flight, latency)
+    return smooth_min(stream, bound, m.gather_smoothness)
 
 
 def gather_efficiency(gpu: GpuSpec, row_bytes: float, model: ComputeModel | None = None) -> float:

@@ -32,7 +32,7 @@ LINK_ROLES = {
     "frontend": "front_end",
 }
 #: GPU generations with compute-model and NCCL parameters (``gpu.architecture``)
-GPU_ARCHITECTURES = ("volta", "ampere", "hopper")
+GPU_ARCHITECTURES = ("volta", "ampere", "hopper", "blackwell")
 #: ... and ``cpu``: a CPU trainer host whose CPU complex stands in the GPU's place (one rank per
 #: host, no NCCL; docs/topologies.md "CPU trainers")
 TRAINER_ARCHITECTURES = (*GPU_ARCHITECTURES, "cpu")
@@ -53,6 +53,11 @@ class GpuSpec:
     #: the generation whose compute-model and NCCL parameters apply (``gpu.architecture``);
     #: empty = the family named in ``model`` (``hardware.compute.architecture``)
     architecture: str = ""
+    #: streaming multiprocessors (``gpu.sm_count``) and the idle latency of a load that misses
+    #: L2 (``gpu.memory_latency``), for the latency bound of random-row gathers
+    #: (``hardware.compute.gather_bandwidth_Bps``); 0 = the architecture's default
+    sm_count: int = 0
+    memory_latency_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -278,7 +283,7 @@ def cluster_from_dict(data: dict, file: str = "<topology>") -> ClusterSpec:
 
 
 def _gpu(f: Fields) -> GpuSpec:
-    f.check_keys({"model", "architecture", "flops", "hbm", "hbm_bw"})
+    f.check_keys({"model", "architecture", "flops", "hbm", "hbm_bw", "sm_count", "memory_latency"})
     arch = "architecture" in f.data
     flops_f = f.sub("flops")
     flops_f.check_keys(DTYPES)
@@ -291,6 +296,10 @@ def _gpu(f: Fields) -> GpuSpec:
         hbm_bytes=f.quantity("hbm", "bytes"),
         hbm_bw_Bps=f.quantity("hbm_bw", "bandwidth"),
         architecture=f.choice("architecture", TRAINER_ARCHITECTURES) if arch else "",
+        sm_count=f.integer("sm_count") if "sm_count" in f.data else 0,
+        memory_latency_s=(
+            f.quantity("memory_latency", "time") if "memory_latency" in f.data else 0.0
+        ),
     )
 
 

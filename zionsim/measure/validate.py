@@ -85,8 +85,9 @@ KIND_KEYS = {
         {"gpus_per_node", "set", "metric", "algorithm", "protocol", "gpus_per_process"},
         ("busbw", "algbw", "time"),
     ),
-    "gemm": ({"topology", "m", "n", "k", "dtype"}, {"metric"}, ("throughput",)),
-    "memory": ({"topology", "bytes"}, {"metric"}, ("bandwidth",)),
+    "gemm": ({"topology", "m", "n", "k", "dtype"}, {"metric", "set"}, ("throughput",)),
+    "memory": ({"topology", "bytes"}, {"metric", "set"}, ("bandwidth",)),
+    "gather": ({"topology", "bytes"}, {"metric", "set"}, ("bandwidth",)),
     "run": ({"options"}, {"metric"}, ("iteration_time", "samples_per_s")),
 }
 
@@ -258,7 +259,7 @@ def _system(f: Fields, kind: str, params: dict) -> tuple[str, int]:
         topo, nodes, gpn = params["topology"], params["nodes"], params.get("gpus_per_node")
         sets = tuple(params.get("set", ()))
     else:
-        topo, nodes, gpn, sets = params["topology"], 1, None, ()
+        topo, nodes, gpn, sets = params["topology"], 1, None, tuple(params.get("set", ()))
     try:
         spec = _spec(str(topo), nodes if nodes is None else int(nodes), gpn, sets)
     except (InputError, TypeError, ValueError):
@@ -279,15 +280,15 @@ def _spec(topology: str, nodes, gpus_per_node, sets: tuple[str, ...]) -> tuple[s
 
 def _check_params(sim: Fields, kind: str, params: dict) -> None:
     """Parse the quantities now, so a bad size fails at load with its field named."""
+    if "set" in params and not isinstance(params["set"], list):
+        raise sim.error("set", "expected a list of PATH=VALUE strings")
     if kind == "collective":
         sim.quantity("size", "bytes", unit=False)
         sim.integer("nodes")
-        if "set" in params and not isinstance(params["set"], list):
-            raise sim.error("set", "expected a list of PATH=VALUE strings")
     elif kind == "gemm":
         for key in ("m", "n", "k"):
             sim.integer(key)
-    elif kind == "memory":
+    elif kind in ("memory", "gather"):
         sim.quantity("bytes", "bytes", unit=False)
     elif not isinstance(params["options"], dict):
         raise sim.error("options", "expected a mapping of run options")
@@ -322,7 +323,7 @@ def _collective(p: dict, metric: str) -> float:
 def _gemm(p: dict, metric: str) -> float:
     from zionsim.hardware import compute
 
-    gpu = _gpu(p["topology"])
+    gpu = _gpu(p["topology"], tuple(p.get("set", ())))
     m, n, k = int(p["m"]), int(p["n"]), int(p["k"])
     return compute.gemm_flops(m, n, k) / compute.gemm_time_s(gpu, m, n, k, p["dtype"])
 
@@ -331,7 +332,16 @@ def _memory(p: dict, metric: str) -> float:
     from zionsim.hardware import compute
 
     nbytes = parse_quantity(p["bytes"], "bytes", field="simulate.bytes")
-    return nbytes / compute.memory_time_s(_gpu(p["topology"]), nbytes)
+    return nbytes / compute.memory_time_s(_gpu(p["topology"], tuple(p.get("set", ()))), nbytes)
+
+
+def _gather(p: dict, metric: str) -> float:
+    """A random-row gather's bandwidth (``compute.gather_bandwidth_Bps``): the kernel's own
+    time, as the published gather benchmarks time it (no launch; ``bytes`` is checked but
+    does not change the rate)."""
+    from zionsim.hardware import compute
+
+    return compute.gather_bandwidth_Bps(_gpu(p["topology"], tuple(p.get("set", ()))))
 
 
 def _run(p: dict, metric: str) -> float:
@@ -341,7 +351,13 @@ def _run(p: dict, metric: str) -> float:
     return s["iteration_time_s"] if metric == "iteration_time" else s["samples_per_s"]
 
 
-SIMULATORS = {"collective": _collective, "gemm": _gemm, "memory": _memory, "run": _run}
+SIMULATORS = {
+    "collective": _collective,
+    "gemm": _gemm,
+    "memory": _memory,
+    "gather": _gather,
+    "run": _run,
+}
 
 
 @lru_cache(maxsize=16)
@@ -353,10 +369,10 @@ def _cluster(topology: str, nodes: int, gpus_per_node: int | None, overrides: tu
     )
 
 
-def _gpu(topology: str):
+def _gpu(topology: str, sets: tuple[str, ...] = ()):
     from zionsim.hardware.topology import load_topology
 
-    return load_topology(topology, nodes=1).gpu
+    return load_topology(topology, nodes=1, overrides=list(sets)).gpu
 
 
 def run_cases(cases: list[Case], on_case=None) -> pd.DataFrame:
