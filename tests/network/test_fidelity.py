@@ -20,18 +20,20 @@ OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
 SIZES = (8.0, 4096.0, 2.0**20, 2.0**26, 2.0**30)
 
 
-def random_cluster(rng: np.random.Generator) -> Cluster:
+def random_cluster(rng: np.random.Generator, architectures: tuple[str, ...] = ()) -> Cluster:
     """A valid small cluster: nodes, GPUs per node, fabric tiers and oversubscription, NICs per
     node and where they attach, NIC, NVLink and PCIe rates, the scale-up kind and SHARP all
-    drawn (redrawn while the topology check rejects the combination, e.g. a fabric too small)."""
+    drawn (redrawn while the topology check rejects the combination, e.g. a fabric too small);
+    with ``architectures``, the GPU's architecture drawn from them too (else the tiny cluster's
+    A100)."""
     while True:
         try:
-            return Cluster.build(cluster_from_dict(_random_topology(rng), TINY))
+            return Cluster.build(cluster_from_dict(_random_topology(rng, architectures), TINY))
         except InputError:
             continue
 
 
-def _random_topology(rng: np.random.Generator) -> dict:
+def _random_topology(rng: np.random.Generator, architectures: tuple[str, ...] = ()) -> dict:
     d = copy.deepcopy(yaml.safe_load(open(TINY)))
     tiers = int(rng.choice([1, 2, 3]))
     d["nodes"] = int(rng.choice([1, 2, 3, 4, 6]))
@@ -57,6 +59,8 @@ def _random_topology(rng: np.random.Generator) -> dict:
     d["collectives"] = {"sharp": bool(rng.random() < 0.3)}  # in-network reduction (CollNet)
     for kind, eff in zip(("nvlink", "pcie", "roce"), rng.uniform(0.6, 1.0, 3), strict=True):
         d["links"][kind] = {**d["links"][kind], "efficiency": float(eff)}
+    if architectures:  # NCCL's per-generation constants (NVLS only from Hopper on)
+        d["gpu"] = {**d["gpu"], "architecture": str(rng.choice(architectures))}
     return d
 
 
@@ -71,7 +75,7 @@ def run_alone(cluster, op: str, size: float, model: str, algorithm: str | None =
 def _cases(seed: int, n: int):
     rng = np.random.default_rng(seed)
     for _ in range(n):
-        c = random_cluster(rng)
+        c = random_cluster(rng, nccl.GENERATIONS)
         ops = [op for op in OPS if len(c.gpus) > 1]
         yield c, [(op, float(rng.choice(SIZES))) for op in ops]
 
