@@ -27,10 +27,14 @@ PER_GENERATION = (
 )
 
 
-def _b200(nodes: int = 1, overrides=()) -> Cluster:
-    return Cluster.load(
-        "dgx_b200", nodes=nodes, overrides=["gpu.architecture=blackwell", *overrides]
-    )
+def _as(c: Cluster, architecture: str) -> Cluster:
+    """``c`` with its GPU of ``architecture`` (set on the spec: the topology check accepts only
+    the architectures the compute model has rows for)."""
+    return replace(c, spec=replace(c.spec, gpu=replace(c.spec.gpu, architecture=architecture)))
+
+
+def _b200(nodes: int = 1) -> Cluster:
+    return _as(Cluster.load("dgx_b200", nodes=nodes), "blackwell")
 
 
 def _setting(c: Cluster, algorithm: str = "ring"):
@@ -71,15 +75,14 @@ def test_blackwell_nvls_runs_at_its_own_efficiency():
     all_reduce faster than under Blackwell's (0.74): the row is used, not Hopper's."""
     size = 2.0**33
     black = _b200(1)
-    hop = Cluster.load("dgx_b200", nodes=1, overrides=["gpu.architecture=hopper"])
+    hop = _as(Cluster.load("dgx_b200", nodes=1), "hopper")
     tb = nccl.choose(black, "all_reduce", black.gpus, size, algorithm="nvls").estimate_s
     th = nccl.choose(hop, "all_reduce", hop.gpus, size, algorithm="nvls").estimate_s
     assert tb > th * 1.1
 
 
 def test_unknown_generation_is_an_input_error():
-    c = Cluster.load("dgx_h100", nodes=1)
-    c = replace(c, spec=replace(c.spec, gpu=replace(c.spec.gpu, architecture="rubin")))
+    c = _as(Cluster.load("dgx_h100", nodes=1), "rubin")
     with pytest.raises(InputError, match="gpu.architecture.*no constants.*allowed: volta"):
         nccl.generation(c)
     with pytest.raises(InputError, match="gpu.architecture"):
@@ -104,7 +107,7 @@ def test_launch_of_every_generation_is_the_fit_the_yaml_names():
 def test_no_nvls_before_hopper():
     """NCCL builds no NVLS graph below sm90: an A100 on a third-generation NVSwitch gets no NVLS
     from the tuner, and asking for it is an InputError, not NVLS at efficiency 1."""
-    c = Cluster.load("dgx_b200", nodes=1, overrides=["gpu.architecture=ampere"])
+    c = _as(Cluster.load("dgx_b200", nodes=1), "ampere")
     assert c.spec.scale_up.nvswitch_generation >= 3
     assert nccl.choose(c, "all_reduce", c.gpus, 2.0**33).schedule.algorithm != "nvls"
     with pytest.raises(InputError, match="NVLS needs a Hopper"):

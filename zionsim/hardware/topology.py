@@ -32,7 +32,7 @@ LINK_ROLES = {
     "frontend": "front_end",
 }
 #: GPU generations with compute-model and NCCL parameters (``gpu.architecture``)
-GPU_ARCHITECTURES = ("volta", "ampere", "hopper", "blackwell")
+GPU_ARCHITECTURES = ("volta", "ampere", "hopper")
 #: ... and ``cpu``: a CPU trainer host whose CPU complex stands in the GPU's place (one rank per
 #: host, no NCCL; docs/topologies.md "CPU trainers")
 TRAINER_ARCHITECTURES = (*GPU_ARCHITECTURES, "cpu")
