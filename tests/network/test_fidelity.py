@@ -3,6 +3,7 @@ small clusters: no link above 100 % in either, and flow = reservation within 2 %
 that runs alone (no overlap, so nothing for the two models to disagree on)."""
 
 import copy
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -20,15 +21,24 @@ OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
 SIZES = (8.0, 4096.0, 2.0**20, 2.0**26, 2.0**30)
 
 
-def random_cluster(rng: np.random.Generator) -> Cluster:
+def random_cluster(rng: np.random.Generator, architectures: tuple[str, ...] = ()) -> Cluster:
     """A valid small cluster: nodes, GPUs per node, fabric tiers and oversubscription, NICs per
     node and where they attach, NIC, NVLink and PCIe rates, the scale-up kind and SHARP all
-    drawn (redrawn while the topology check rejects the combination, e.g. a fabric too small)."""
+    drawn (redrawn while the topology check rejects the combination, e.g. a fabric too small);
+    with ``architectures``, the GPU's architecture drawn from them too (else the tiny cluster's
+    A100)."""
     while True:
         try:
-            return Cluster.build(cluster_from_dict(_random_topology(rng), TINY))
+            c = Cluster.build(cluster_from_dict(_random_topology(rng), TINY))
+            break
         except InputError:
             continue
+    if not architectures:
+        return c
+    # NCCL's per-generation constants (NVLS only from Hopper on); set on the spec, as the topology
+    # check accepts only the architectures the compute model has rows for
+    gpu = replace(c.spec.gpu, architecture=str(rng.choice(architectures)))
+    return replace(c, spec=replace(c.spec, gpu=gpu))
 
 
 def _random_topology(rng: np.random.Generator) -> dict:
@@ -71,7 +81,7 @@ def run_alone(cluster, op: str, size: float, model: str, algorithm: str | None =
 def _cases(seed: int, n: int):
     rng = np.random.default_rng(seed)
     for _ in range(n):
-        c = random_cluster(rng)
+        c = random_cluster(rng, nccl.GENERATIONS)
         ops = [op for op in OPS if len(c.gpus) > 1]
         yield c, [(op, float(rng.choice(SIZES))) for op in ops]
 

@@ -75,10 +75,11 @@ def test_choice_reports_the_time_it_was_chosen_on():
     faster=st.floats(1.05, 3.0),
 )
 def test_auto_time_monotone_in_size_and_link_bandwidth(seed, op, log_size, grow, faster):
-    """On a random small cluster (test_fidelity's generator), the automatically chosen
+    """On a random small cluster (test_fidelity's generator, every GPU generation of the NCCL
+    model), the automatically chosen
     collective's simulated time is non-decreasing in message size and non-increasing in the
     capacity of any one link."""
-    c = random_cluster(np.random.default_rng(seed))
+    c = random_cluster(np.random.default_rng(seed), nccl.GENERATIONS)
     if len(c.gpus) < 2:
         return
     sizes = [round(2.0**log_size * grow**k) for k in range(8)]

@@ -60,6 +60,7 @@ from zionsim.network.nccl_model import (  # noqa: F401 - re-exported: callers us
     FAMILY,
     GENERATIONS,
     MODEL_FILE,
+    NVLS_GENERATIONS,
     PROTOCOLS,
     CollectiveModel,
     Setting,
@@ -70,6 +71,8 @@ from zionsim.network.nccl_model import (  # noqa: F401 - re-exported: callers us
     latency_s,
     ll128_enabled,
     load_model,
+    nvls_channels,
+    per_generation,
     remote_peers,
     setting,
 )
@@ -225,18 +228,23 @@ def _protocols(model: CollectiveModel, alg: str, sched: Schedule, cluster) -> tu
         (float((p.nbytes / p.members()).max()) for p in sched.phases if len(p.nbytes)),
         default=0.0,
     )
-    per_peer = model.table["p2p_channels"].get(generation(cluster), 2)
+    per_peer = per_generation(model.table, "p2p_channels", generation(cluster))
     small = biggest <= model.table["p2p_ll_threshold"] * per_peer
     return ("LL", "Simple") if small else ("Simple",)
 
 
 def _available(cluster, algorithm: str, n_nodes: int) -> bool:
     """NCCL's algorithm conditions (enqueue.cc:2000-2008, tuning.cc:501-509): NVLS needs an
-    NVSwitch of generation ≥ 3 and, across nodes, CollNet (SHARP); NVLSTree needs more than one
-    node; CollNet Direct needs SHARP (``collectives.sharp``), an NVSwitch system (T:508-509)
-    and 2 or more nodes (NCCL_COLLNET_NODE_THRESHOLD, init.cc:857,1469-1476)."""
+    NVSwitch of generation ≥ 3, a Hopper or later GPU (search.cc, ncclTopoCompute: no NVLS
+    graph below sm90) and, across nodes, CollNet (SHARP); NVLSTree needs more than one node;
+    CollNet Direct needs SHARP (``collectives.sharp``), an NVSwitch system (T:508-509) and 2 or
+    more nodes (NCCL_COLLNET_NODE_THRESHOLD, init.cc:857,1469-1476)."""
     su = cluster.spec.scale_up
-    nvls = su.kind == "nvswitch" and su.nvswitch_generation >= 3
+    nvls = (
+        su.kind == "nvswitch"
+        and su.nvswitch_generation >= 3
+        and generation(cluster) in NVLS_GENERATIONS
+    )
     if algorithm == "collnet_direct":
         return cluster.spec.collective_sharp and su.kind == "nvswitch" and n_nodes > 1
     if algorithm == "nvls":

@@ -30,7 +30,12 @@ FAMILY = {
     "pxn": "p2p",
 }
 MODEL_FILE = Path(__file__).resolve().parent.parent / "data" / "nccl_model.yaml"
-GENERATIONS = ("volta", "ampere", "hopper")
+#: GPU generations with rows in the model's per-generation tables (NCCL's compCapIndex: sm70,
+#: sm80, sm90, sm100); ``cpu`` trainers have none (``nccl.check_gpus``)
+GENERATIONS = ("volta", "ampere", "hopper", "blackwell")
+#: generations with NVLink SHARP (NVLS): NCCL searches no NVLS graph below sm90 (search.cc,
+#: ncclTopoCompute: ``ccMin < 90`` returns no channels)
+NVLS_GENERATIONS = ("hopper", "blackwell")
 
 
 @dataclass(frozen=True)
@@ -91,8 +96,21 @@ class CollectiveModel:
         )
 
     def launch(self, generation: str) -> float:
-        """Kernel launch time of ``generation`` (the Ampere fit where none is fitted)."""
-        return self.launch_s.get(generation, self.launch_s.get("ampere", 0.0))
+        """Kernel launch time of ``generation``: its own fit, else the fit its row of the YAML's
+        ``launch_fit_of`` names (the launch is host work: nccl_model.yaml says why every
+        generation takes the Ampere fit); InputError for a generation the model has no row for."""
+        if generation in self.launch_s:
+            return self.launch_s[generation]
+        fit_of = self.table.get("launch_fit_of", {})
+        source = fit_of.get(generation)
+        if source not in self.launch_s:
+            raise InputError(
+                f"no kernel-launch time for GPU generation {generation!r}",
+                file=str(MODEL_FILE),
+                field="fitted.launch_us / launch_fit_of",
+                allowed=", ".join(sorted(set(self.launch_s) | set(fit_of))),
+            )
+        return self.launch_s[source]
 
 
 @lru_cache(maxsize=4)
@@ -169,13 +187,40 @@ def setting(cluster, sched: Schedule) -> Setting:
 
 
 def generation(cluster) -> str:
-    """The cluster GPU's architecture (``volta``/``ampere``/``hopper``); Ampere if unknown."""
+    """The cluster GPU's architecture: one of :data:`GENERATIONS`, or ``cpu`` for CPU trainers
+    (which :func:`nccl.check_gpus` refuses).  A GPU whose generation the NCCL model has no
+    constants for is an InputError (no silent stand-in: NCCL's tables differ per generation)."""
     from zionsim.hardware.compute import architecture
 
-    try:
-        return architecture(cluster.spec.gpu)
-    except InputError:
-        return "ampere"
+    arch = architecture(cluster.spec.gpu)  # InputError: a model naming no known GPU family
+    if arch not in GENERATIONS and arch != "cpu":
+        raise InputError(
+            f"the NCCL model has no constants for GPU architecture {arch!r}",
+            field="gpu.architecture",
+            allowed=", ".join(GENERATIONS),
+        )
+    return arch
+
+
+def per_generation(t: dict, key: str, generation: str):
+    """Row ``generation`` of the YAML's per-generation table ``key``; InputError where the
+    table has none (never another generation's row)."""
+    rows = t[key]
+    if generation not in rows:
+        raise InputError(
+            f"no {generation!r} row in the NCCL model's {key}",
+            file=str(MODEL_FILE),
+            field=key,
+            allowed=", ".join(rows),
+        )
+    return rows[generation]
+
+
+def nvls_channels(t: dict, st: Setting) -> int:
+    """NCCL's NVLS channels: 16 on Hopper; on Blackwell 24 inside one node (NVLink domain) and
+    32 across nodes (nvls.cc ``NVLS_NCHANNELS_SM100_NVL`` / ``NVLS_NCHANNELS_SM100``)."""
+    one, multi = per_generation(t, "nvls_channels", st.generation)
+    return int(one if st.nodes <= 1 else multi)
 
 
 def table_column(nodes: int) -> int:
@@ -229,8 +274,9 @@ def latency_s(model: CollectiveModel, st: Setting, algorithm: str, protocol: str
         n_inter = 2 * (st.nodes - 1) if st.op == "all_reduce" else st.nodes - 1
         post = _net_post_s(t, st, protocol, scale)
         lat = base + (steps - n_inter) * max(intra, post) + n_inter * inter
-        channels = t["channels"].get(st.generation, 12)
+        channels = per_generation(t, "channels", st.generation)
         if protocol == "Simple" and st.op == "all_reduce" and st.nbytes / (channels * st.n) >= 64:
+            # NCCL: minCompCap < 80 ? 1.9 : 1.4 (Ampere, Hopper and Blackwell alike)
             lat *= t["ring_plateau_factor"] if st.generation != "volta" else 1.9
         return lat
     if fam == "tree":
@@ -261,15 +307,14 @@ def graph_channels(model: CollectiveModel, st: Setting) -> int:
     channels in the tuner and in the execution alike, so that the two agree (with the drop, a
     larger buffer on more channels could finish before a smaller one)."""
     t = model.table
-    nc = int(t["channels"].get(st.generation, 12))
+    nc = int(per_generation(t, "channels", st.generation))
     if st.nodes <= 1:
         return nc
-    speeds = t["search_inter_speeds_GBps"]
-    table = speeds.get(st.generation, speeds["ampere"])
+    table = per_generation(t, "search_inter_speeds_GBps", st.generation)
     fits = [v for v in table if v <= st.nic_GBps]
     bw = max(fits) if fits else min(table)
     n = max(1, st.nics)
-    hopper_on = st.generation not in ("volta", "ampere")
+    hopper_on = st.generation not in ("volta", "ampere")  # NCCL's ccMin > 80
     if bw >= 25.0 and not (hopper_on and bw < 50.0 and n > 4):
         n *= 2
     return min(n, int(t["max_graph_channels"]))

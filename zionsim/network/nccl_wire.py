@@ -21,6 +21,8 @@ from zionsim.network.nccl_model import (
     CollectiveModel,
     Setting,
     graph_channels,
+    nvls_channels,
+    per_generation,
     setting,
     table_column,
 )
@@ -84,7 +86,7 @@ def phase_wire(cluster, model, st: Setting, algorithm: str, protocol: str, phase
     ].astype(float)
     if fam == "collnet":  # CollNet Direct's derating on sm90+ (T:340-350)
         eff = t["protocol_efficiency"]["other"][protocol] * extra
-        return _Wire(phase.nbytes / (eff * t["collnet_efficiency"].get(gen, 1.0)), cap)
+        return _Wire(phase.nbytes / (eff * per_generation(t, "collnet_efficiency", gen)), cap)
     if fam in ("nvls", "nvls_tree"):
         return _nvls_wire(cluster, t, st, fam, phase, extra, per_src)
     nc = graph_channels(model, st)
@@ -93,7 +95,7 @@ def phase_wire(cluster, model, st: Setting, algorithm: str, protocol: str, phase
         if protocol == "LL":
             busbw = _ll_max(t, st) * 1e9
         elif protocol == "LL128":
-            busbw = nc * t["per_channel_ring_ll128_bw"].get(gen, 20.0) * 1e9
+            busbw = nc * per_generation(t, "per_channel_ring_ll128_bw", gen) * 1e9
         else:
             busbw = np.inf
     else:  # tree
@@ -103,9 +105,9 @@ def phase_wire(cluster, model, st: Setting, algorithm: str, protocol: str, phase
         if protocol == "LL":
             busbw = _ll_max(t, st) * 1e9
         elif protocol == "LL128":
-            busbw = nc * t["per_channel_tree_ll128_bw"].get(gen, [20.0] * 3)[col] * 1e9
+            busbw = nc * per_generation(t, "per_channel_tree_ll128_bw", gen)[col] * 1e9
         else:
-            busbw = nc * t["per_channel_tree_bw"].get(gen, [24.0] * 3)[col] * 1e9
+            busbw = nc * per_generation(t, "per_channel_tree_bw", gen)[col] * 1e9
         # NCCL derates the tree's bandwidth after its caps (ncclTopoGetAlgoTime, T:634-640), so
         # the correction slows a capped tree too: on the wire (efficiency) and on the cap
         corr = tree_correction(model, st, algorithm, protocol)
@@ -180,21 +182,27 @@ def _nvls_wire(cluster, t: dict, st: Setting, fam: str, phase, extra: float, per
     gen, cap = st.generation, np.full(len(phase.nbytes), np.inf)
     switches = _switch_devices(cluster)
     leg = np.isin(phase.src, switches) | np.isin(phase.dst, switches)
-    nvls_eff = t["nvls_efficiency"].get(gen, 0.0) or 1.0
+    nvls_eff = per_generation(t, "nvls_efficiency", gen)
+    if nvls_eff <= 0.0:  # nccl._available offers NVLS only where NCCL has it (sm90 on)
+        raise InputError(
+            f"NVLS needs a Hopper or later GPU (NCCL has no NVLS on {gen})",
+            field="--algorithm",
+            allowed="ring, tree (and hierarchical, direct, pxn)",
+        )
     if st.nodes > 1 and st.ppn > 1 and st.n > st.ppn:
         nvls_eff *= (st.n / (st.n - 1)) / (st.ppn / (st.ppn - 1))
     eff = np.where(leg, nvls_eff, 1.0) * extra
     if fam == "nvls_tree" and st.nodes > 1:
-        per_ch = t["per_channel_nvls_tree_bw"].get(gen, [0, 0, 0])[table_column(st.nodes)] * 1e9
+        per_ch = per_generation(t, "per_channel_nvls_tree_bw", gen)[table_column(st.nodes)] * 1e9
         if per_ch > 0:
-            busbw = per_ch * min(t["nvls_channels"], t["channels"].get(gen, 16))
+            busbw = per_ch * min(nvls_channels(t, st), per_generation(t, "channels", gen))
             cap = np.where(~leg, busbw / per_src, cap)
     return _Wire(phase.nbytes / eff, cap)
 
 
 def _ll_max(t: dict, st: Setting) -> float:
     if st.nodes <= 1:
-        return t["ll_max_bw"].get(st.generation, t["ll_max_bw"]["ampere"])[0]
+        return per_generation(t, "ll_max_bw", st.generation)[0]
     return t["ll_max_bw_multinode"][st.vendor][table_column(st.nodes)]
 
 
@@ -238,7 +246,7 @@ def nvls_chunk_bytes(t: dict, st: Setting, algorithm: str = "nvls") -> int:
     NVLSTree: at most the tree's maximum chunk (the NVLS chunk, 64 KiB from 4 nodes on;
     nvls.cc:226-231), halved the same way with its own thresholds (enqueue.cc:2276-2285)."""
     chunk = int(t["nvls_chunk_bytes"])
-    ops = t["nvls_channels"] * st.ppn  # channels x heads: every GPU heads its slice
+    ops = nvls_channels(t, st) * st.ppn  # channels x heads: every GPU heads its slice
     if algorithm == "nvls_tree":
         chunk = min(chunk, 65536 if st.nodes >= 4 else chunk)
         steps = ((32, 262144), (16, 131072), (4, 65536), (1, 32768))
@@ -266,7 +274,7 @@ def pipeline_fill_s(model: CollectiveModel, st: Setting, algorithm: str, bw_s: f
     if stages < 2 or st.nbytes <= 0 or bw_s <= 0 or (algorithm == "nvls" and st.nodes != 1):
         return 0.0
     t = model.table
-    loop = t["nvls_channels"] * st.ppn * nvls_chunk_bytes(t, st, algorithm)
+    loop = nvls_channels(t, st) * st.ppn * nvls_chunk_bytes(t, st, algorithm)
     return (stages - 1) * min(1.0, loop / st.nbytes) * bw_s
 
 
