@@ -146,6 +146,9 @@ def _stack_from_meta(data: dict | None) -> StackSpec | None:
         "embedding_stream": bool(data.get("embedding_stream", False)),
         "iteration_join": bool(data.get("iteration_join", False)),
         "dense_waits_lookup": bool(data.get("dense_waits_lookup", False)),
+        "data_distributor": bool(data.get("data_distributor", False)),
+        "data_distributor_key_bytes": int(data.get("data_distributor_key_bytes", 0)),
+        "data_distributor_host_sync_s": float(data.get("data_distributor_host_sync_s", 0.0)),
         "grouped_allreduce": bool(data.get("grouped_allreduce", False)),
         "planner": str(data.get("planner", "greedy")),
         "planner_settings": _Settings(data["planner_settings"])
