@@ -332,6 +332,17 @@ def _distributor_collectives(
     keys = OuterSum(row=zero.copy(), col=(index_col - counts_col) * scale)
     c["ddl_counts"] = b.collective("all_to_all", counts.sum(1).max(), counts)
     c["ddl_keys"] = b.collective("all_to_all", keys.sum(1).max(), keys)
+    kb = float(key_bytes or w.index_bytes)
+    dp_keys = w.batch_per_gpu * sum(
+        w.tables[s.table].pooling for s in plan.shards if s.kind == "DP" and s.tier != "ps"
+    )
+    # bytes the distributor's kernels move per rank (_lower_distributor): each local
+    # model-parallel key is labelled (read k, write k + a 4-byte label), sorted by owner (a
+    # label histogram pass, then one radix pass reading and writing key + label) and, received,
+    # swizzled into bucket order (read k, write k): 6k + 16 bytes; a data-parallel key is copied
+    # into the lookup's input (read k, write k)
+    mp_keys = keys.sum(1) / kb
+    c["ddl_kernel_bytes"] = mp_keys * (6 * kb + 16) + dp_keys * 2 * kb
 
 
 class _RankOps:
@@ -438,14 +449,21 @@ def _lower_distributor(o: _RankOps, first=None) -> None:
     """HugeCTR's data distributor for the next batch (``stack.py`` item 8d): on the ``a2a``
     stream after this iteration's forward exchanges and before its gradient exchanges (one
     NCCL communicator: its operations run in launch order), waiting for this iteration's copy of
-    the batch distributed last time (``first``); the counts all-to-all, the host's round trip,
+    the batch distributed last time (``first``); the distributor's own kernels on the embedding
+    stream (``ddl_kernels``: label and count the local keys, sort them by owner, rebuild the
+    buckets of the received ones; ``sparse_data_distribution_op_impl.cu``: label_and_count_keys,
+    cub::DeviceRadixSort::SortPairs on ``log2(n) + 1`` label bits, count_keys, the scans and
+    swizzle_keys of filter_after_all2all), then the counts all-to-all, the host's round trip,
     the keys all-to-all.  Source: HugeCTR/src/pybind/model_pipeline.cpp,
     ``create_train_pipeline_with_ebc``: ``distribute_data`` runs on the ``prefetch`` stream,
     scheduled after ``network_graph`` and before ``ebc_mp_network_backward``, and waits for
     ``ebc_cache_train_ddl_output``."""
-    cnt = o.coll("ddl_counts", "ddl_counts", "all_to_all", "a2a", (first,))
-    if cnt is None:
+    if "ddl_counts" not in o.c:
         return
+    nbytes = float(o.c["ddl_kernel_bytes"][o.r])
+    work = o.b.op(o.r, "ddl_kernels", "memory", "embedding", o.emb_stream, (first,),
+                  nbytes=nbytes, launches=4)  # fmt: skip
+    cnt = o.coll("ddl_counts", "ddl_counts", "all_to_all", "a2a", (work,))
     sync = None
     if o.stack.data_distributor_host_sync_s > 0:
         sync = o.b.op(o.r, "ddl_host_sync", "host", "framework", "a2a", (cnt,),
