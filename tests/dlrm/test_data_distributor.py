@@ -23,7 +23,7 @@ BASE = {
     "iterations": 2,
     "warmup": 1,
 }
-DDL = ("ddl_counts", "ddl_host_sync", "ddl_keys")
+DDL = ("ddl_kernels", "ddl_counts", "ddl_host_sync", "ddl_keys")
 
 
 def _rank0(result):
@@ -50,6 +50,9 @@ def test_hugectr_distributes_the_next_batch_between_the_exchanges():
     assert by_name["ddl_host_sync"].deps == (by_name["ddl_counts"].id,)
     assert by_name["ddl_keys"].deps == (by_name["ddl_host_sync"].id,)
     assert not {by_name[n].id for n in DDL} & set(by_name["emb_fwd"].deps)
+    kernels = by_name["ddl_kernels"]  # its own GPU work, before the counts leave
+    assert kernels.stream == "embedding" and kernels.args["nbytes"] > 0
+    assert by_name["ddl_counts"].deps == (kernels.id,)
     sync = res.events[(res.events["rank"] == 0) & (res.events["name"] == "ddl_host_sync")]
     assert sync["duration_s"].to_numpy() == pytest.approx(5e-6)
 
