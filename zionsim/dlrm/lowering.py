@@ -44,6 +44,7 @@ from zionsim.dlrm.workload import (
     WorkloadSpec,
 )
 from zionsim.hardware import compute
+from zionsim.network.peer_bytes import OuterSum
 
 
 class _Builder:
@@ -199,7 +200,9 @@ def _lower(w, plan, ranks, fused, g, zipf_alpha, sync, stack) -> Trace:
     """:func:`lower` without the cache."""
     lay = layout(w, plan, ranks, g, zipf_alpha)
     b = _Builder(ranks, stack.host_dispatch_s)
-    c = _embedding_collectives(b, lay, ranks, g)
+    c = _embedding_collectives(b, lay, ranks, g, stack.data_distributor)
+    if stack.data_distributor:
+        _distributor_collectives(b, c, lay, w, plan, stack.data_distributor_key_bytes)
     buckets = lower_dense.buckets(w, lay.dp_params, stack.grouped_allreduce)
     cb = DTYPE_BYTES[w.precision["communication"]]
     dense_groups = lower_dense.dense_groups(sync, ranks, g)
@@ -273,11 +276,12 @@ def model_figures(w: WorkloadSpec) -> dict:
     }
 
 
-def _embedding_collectives(b: _Builder, lay, ranks: int, g: int) -> dict:
-    """The embedding collectives the layout implies, by key: input, pooled and gradient
-    all-to-alls, RW reduce-scatter/all-gather, TWRW per-node and per-rail collectives."""
+def _embedding_collectives(b: _Builder, lay, ranks: int, g: int, distributor=False) -> dict:
+    """The embedding collectives the layout implies, by key: input (unless a ``distributor``
+    stands in, :func:`_distributor_collectives`), pooled and gradient all-to-alls, RW
+    reduce-scatter/all-gather, TWRW per-node and per-rail collectives."""
     c: dict = {}
-    if lay.input_matrix.any():
+    if lay.input_matrix.any() and not distributor:
         c["in"] = b.collective("all_to_all", lay.input_matrix.sum(1).max(), lay.input_matrix)
     if lay.pooled_matrix.any():
         pm = lay.pooled_matrix
@@ -299,6 +303,46 @@ def _embedding_collectives(b: _Builder, lay, ranks: int, g: int) -> dict:
                 "all_to_all", tm.T.sum(1).max(), tm.T.copy(), ranks=rail
             )
     return c
+
+
+def _distributor_collectives(
+    b: _Builder, c: dict, lay, w: WorkloadSpec, plan: Plan, key_bytes: int = 0
+) -> None:
+    """HugeCTR's data distributor (``stack.py`` item 8d) in place of the input all-to-all ``in``:
+    an all-to-all of the key counts, one per local sample and model-parallel table part the
+    receiver serves (``keys_per_bucket``; the offset type has the key's width), then one of the
+    keys themselves, the rest of the index bytes, both ``key_bytes`` wide (0: the workload's
+    ``index_bytes``).  Data-parallel tables exchange nothing (``SparseDPDataDistributionOp``).
+
+    Source: NVIDIA-Merlin/HugeCTR HugeCTR/embedding/data_distributor/
+    sparse_data_distribution_op_impl.cu (``SparseMPDataDistributionOp::distribute``:
+    ``all2all_keys_per_bucket`` then ``all2all_keys``, each an ``ncclGroupStart``/``ncclSend``/
+    ``ncclRecv`` loop over every global GPU, a ``cudaStreamSynchronize`` between them), and
+    HugeCTR/src/pybind/model_compile.cpp (offset type = key type)."""
+    if not lay.input_matrix.any():
+        return
+    n_dp = sum(1 for s in plan.shards if s.kind == "DP" and s.tier != "ps")
+    index_col = lay.input_matrix.col  # B·(pooling·share + 1)·index_bytes per owner
+    owners = index_col > 0
+    counts_col = np.where(owners, w.batch_per_gpu * w.index_bytes * (lay.tables - n_dp), 0.0)
+    counts_col = np.clip(counts_col, 0.0, index_col)
+    scale = (key_bytes or w.index_bytes) / w.index_bytes
+    zero = np.zeros_like(index_col)
+    counts = OuterSum(row=zero, col=counts_col * scale)
+    keys = OuterSum(row=zero.copy(), col=(index_col - counts_col) * scale)
+    c["ddl_counts"] = b.collective("all_to_all", counts.sum(1).max(), counts)
+    c["ddl_keys"] = b.collective("all_to_all", keys.sum(1).max(), keys)
+    kb = float(key_bytes or w.index_bytes)
+    dp_keys = w.batch_per_gpu * sum(
+        w.tables[s.table].pooling for s in plan.shards if s.kind == "DP" and s.tier != "ps"
+    )
+    # bytes the distributor's kernels move per rank (_lower_distributor): each local
+    # model-parallel key is labelled (read k, write k + a 4-byte label), sorted by owner (a
+    # label histogram pass, then one radix pass reading and writing key + label) and, received,
+    # swizzled into bucket order (read k, write k): 6k + 16 bytes; a data-parallel key is copied
+    # into the lookup's input (read k, write k)
+    mp_keys = keys.sum(1) / kb
+    c["ddl_kernel_bytes"] = mp_keys * (6 * kb + 16) + dp_keys * 2 * kb
 
 
 class _RankOps:
@@ -397,7 +441,34 @@ def _lower_embedding_fwd(o: _RankOps, node: int, local: int, e_args: dict, first
     rs = o.coll("twrw_reduce_scatter", ("twrw_rs", node), "reduce_scatter", "a2a", (e_fwd,))
     outs.append(o.coll("twrw_a2a", ("twrw_a2a", local), "all_to_all", "a2a", (rs or e_fwd,)))
     outs.append(ps_in)
+    _lower_distributor(o, first)
     return outs
+
+
+def _lower_distributor(o: _RankOps, first=None) -> None:
+    """HugeCTR's data distributor for the next batch (``stack.py`` item 8d): on the ``a2a``
+    stream after this iteration's forward exchanges and before its gradient exchanges (one
+    NCCL communicator: its operations run in launch order), waiting for this iteration's copy of
+    the batch distributed last time (``first``); the distributor's own kernels on the embedding
+    stream (``ddl_kernels``: label and count the local keys, sort them by owner, rebuild the
+    buckets of the received ones; ``sparse_data_distribution_op_impl.cu``: label_and_count_keys,
+    cub::DeviceRadixSort::SortPairs on ``log2(n) + 1`` label bits, count_keys, the scans and
+    swizzle_keys of filter_after_all2all), then the counts all-to-all, the host's round trip,
+    the keys all-to-all.  Source: HugeCTR/src/pybind/model_pipeline.cpp,
+    ``create_train_pipeline_with_ebc``: ``distribute_data`` runs on the ``prefetch`` stream,
+    scheduled after ``network_graph`` and before ``ebc_mp_network_backward``, and waits for
+    ``ebc_cache_train_ddl_output``."""
+    if "ddl_counts" not in o.c:
+        return
+    nbytes = float(o.c["ddl_kernel_bytes"][o.r])
+    work = o.b.op(o.r, "ddl_kernels", "memory", "embedding", o.emb_stream, (first,),
+                  nbytes=nbytes, launches=4)  # fmt: skip
+    cnt = o.coll("ddl_counts", "ddl_counts", "all_to_all", "a2a", (work,))
+    sync = None
+    if o.stack.data_distributor_host_sync_s > 0:
+        sync = o.b.op(o.r, "ddl_host_sync", "host", "framework", "a2a", (cnt,),
+                      seconds=o.stack.data_distributor_host_sync_s)  # fmt: skip
+    o.coll("ddl_keys", "ddl_keys", "all_to_all", "a2a", (sync or cnt,))
 
 
 def _lower_dense_fwd(o: _RankOps, outs: list, lookup: int | None = None) -> int:

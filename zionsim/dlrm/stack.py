@@ -58,6 +58,18 @@ TensorFlow + SOK.  A stack profile states, as data with sources, what differs be
 8c. ``dense_waits_lookup`` — the bottom MLP's forward waits for the rank's embedding lookup
    (HugeCTR: ``bottom_network_fprop`` waits for ``done_mp_model_forward``); the pooled
    all-to-all still runs beside it.
+8d. ``data_distributor`` — HugeCTR's embedding collection distributes each batch's keys to the
+   GPUs that own their tables itself (``DataDistributor``): a grouped ``ncclSend``/``ncclRecv``
+   all-to-all of the per-sample key counts, a host round trip (the counts copied to the host and
+   the stream synchronised, ``data_distributor_host_sync`` seconds) and an all-to-all of the
+   keys, over every GPU of the job (flat, also under hierarchical embedding communication);
+   keys and counts ``key_bytes`` wide each (HugeCTR's uint32 keys unless ``i64_input_key``).
+   With inter-iteration overlap it does so for the NEXT batch, on a stream of its own, launched
+   after this iteration's forward embedding exchange and before its gradient exchange (same
+   communicator, so in that order); this iteration's lookups use the batch distributed during
+   the previous one.  Without it the indices travel in one all-to-all at the iteration's start
+   (TorchRec's input distribution).  YAML: ``data_distributor: {key_bytes: 4, host_sync: 5 us}``
+   (``true``: the workload's index width, no host round trip; ``false``: none).
 9. ``grouped_allreduce`` — one all-reduce of every dense (and replicated-table) gradient once
    the backward has produced the last of them, instead of DDP's buckets during the backward.
 10b. ``trainer`` — what the stack trains on: ``gpu`` (default) or ``cpu``, a CPU trainer host
@@ -98,6 +110,7 @@ STACK_KEYS = {
     "embedding_stream",
     "iteration_join",
     "dense_waits_lookup",
+    "data_distributor",
     "planner",
     "grouped_allreduce",
     "trainer",
@@ -111,6 +124,8 @@ PRECISION_KEYS = ("embedding", "dense", "communication")
 EMBEDDING_OPTIMIZERS = ("fused", "framework")
 #: ``embedding_update.gradient``: the backward writes the sparse gradient, or views the output's
 EMBEDDING_GRADIENTS = ("kernel", "view")
+#: fields of a stack's ``data_distributor:`` mapping (item 8d)
+DISTRIBUTOR_KEYS = ("key_bytes", "host_sync")
 HOST_KEYS = ("dispatch", "per_step", "per_sample", "overlap")
 #: ``precision.communication`` value: exchange in the dense math's 16-bit type under mixed precision
 FOLLOW_DENSE = "dense"
@@ -149,6 +164,11 @@ class StackSpec:
     embedding_stream: bool = False
     iteration_join: bool = False
     dense_waits_lookup: bool = False
+    #: HugeCTR's data distributor (item 8d): its key (and count) width in bytes (0: the
+    #: workload's ``index_bytes``) and its host round trip between the two all-to-alls
+    data_distributor: bool = False
+    data_distributor_key_bytes: int = 0
+    data_distributor_host_sync_s: float = 0.0
     grouped_allreduce: bool = False
     #: planner ``plan: auto`` runs, and its settings (a ``hugectr_plan.Settings`` for hugectr)
     planner: str = "greedy"
@@ -187,6 +207,15 @@ class StackSpec:
             "embedding_stream": self.embedding_stream,
             **({"iteration_join": True} if self.iteration_join else {}),
             **({"dense_waits_lookup": True} if self.dense_waits_lookup else {}),
+            **(
+                {
+                    "data_distributor": True,
+                    "data_distributor_key_bytes": self.data_distributor_key_bytes,
+                    "data_distributor_host_sync_s": self.data_distributor_host_sync_s,
+                }
+                if self.data_distributor
+                else {}
+            ),
             "grouped_allreduce": self.grouped_allreduce,
             "planner": self.planner,
             **(
@@ -259,6 +288,7 @@ def stack_from_dict(data: dict, file: str = "<stack>") -> StackSpec:
     launch = data.get("kernel_launch")
     planner, settings = _planner(f)
     e_opt, e_grad, unscale = _embedding_update(f)
+    ddl, key_bytes, sync_s = _distributor(f)
     return StackSpec(
         name=str(f.raw("name", Path(file).stem)),
         description=str(f.raw("description", "")),
@@ -280,6 +310,9 @@ def stack_from_dict(data: dict, file: str = "<stack>") -> StackSpec:
         embedding_stream=f.flag("embedding_stream", False),
         iteration_join=f.flag("iteration_join", False),
         dense_waits_lookup=f.flag("dense_waits_lookup", False),
+        data_distributor=ddl,
+        data_distributor_key_bytes=key_bytes,
+        data_distributor_host_sync_s=sync_s,
         grouped_allreduce=f.flag("grouped_allreduce", False),
         planner=planner,
         planner_settings=settings,
@@ -324,6 +357,29 @@ def _embedding_update(f: Fields) -> tuple[str, tuple[str, str], bool]:
         one = u.choice("gradient", EMBEDDING_GRADIENTS, "view")
         gradient = (one, one)
     return optimizer, gradient, u.flag("amp_unscale", False)
+
+
+def _distributor(f: Fields) -> tuple[bool, int, float]:
+    """The stack's ``data_distributor:`` (item 8d): absent, null or ``false`` (none), ``true``
+    (the workload's index width, no host round trip) or a mapping of ``DISTRIBUTOR_KEYS``;
+    returns (on, key bytes or 0, host round trip in seconds)."""
+    raw = f.data.get("data_distributor")
+    if raw is None or raw is False:
+        return False, 0, 0.0
+    if raw is True:
+        return True, 0, 0.0
+    if not isinstance(raw, dict):
+        raise f.error(
+            "data_distributor",
+            f"expected true, false or a mapping, got {raw!r}",
+            allowed="false | true | {key_bytes: 4, host_sync: 5 us}",
+        )
+    d = f.sub("data_distributor")
+    d.check_keys(set(DISTRIBUTOR_KEYS))
+    key_bytes = d.integer("key_bytes", 0, minimum=0)
+    if key_bytes not in (0, 4, 8):
+        raise d.error("key_bytes", f"must be 4 or 8 (uint32 or int64 keys), got {key_bytes}")
+    return True, key_bytes, d.quantity("host_sync", "time", 0.0, strict=False)
 
 
 def _planner(f: Fields) -> tuple[str, object]:

@@ -124,6 +124,19 @@ def _trace(data: dict, err) -> Trace:
     return Trace(ranks, ops, colls, meta, stack, sync)
 
 
+def _embedding_update(data: dict | None) -> dict:
+    """StackSpec fields of ``meta.stack.embedding_update`` (absent: the fused update); the ops
+    it shaped are already in the file, so it is carried for the record."""
+    if not isinstance(data, dict):
+        return {}
+    grad = data.get("gradient") or {}
+    return {
+        "embedding_optimizer": str(data.get("optimizer", "fused")),
+        "embedding_gradient": (str(grad.get("single_gpu", "view")), str(grad.get("multi_gpu", "view"))),
+        "amp_unscale": bool(data.get("amp_unscale", False)),
+    }
+
+
 def _stack_from_meta(data: dict | None) -> StackSpec | None:
     """The :class:`StackSpec` of a file's ``meta.stack`` (checked by :func:`_check_meta`);
     absent fields take the profile's defaults, the name ``bare``."""
@@ -143,9 +156,13 @@ def _stack_from_meta(data: dict | None) -> StackSpec | None:
         "compute_slowdown": float(data.get("compute_slowdown", 0.0)),
         "comm_slowdown": float(data.get("comm_slowdown", 0.0)),
         "fused_embedding": bool(data.get("fused_embedding", True)),
+        **_embedding_update(data.get("embedding_update")),
         "embedding_stream": bool(data.get("embedding_stream", False)),
         "iteration_join": bool(data.get("iteration_join", False)),
         "dense_waits_lookup": bool(data.get("dense_waits_lookup", False)),
+        "data_distributor": bool(data.get("data_distributor", False)),
+        "data_distributor_key_bytes": int(data.get("data_distributor_key_bytes", 0)),
+        "data_distributor_host_sync_s": float(data.get("data_distributor_host_sync_s", 0.0)),
         "grouped_allreduce": bool(data.get("grouped_allreduce", False)),
         "planner": str(data.get("planner", "greedy")),
         "planner_settings": _Settings(data["planner_settings"])
