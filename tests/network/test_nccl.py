@@ -254,3 +254,15 @@ def test_copies_priced_together_share_the_links_they_share():
     both = nccl.choose(c, "all_reduce", c.gpus, size)
     shared = nccl.estimate_together_s(c, [both, both])
     assert 1.5 * both.estimate_s < shared[0] <= 2 * both.estimate_s * (1 + 1e-9)
+
+
+def test_pxn_all_to_all_picks_ll_on_each_sends_own_bytes():
+    """NCCL decides LL per send (16 KiB x channels per peer), before PXN bundles a node's sends
+    to one rail peer: 128 GPUs each sending 4 KiB per peer run LL although a node's aggregate
+    to a rail peer (32 KiB) is past the threshold; 64 KiB per peer runs Simple."""
+    c = Cluster.load("dgx_h100", nodes=16)
+    ranks = np.asarray(c.gpus)
+    small = nccl.choose(c, "all_to_all", ranks, 4096 * len(ranks))
+    assert small.schedule.algorithm == "pxn" and small.protocol == "LL"
+    big = nccl.choose(c, "all_to_all", ranks, 65536 * len(ranks))
+    assert big.protocol == "Simple"

@@ -76,6 +76,7 @@ from zionsim.network.nccl_model import (  # noqa: F401 - re-exported: callers us
     remote_peers,
     setting,
 )
+from zionsim.network.peer_bytes import OuterSum
 from zionsim.network.nccl_wire import (  # noqa: F401 - re-exported: callers use nccl.<name>
     _link_load,
     bandwidth_s,
@@ -196,7 +197,7 @@ def choose(
     for alg in candidates:
         sched = schedule(cluster, op, ranks, size_bytes, alg, matrix)
         routes = phase_routes(cluster, sched)
-        protos = _protocols(model, alg, sched, cluster)
+        protos = _protocols(model, alg, sched, cluster, matrix)
         if protocol is not None:
             if protocol not in model.protocols(alg):
                 raise InputError(
@@ -213,24 +214,45 @@ def choose(
     return Choice(sched, proto, best_s, tuple(routes))
 
 
-def _protocols(model: CollectiveModel, alg: str, sched: Schedule, cluster) -> tuple[str, ...]:
+def _protocols(
+    model: CollectiveModel, alg: str, sched: Schedule, cluster, matrix=None
+) -> tuple[str, ...]:
     """Protocols the tuner weighs.  Collectives: every protocol of the algorithm, less LL128
     where NCCL does not enable it (:func:`ll128_enabled`, T:517-535).  Point-to-point: NCCL uses
     LL up to 16 KiB per peer per channel, else Simple (enqueue.cc:859,931-933); zionsim also
     weighs Simple below that threshold and keeps the faster, so that the choice never makes a
-    larger message faster (with LL alone the time would drop where Simple takes over)."""
+    larger message faster (with LL alone the time would drop where Simple takes over).  NCCL
+    decides per send, on that send's own bytes, before PXN routes it through a relay GPU, so
+    under PXN the test is on the largest pair's bytes, not on a node's aggregated flow."""
     if FAMILY[alg] != "p2p":
         protos = model.protocols(alg)
         if "LL128" in protos and not ll128_enabled(setting(cluster, sched)):
             protos = tuple(p for p in protos if p != "LL128")
         return protos
-    biggest = max(
-        (float((p.nbytes / p.members()).max()) for p in sched.phases if len(p.nbytes)),
-        default=0.0,
-    )
+    if alg == "pxn":
+        biggest = _largest_pair(sched, matrix)
+    else:
+        biggest = max(
+            (float((p.nbytes / p.members()).max()) for p in sched.phases if len(p.nbytes)),
+            default=0.0,
+        )
     per_peer = per_generation(model.table, "p2p_channels", generation(cluster))
     small = biggest <= model.table["p2p_ll_threshold"] * per_peer
     return ("LL", "Simple") if small else ("Simple",)
+
+
+def _largest_pair(sched: Schedule, matrix=None) -> float:
+    """Bytes of the largest single send of an all_to_all(v): ``matrix``'s largest off-diagonal
+    entry (bounded above by its row and column maxima for an ``OuterSum``), else the uniform
+    ``size / n``."""
+    n = len(sched.ranks)
+    if matrix is None:
+        return float(sched.size_bytes) / max(n, 1)
+    if isinstance(matrix, OuterSum):
+        return float(matrix.row.max() + matrix.col.max()) if n else 0.0
+    m = np.array(matrix, dtype=float, copy=True)
+    np.fill_diagonal(m, 0.0)
+    return float(m.max()) if m.size else 0.0
 
 
 def _available(cluster, algorithm: str, n_nodes: int) -> bool:
