@@ -353,16 +353,21 @@ class _Walk:
         return self.coll_s[cid]
 
     def _choice(self, c) -> nccl.Choice:
-        """NCCL's choice for collective ``c``, remembered per cluster (the candidate plans of
-        one run share most of their collectives, and the run's own)."""
-        memo = _choices_of(self.cluster)
-        key = (c.op, c.size_bytes, c.ranks.tobytes(), _matrix_key(c.matrix))
-        if key not in memo:
-            if len(memo) >= MEMO_CHOICES:
-                memo.clear()
-            devices = self.cluster.gpus[c.ranks]
-            memo[key] = nccl.choose(self.cluster, c.op, devices, c.size_bytes, matrix=c.matrix)
-        return memo[key]
+        return choice_of(self.cluster, c)
+
+
+def choice_of(cluster, c) -> nccl.Choice:
+    """NCCL's choice (the built-in collective model) for collective ``c`` on ``cluster``,
+    remembered per cluster (the candidate plans of one run share most of their collectives,
+    and the run's own, which the engine then prepares from the same choice)."""
+    memo = _choices_of(cluster)
+    key = (c.op, c.size_bytes, c.ranks.tobytes(), _matrix_key(c.matrix))
+    if key not in memo:
+        if len(memo) >= MEMO_CHOICES:
+            memo.clear()
+        devices = cluster.gpus[c.ranks]
+        memo[key] = nccl.choose(cluster, c.op, devices, c.size_bytes, matrix=c.matrix)
+    return memo[key]
 
 
 #: op kinds of the flat walk
