@@ -419,9 +419,12 @@ class _Shape:
                     if self.stream_of[d] != self.stream_of[i]:
                         waiting.setdefault(d, set()).add(self.stream_of[i])
         #: per op, its stream and the streams (other than its own) with an op that waits for it
-        self.then = [(k,) + tuple(waiting.get(i, ())) for i, k in enumerate(self.stream_of)]
+        self.then: list = [None] * n
+        for k, ids in enumerate(self.streams):
+            for i in ids:
+                self.then[i] = (k, *waiting.get(i, ()))
         self.walked_ops = np.sort([op.id for ops in walked for op in ops]).astype(np.int64)
-        self.two = any(op.stream == "embedding" for op in trace.ops)
+        self.two = any(op.stream == "embedding" for ops in by_rank for op in ops)
         copies: dict[str, set[int]] = {}
         for op in trace.ops:
             if op.kind == "collective":

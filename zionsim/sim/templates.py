@@ -70,9 +70,10 @@ def _rank_classes(by_rank, durations_s: np.ndarray, coll_class, alike=None) -> n
     first: dict[tuple, int] = {}
     rep_of = np.empty(len(by_rank), dtype=np.int64)
     known: dict[int, tuple] = {}  # the key of each rank that others copy
+    seconds = durations_s.tolist() if alike is not None else None
     for rank, ops in enumerate(by_rank):
         src = alike[rank] if alike is not None else rank
-        if src != rank and src in known and _same_seconds(by_rank[src], ops, durations_s):
+        if src != rank and src in known and _same_seconds(by_rank[src], ops, seconds):
             rep_of[rank] = first[known[src]]
             continue
         base = ops[0].id if ops else 0
@@ -97,13 +98,9 @@ def _rank_classes(by_rank, durations_s: np.ndarray, coll_class, alike=None) -> n
     return rep_of
 
 
-def _same_seconds(a: list, b: list, durations_s: np.ndarray) -> bool:
-    """Whether op lists ``a`` and ``b`` are as long and their ops take the same seconds."""
-    if len(a) != len(b):
-        return False
-    ia = np.fromiter((op.id for op in a), dtype=np.int64, count=len(a))
-    ib = np.fromiter((op.id for op in b), dtype=np.int64, count=len(b))
-    return bool(np.array_equal(durations_s[ia], durations_s[ib]))
+def _same_seconds(a: list, b: list, seconds: list) -> bool:
+    """Whether op lists ``a`` and ``b`` are as long and their ops take the same ``seconds``."""
+    return len(a) == len(b) and [seconds[op.id] for op in a] == [seconds[op.id] for op in b]
 
 
 def _drop_unaligned(trace, rep_of, coll_class, copies) -> bool:
