@@ -113,7 +113,9 @@ def test_templates_from_copied_ranks_equal_those_built_op_by_op(options):
             assert fast.rep_of.tolist() == slow.rep_of.tolist()
             assert fast.members == slow.members
             assert fast.member_ops.keys() == slow.member_ops.keys()
-            assert all(np.array_equal(fast.member_ops[k], slow.member_ops[k]) for k in fast.member_ops)
+            assert all(
+                np.array_equal(fast.member_ops[k], slow.member_ops[k]) for k in fast.member_ops
+            )
         if copied:
             slow_rank = copied[-1]
             assert templates.templates(trace, noisy, False, g).rep_of[slow_rank] == slow_rank

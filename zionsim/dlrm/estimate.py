@@ -462,66 +462,27 @@ class _FlatWalk(_Walk):
     def run(self, iterations: int) -> np.ndarray:
         """End time of each iteration (latest end of any of its ops)."""
         sh, trace = self.shape, self.trace
-        n_ops, streams = sh.n_ops, sh.streams
-        kind, rank_of, deps, coll_of, every = sh.kind, sh.rank, sh.deps, sh.coll, sh.every
-        stream_of, need, weight, then = sh.stream_of, sh.need, sh.weight, sh.then
+        st = _State(sh, trace.ranks, iterations)
+        self._play(st, _finisher(sh, st, iterations))
+        walked = sh.walked_ops
+        out = np.array(st.end).reshape(iterations, sh.n_ops)[:, walked]
+        if np.isnan(out).any():
+            ops = trace.ops
+            stuck = int(walked[np.flatnonzero(np.isnan(out))[0] % len(walked)])
+            raise InputError(
+                f"the trace stalls: op {stuck} ({ops[stuck].name}, rank {ops[stuck].rank}) "
+                "never runs",
+                field=f"ops[{stuck}]",
+            )
+        return out.max(axis=1)
+
+    def _play(self, st: _State, finish) -> None:
+        """Pop the heap until it is empty (:meth:`_Walk.run` and :meth:`_Walk._start`)."""
+        sh = self.shape
+        streams, lens, kind, rank_of, every = sh.streams, st.lens, sh.kind, sh.rank, sh.every
         dur, transfer_s, slow = sh.dur, self.transfer_s, self.slow
-        n_streams = len(streams)
-        lens = [len(ids) for ids in streams]
-        end = [NAN] * (iterations * n_ops)
-        step = [0] * n_streams  # next op index in the stream's iteration
-        it_of = [0] * n_streams  # the stream's iteration
-        free = [0.0] * n_streams
-        queued = [False] * n_streams
-        in_coll = [False] * n_streams  # waiting inside a collective
-        arrived: dict = {}
-        flight: list[list[tuple[float, float]]] = [[] for _ in range(trace.ranks)]
-        gpu_free = [0.0] * trace.ranks if sh.two else None
-        heap: list = []
-        heappush, heappop, inf = heapq.heappush, heapq.heappop, np.inf
-
-        def push(k: int) -> None:  # _Walk._push
-            it = it_of[k]
-            if it >= iterations:
-                return
-            i = streams[k][step[k]]
-            base = it * n_ops
-            t = free[k]
-            for d in deps[i]:
-                e = end[base + d]
-                if e != e:  # NaN: not ended yet
-                    return
-                if e > t:
-                    t = e
-            heappush(heap, (t, i + base, k))
-            queued[k] = True
-
-        def finish(i: int, it: int, e: float) -> None:  # _Walk._finish, pushes inlined
-            end[it * n_ops + i] = e
-            k = stream_of[i]
-            free[k] = e
-            in_coll[k] = False
-            for s in then[i]:  # its own stream first (never queued or in a collective here)
-                if queued[s] or in_coll[s]:
-                    continue
-                it = it_of[s]
-                if it >= iterations:
-                    continue
-                j = streams[s][step[s]]
-                base = it * n_ops
-                t = free[s]
-                for d in deps[j]:
-                    x = end[base + d]
-                    if x != x:  # NaN: not ended yet
-                        break
-                    if x > t:
-                        t = x
-                else:
-                    heappush(heap, (t, j + base, s))
-                    queued[s] = True
-
-        for k in range(n_streams):
-            push(k)
+        step, it_of, queued, flight, gpu_free = st.step, st.it_of, st.queued, st.flight, st.gpu
+        heap, heappop = st.heap, heapq.heappop
         while heap:
             t, _, k = heappop(heap)
             queued[k] = False
@@ -536,23 +497,8 @@ class _FlatWalk(_Walk):
                 ev = every[i]
                 if ev is not None and (it + 1) % ev:
                     finish(i, it, t)
-                    continue
-                r = rank_of[i]
-                flight[r].append((t, inf))
-                in_coll[k] = True
-                cid = coll_of[i]  # _Walk._arrive
-                members = arrived.setdefault((it, cid), [0])
-                members.append((i, t))
-                members[0] += weight[r]
-                if members[0] < need[cid]:
-                    continue
-                e = max(a for _, a in members[1:]) + self._collective_s(cid)
-                for o, a in members[1:]:
-                    fl = flight[rank_of[o]]
-                    if (a, inf) in fl:
-                        fl[fl.index((a, inf))] = (a, e)
-                    finish(o, it, e)
-                del arrived[it, cid]
+                else:
+                    self._arrive_flat(st, finish, i, it, t, k)
             elif kd == _TRANSFER:
                 ev = every[i]
                 skip = ev is not None and (it + 1) % ev
@@ -572,17 +518,82 @@ class _FlatWalk(_Walk):
                 if on_gpu:
                     gpu_free[r] = t + seconds
                 finish(i, it, t + seconds)
-        walked = sh.walked_ops
-        out = np.array(end).reshape(iterations, n_ops)[:, walked]
-        if np.isnan(out).any():
-            ops = trace.ops
-            stuck = int(walked[np.flatnonzero(np.isnan(out))[0] % len(walked)])
-            raise InputError(
-                f"the trace stalls: op {stuck} ({ops[stuck].name}, rank {ops[stuck].rank}) "
-                "never runs",
-                field=f"ops[{stuck}]",
-            )
-        return out.max(axis=1)
+
+    def _arrive_flat(self, st: _State, finish, i: int, it: int, t: float, k: int) -> None:
+        """:meth:`_Walk._arrive` of op ``i`` of stream ``k``, iteration ``it``, at ``t``."""
+        sh, inf = self.shape, np.inf
+        r = sh.rank[i]
+        st.flight[r].append((t, inf))
+        st.in_coll[k] = True
+        cid = sh.coll[i]
+        members = st.arrived.setdefault((it, cid), [0])
+        members.append((i, t))
+        members[0] += sh.weight[r]
+        if members[0] < sh.need[cid]:
+            return
+        e = max(a for _, a in members[1:]) + self._collective_s(cid)
+        for o, a in members[1:]:
+            fl = st.flight[sh.rank[o]]
+            if (a, inf) in fl:
+                fl[fl.index((a, inf))] = (a, e)
+            finish(o, it, e)
+        del st.arrived[it, cid]
+
+
+class _State:
+    """The changing state of one :class:`_FlatWalk`: per stream its next op (index in the
+    iteration, and the iteration), when it is free, whether it is queued or waiting inside a
+    collective; per op and iteration its end (NaN until it ends); the collectives' arrivals,
+    each rank's collectives in flight and its GPU's next free time; the heap."""
+
+    def __init__(self, sh: _Shape, ranks: int, iterations: int):
+        n = len(sh.streams)
+        self.lens = [len(ids) for ids in sh.streams]
+        self.end = [NAN] * (iterations * sh.n_ops)
+        self.step, self.it_of, self.free = [0] * n, [0] * n, [0.0] * n
+        self.queued, self.in_coll = [False] * n, [False] * n
+        self.arrived: dict = {}
+        self.flight: list[list[tuple[float, float]]] = [[] for _ in range(ranks)]
+        self.gpu = [0.0] * ranks if sh.two else None
+        self.heap: list = []
+
+
+def _finisher(sh: _Shape, st: _State, iterations: int):
+    """``finish(op, iteration, end)``: :meth:`_Walk._finish` with its pushes
+    (:meth:`_Walk._push`) inlined; every stream's first op is pushed here."""
+    n_ops, streams, deps, stream_of, then = sh.n_ops, sh.streams, sh.deps, sh.stream_of, sh.then
+    end, step, it_of, free = st.end, st.step, st.it_of, st.free
+    queued, in_coll = st.queued, st.in_coll
+    heap, heappush = st.heap, heapq.heappush
+
+    def push(s: int) -> None:
+        it = it_of[s]
+        if it >= iterations:
+            return
+        j = streams[s][step[s]]
+        base = it * n_ops
+        t = free[s]
+        for d in deps[j]:
+            x = end[base + d]
+            if x != x:  # NaN: not ended yet
+                return
+            if x > t:
+                t = x
+        heappush(heap, (t, j + base, s))
+        queued[s] = True
+
+    def finish(i: int, it: int, e: float) -> None:
+        end[it * n_ops + i] = e
+        k = stream_of[i]
+        free[k] = e
+        in_coll[k] = False
+        for s in then[i]:  # its own stream first (never queued or in a collective here)
+            if not queued[s] and not in_coll[s]:
+                push(s)
+
+    for s in range(len(streams)):
+        push(s)
+    return finish
 
 
 #: NCCL choices remembered per cluster (:meth:`_Walk._choice`), at most
