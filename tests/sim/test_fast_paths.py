@@ -87,6 +87,19 @@ def test_the_trace_memo_checks_every_op():
     assert memo.get(other, "x") is None
 
 
+def test_the_trace_memo_is_bounded_by_ops(monkeypatch):
+    inputs, cluster, plans = _case({"workload": "tiny", "nodes": 1})
+    a, b = (_lower(inputs, cluster, p) for p in plans[:2])
+    memo = estimate._ByTrace()
+    monkeypatch.setattr(estimate, "KEEP_OPS", max(len(a.ops), len(b.ops)) + 1)
+    memo.put(a, "x", 1)
+    memo.put(b, "x", 2)
+    assert memo.get(a, "x") is None and memo.get(b, "x") == 2  # the older one dropped
+    monkeypatch.setattr(estimate, "KEEP_OPS", len(a.ops) - 1)
+    memo.put(a, "y", 3)
+    assert memo.get(a, "y") is None  # larger than the bound: not kept
+
+
 def _lower(inputs, cluster, plan):
     fused = inputs.options["fused"] and inputs.stack.fused_embedding
     w = inputs.workload

@@ -104,8 +104,12 @@ def evaluate(cluster, trace: Trace, iterations: int = ITERATIONS) -> float:
 #: same op objects): a sweep's points that differ only in the network's rates walk the same
 #: candidate plans with the same op seconds; False: everything made anew (the tests)
 REUSE = True
-#: traces whose walk shapes (or op seconds) are kept, at most
-KEEP_TRACES = 32
+#: ops of the traces whose walk shapes (or op seconds) are kept, at most, in all (a larger
+#: trace is not kept: a walk's shape costs about ten references per op, and a kept entry holds
+#: its trace's ops alive); the lowering keeps 100,000 (``lowering.CACHE_OPS``)
+KEEP_OPS = 200_000
+#: compute models kept (:func:`_compute_model`), at most
+KEEP_MODELS = 32
 #: play the walk on flat per-op lists (:class:`_FlatWalk`); False: the op-object walk
 #: (:class:`_Walk`, the tests comparing the two)
 FLAT = True
@@ -122,6 +126,8 @@ class _ByTrace:
         self.entries: OrderedDict = OrderedDict()
 
     def get(self, trace: Trace, extra):
+        """The value kept for ``trace`` (these very ops and collectives) and ``extra``, or
+        None."""
         if not REUSE or not trace.ops:
             return None
         key = (id(trace.ops[0]), len(trace.ops), extra)
@@ -140,11 +146,13 @@ class _ByTrace:
         return value
 
     def put(self, trace: Trace, extra, value) -> None:
-        if not REUSE or not trace.ops:
+        """Keep ``value`` for ``trace`` and ``extra``, dropping the least recently used entries
+        beyond :data:`KEEP_OPS` ops (a trace larger than that is not kept)."""
+        if not REUSE or not trace.ops or len(trace.ops) > KEEP_OPS:
             return
         key = (id(trace.ops[0]), len(trace.ops), extra)
         self.entries[key] = (list(trace.ops), list(trace.collectives), value)
-        while len(self.entries) > KEEP_TRACES:
+        while sum(len(ops) for ops, _, _ in self.entries.values()) > KEEP_OPS:
             self.entries.popitem(last=False)
 
 
@@ -167,7 +175,7 @@ def _compute_model(cluster, stack: StackSpec):
     key = (repr(cluster.spec.gpu), repr(stack))
     hit = _MODELS.get(key)
     if hit is None or hit[0] is not base:
-        if len(_MODELS) >= KEEP_TRACES:
+        if len(_MODELS) >= KEEP_MODELS:
             _MODELS.clear()
         hit = _MODELS[key] = (base, stack_compute_model(cluster, stack))
     return hit[1]
