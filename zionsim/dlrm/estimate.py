@@ -34,7 +34,9 @@ work again).
 from __future__ import annotations
 
 import heapq
+import operator
 import weakref
+from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
@@ -89,9 +91,108 @@ def iteration_estimate(cluster, w, plan, stack: StackSpec = BARE, sync=None) -> 
 def evaluate(cluster, trace: Trace, iterations: int = ITERATIONS) -> float:
     """Mean seconds of the iterations after the first, ``trace`` played as the module says."""
     stack = trace.stack or BARE
-    durations = op_durations(cluster, trace, stack_compute_model(cluster, stack))
-    ends = _Walk(cluster, trace, durations, stack.compute_slowdown).run(iterations)
+    durations = durations_of(cluster, trace, _compute_model(cluster, stack))
+    if FLAT:
+        ends = _FlatWalk(cluster, trace, durations, stack.compute_slowdown).run(iterations)
+    else:
+        ends = _Walk(cluster, trace, durations, stack.compute_slowdown).run(iterations)
     return float(np.diff(ends).mean()) if len(ends) > 1 else float(ends[0])
+
+
+#: keep what a walk needs of a trace (its op seconds, its streams and rank classes) for the
+#: next walk of the same lowered trace (the lowering hands a cached trace out again with the
+#: same op objects): a sweep's points that differ only in the network's rates walk the same
+#: candidate plans with the same op seconds; False: everything made anew (the tests)
+REUSE = True
+#: ops of the traces whose walk shapes (or op seconds) are kept, at most, in all (a larger
+#: trace is not kept: a walk's shape costs about ten references per op, and a kept entry holds
+#: its trace's ops alive); the lowering keeps 100,000 (``lowering.CACHE_OPS``)
+KEEP_OPS = 200_000
+#: compute models kept (:func:`_compute_model`), at most
+KEEP_MODELS = 32
+#: play the walk on flat per-op lists (:class:`_FlatWalk`); False: the op-object walk
+#: (:class:`_Walk`, the tests comparing the two)
+FLAT = True
+
+
+class _ByTrace:
+    """Values computed from a trace's ops and collectives, kept for the traces that hold the very
+    same op and collective objects (the lowering's cache shares them among the traces it hands
+    out): found by the first op's identity, the op count and ``extra``, then checked object by
+    object.  An entry holds its ops, so no other op can take the first one's identity while it
+    is kept."""
+
+    def __init__(self) -> None:
+        self.entries: OrderedDict = OrderedDict()
+
+    def get(self, trace: Trace, extra):
+        """The value kept for ``trace`` (these very ops and collectives) and ``extra``, or
+        None."""
+        if not REUSE or not trace.ops:
+            return None
+        key = (id(trace.ops[0]), len(trace.ops), extra)
+        hit = self.entries.get(key)
+        if hit is None:
+            return None
+        ops, colls, value = hit
+        same = (
+            len(colls) == len(trace.collectives)
+            and all(map(operator.is_, ops, trace.ops))
+            and all(map(operator.is_, colls, trace.collectives))
+        )
+        if not same:
+            return None
+        self.entries.move_to_end(key)
+        return value
+
+    def put(self, trace: Trace, extra, value) -> None:
+        """Keep ``value`` for ``trace`` and ``extra``, dropping the least recently used entries
+        beyond :data:`KEEP_OPS` ops (a trace larger than that is not kept)."""
+        if not REUSE or not trace.ops or len(trace.ops) > KEEP_OPS:
+            return
+        key = (id(trace.ops[0]), len(trace.ops), extra)
+        self.entries[key] = (list(trace.ops), list(trace.collectives), value)
+        while sum(len(ops) for ops, _, _ in self.entries.values()) > KEEP_OPS:
+            self.entries.popitem(last=False)
+
+
+_DURATIONS = _ByTrace()
+_SHAPES = _ByTrace()
+_TRANSFERS = _ByTrace()  # each trace's transfer ops
+
+
+_MODELS: dict = {}
+
+
+def _compute_model(cluster, stack: StackSpec):
+    """``op_costs.stack_compute_model`` of ``cluster`` and ``stack``, kept by the GPU and the
+    stack (by value) and the base model (by identity, held) while :data:`REUSE`."""
+    if not REUSE:
+        return stack_compute_model(cluster, stack)
+    from zionsim.hardware.compute import load_compute_model
+
+    base = load_compute_model()
+    key = (repr(cluster.spec.gpu), repr(stack))
+    hit = _MODELS.get(key)
+    if hit is None or hit[0] is not base:
+        if len(_MODELS) >= KEEP_MODELS:
+            _MODELS.clear()
+        hit = _MODELS[key] = (base, stack_compute_model(cluster, stack))
+    return hit[1]
+
+
+def durations_of(cluster, trace: Trace, model) -> np.ndarray:
+    """``op_costs.op_durations`` of ``trace`` on ``cluster``'s GPU under compute ``model``,
+    kept per trace, GPU and model (by value) while :data:`REUSE`; read only (shared)."""
+    from zionsim.hardware.compute import load_compute_model
+
+    extra = (repr(cluster.spec.gpu), repr(model if model is not None else load_compute_model()))
+    out = _DURATIONS.get(trace, extra)
+    if out is None:
+        out = op_durations(cluster, trace, model)
+        out.flags.writeable = False
+        _DURATIONS.put(trace, extra, out)
+    return out
 
 
 class _Walk:
@@ -260,16 +361,247 @@ class _Walk:
         return self.coll_s[cid]
 
     def _choice(self, c) -> nccl.Choice:
-        """NCCL's choice for collective ``c``, remembered per cluster (the candidate plans of
-        one run share most of their collectives, and the run's own)."""
-        memo = _choices_of(self.cluster)
-        key = (c.op, c.size_bytes, c.ranks.tobytes(), _matrix_key(c.matrix))
-        if key not in memo:
-            if len(memo) >= MEMO_CHOICES:
-                memo.clear()
-            devices = self.cluster.gpus[c.ranks]
-            memo[key] = nccl.choose(self.cluster, c.op, devices, c.size_bytes, matrix=c.matrix)
-        return memo[key]
+        return choice_of(self.cluster, c)
+
+
+def choice_of(cluster, c) -> nccl.Choice:
+    """NCCL's choice (the built-in collective model) for collective ``c`` on ``cluster``,
+    remembered per cluster (the candidate plans of one run share most of their collectives,
+    and the run's own, which the engine then prepares from the same choice)."""
+    memo = _choices_of(cluster)
+    key = (c.op, c.size_bytes, c.ranks.tobytes(), _matrix_key(c.matrix))
+    if key not in memo:
+        if len(memo) >= MEMO_CHOICES:
+            memo.clear()
+        devices = cluster.gpus[c.ranks]
+        memo[key] = nccl.choose(cluster, c.op, devices, c.size_bytes, matrix=c.matrix)
+    return memo[key]
+
+
+#: op kinds of the flat walk
+_COMPUTE, _HOST, _COLLECTIVE, _TRANSFER = 0, 1, 2, 3
+
+
+class _Shape:
+    """What a walk of one trace needs that its cluster's network does not change (given the
+    ops' seconds and the host transfers' seconds, which decide the rank classes): the walked
+    streams as op ids, and per op id its kind, rank, dependencies, collective and sync period
+    (None: not a sync op) as flat lists."""
+
+    def __init__(self, trace: Trace, durations: np.ndarray, transfer_s: dict):
+        by_rank = trace.by_rank()
+        self.weight = (
+            rank_classes(by_rank, durations, transfer_s, trace.alike)
+            if CLASSES
+            else [1] * len(by_rank)
+        )
+        walked = [ops for ops, k in zip(by_rank, self.weight, strict=True) if k]
+        self.streams = [
+            [op.id for op in ops if op.stream == s]
+            for ops in walked
+            for s in dict.fromkeys(op.stream for op in ops)
+        ]
+        n = self.n_ops = len(trace.ops)
+        self.stream_of = [-1] * n
+        for k, ids in enumerate(self.streams):
+            for i in ids:
+                self.stream_of[i] = k
+        self.kind = [_COMPUTE] * n
+        self.rank = [0] * n
+        self.deps: list[tuple] = [()] * n
+        self.coll = [-1] * n
+        self.every: list = [None] * n
+        codes = {"host": _HOST, "collective": _COLLECTIVE, "transfer": _TRANSFER}
+        waiting: dict[int, set[int]] = {}
+        for ops in walked:
+            for op in ops:
+                i = op.id
+                self.kind[i] = codes.get(op.kind, _COMPUTE)
+                self.rank[i] = op.rank
+                self.deps[i] = tuple(op.deps)
+                if op.kind == "collective":
+                    self.coll[i] = op.args["coll"]
+                if op.category == "sync":
+                    self.every[i] = op.args.get("every", 1)
+                for d in op.deps:
+                    if self.stream_of[d] != self.stream_of[i]:
+                        waiting.setdefault(d, set()).add(self.stream_of[i])
+        #: per op, its stream and the streams (other than its own) with an op that waits for it
+        self.then: list = [None] * n
+        for k, ids in enumerate(self.streams):
+            for i in ids:
+                self.then[i] = (k, *waiting.get(i, ()))
+        self.walked_ops = np.sort([op.id for ops in walked for op in ops]).astype(np.int64)
+        self.two = any(op.stream == "embedding" for ops in by_rank for op in ops)
+        copies: dict[str, set[int]] = {}
+        for op in trace.ops:
+            if op.kind == "collective":
+                copies.setdefault(op.name, set()).add(op.args["coll"])
+        #: the collectives of the ops of each name: copies of one step that run at once
+        self.copies = {c: tuple(sorted(g)) for g in copies.values() for c in g}
+        self.need = [len(c.ranks) for c in trace.collectives]
+        self.dur = durations.tolist()  # read one at a time, often
+
+
+def _shape(trace: Trace, durations: np.ndarray, transfer_s: dict) -> _Shape:
+    """The :class:`_Shape` of ``trace``, kept while :data:`REUSE` (by the ops' and transfers'
+    seconds, by value)."""
+    extra = (durations.tobytes(), tuple(sorted(transfer_s.items())), CLASSES)
+    shape = _SHAPES.get(trace, extra)
+    if shape is None:
+        shape = _Shape(trace, durations, transfer_s)
+        _SHAPES.put(trace, extra, shape)
+    return shape
+
+
+class _FlatWalk(_Walk):
+    """:class:`_Walk` played on the flat lists of a :class:`_Shape`: the same heap of (ready
+    time, op and iteration, stream), the same order of events and the same arithmetic, so the
+    same iteration times to the bit (tested), at a fraction of the interpreter's work."""
+
+    def __init__(self, cluster, trace: Trace, durations: np.ndarray, slowdown: float):
+        self.cluster, self.trace, self.slow = cluster, trace, slowdown
+        self.transfer_s = _transfer_seconds(cluster, trace)
+        self.shape = _shape(trace, durations, self.transfer_s)
+        self.weight = self.shape.weight
+        self.copies = self.shape.copies
+        self.coll_s: dict = {}
+
+    def run(self, iterations: int) -> np.ndarray:
+        """End time of each iteration (latest end of any of its ops)."""
+        sh, trace = self.shape, self.trace
+        st = _State(sh, trace.ranks, iterations)
+        self._play(st, _finisher(sh, st, iterations))
+        walked = sh.walked_ops
+        out = np.array(st.end).reshape(iterations, sh.n_ops)[:, walked]
+        if np.isnan(out).any():
+            ops = trace.ops
+            stuck = int(walked[np.flatnonzero(np.isnan(out))[0] % len(walked)])
+            raise InputError(
+                f"the trace stalls: op {stuck} ({ops[stuck].name}, rank {ops[stuck].rank}) "
+                "never runs",
+                field=f"ops[{stuck}]",
+            )
+        return out.max(axis=1)
+
+    def _play(self, st: _State, finish) -> None:
+        """Pop the heap until it is empty (:meth:`_Walk.run` and :meth:`_Walk._start`)."""
+        sh = self.shape
+        streams, lens, kind, rank_of, every = sh.streams, st.lens, sh.kind, sh.rank, sh.every
+        dur, transfer_s, slow = sh.dur, self.transfer_s, self.slow
+        step, it_of, queued, flight, gpu_free = st.step, st.it_of, st.queued, st.flight, st.gpu
+        heap, heappop = st.heap, heapq.heappop
+        while heap:
+            t, _, k = heappop(heap)
+            queued[k] = False
+            it, j = it_of[k], step[k]
+            i = streams[k][j]
+            if j + 1 == lens[k]:
+                step[k], it_of[k] = 0, it + 1
+            else:
+                step[k] = j + 1
+            kd = kind[i]
+            if kd == _COLLECTIVE:
+                ev = every[i]
+                if ev is not None and (it + 1) % ev:
+                    finish(i, it, t)
+                else:
+                    self._arrive_flat(st, finish, i, it, t, k)
+            elif kd == _TRANSFER:
+                ev = every[i]
+                skip = ev is not None and (it + 1) % ev
+                finish(i, it, t + (0.0 if skip else transfer_s[i]))
+            else:
+                seconds = dur[i]
+                host = kd == _HOST
+                r = rank_of[i]
+                on_gpu = gpu_free is not None and not host and seconds > 0
+                if on_gpu:
+                    t = max(t, gpu_free[r])
+                if slow and not host and flight[r]:  # _Walk._in_flight
+                    live = [(a, x) for a, x in flight[r] if x > t]
+                    flight[r] = live
+                    if any(a <= t for a, _ in live):
+                        seconds *= 1.0 + slow
+                if on_gpu:
+                    gpu_free[r] = t + seconds
+                finish(i, it, t + seconds)
+
+    def _arrive_flat(self, st: _State, finish, i: int, it: int, t: float, k: int) -> None:
+        """:meth:`_Walk._arrive` of op ``i`` of stream ``k``, iteration ``it``, at ``t``."""
+        sh, inf = self.shape, np.inf
+        r = sh.rank[i]
+        st.flight[r].append((t, inf))
+        st.in_coll[k] = True
+        cid = sh.coll[i]
+        members = st.arrived.setdefault((it, cid), [0])
+        members.append((i, t))
+        members[0] += sh.weight[r]
+        if members[0] < sh.need[cid]:
+            return
+        e = max(a for _, a in members[1:]) + self._collective_s(cid)
+        for o, a in members[1:]:
+            fl = st.flight[sh.rank[o]]
+            if (a, inf) in fl:
+                fl[fl.index((a, inf))] = (a, e)
+            finish(o, it, e)
+        del st.arrived[it, cid]
+
+
+class _State:
+    """The changing state of one :class:`_FlatWalk`: per stream its next op (index in the
+    iteration, and the iteration), when it is free, whether it is queued or waiting inside a
+    collective; per op and iteration its end (NaN until it ends); the collectives' arrivals,
+    each rank's collectives in flight and its GPU's next free time; the heap."""
+
+    def __init__(self, sh: _Shape, ranks: int, iterations: int):
+        n = len(sh.streams)
+        self.lens = [len(ids) for ids in sh.streams]
+        self.end = [NAN] * (iterations * sh.n_ops)
+        self.step, self.it_of, self.free = [0] * n, [0] * n, [0.0] * n
+        self.queued, self.in_coll = [False] * n, [False] * n
+        self.arrived: dict = {}
+        self.flight: list[list[tuple[float, float]]] = [[] for _ in range(ranks)]
+        self.gpu = [0.0] * ranks if sh.two else None
+        self.heap: list = []
+
+
+def _finisher(sh: _Shape, st: _State, iterations: int):
+    """``finish(op, iteration, end)``: :meth:`_Walk._finish` with its pushes
+    (:meth:`_Walk._push`) inlined; every stream's first op is pushed here."""
+    n_ops, streams, deps, stream_of, then = sh.n_ops, sh.streams, sh.deps, sh.stream_of, sh.then
+    end, step, it_of, free = st.end, st.step, st.it_of, st.free
+    queued, in_coll = st.queued, st.in_coll
+    heap, heappush = st.heap, heapq.heappush
+
+    def push(s: int) -> None:
+        it = it_of[s]
+        if it >= iterations:
+            return
+        j = streams[s][step[s]]
+        base = it * n_ops
+        t = free[s]
+        for d in deps[j]:
+            x = end[base + d]
+            if x != x:  # NaN: not ended yet
+                return
+            if x > t:
+                t = x
+        heappush(heap, (t, j + base, s))
+        queued[s] = True
+
+    def finish(i: int, it: int, e: float) -> None:
+        end[it * n_ops + i] = e
+        k = stream_of[i]
+        free[k] = e
+        in_coll[k] = False
+        for s in then[i]:  # its own stream first (never queued or in a collective here)
+            if not queued[s] and not in_coll[s]:
+                push(s)
+
+    for s in range(len(streams)):
+        push(s)
+    return finish
 
 
 #: NCCL choices remembered per cluster (:meth:`_Walk._choice`), at most
@@ -342,10 +674,13 @@ def _transfer_seconds(cluster, trace: Trace) -> dict[int, float]:
     most any link needs for the bytes of all ranks' transfers of the same name (module
     docstring)."""
     by_name: dict[str, list] = {}
-    for op in trace.ops:
-        if op.kind == "transfer":
-            routes, nbytes, latency, _ = transfer_flows(cluster, op.rank, op.args)
-            by_name.setdefault(op.name, []).append((op.id, routes, np.asarray(nbytes), latency))
+    moves = _TRANSFERS.get(trace, None)
+    if moves is None:
+        moves = [op for op in trace.ops if op.kind == "transfer"]
+        _TRANSFERS.put(trace, None, moves)
+    for op in moves:
+        routes, nbytes, latency, _ = transfer_flows(cluster, op.rank, op.args)
+        by_name.setdefault(op.name, []).append((op.id, routes, np.asarray(nbytes), latency))
     out = {}
     for flows in by_name.values():
         busy = link_seconds(cluster.router.capacity_Bps, [(f[1], f[2]) for f in flows])

@@ -19,6 +19,7 @@ representative and stream, counted for every member of its class.
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -149,9 +150,9 @@ def start_trace(
     background = trace.sync_spec.is_shadow and sync_traffic
     g = cluster.spec.gpus_per_node
     noisy = rec.per_iteration_s is not None  # noisy ranks are not alike
-    tpl = templates(trace, rec.durations_s, alone=background or not alike or noisy, g=g)
-    run = _Run(env, net, cluster, trace, rec, collective_model, sync_traffic, tpl)
     by_rank = trace.by_rank()
+    tpl = templates(trace, rec.durations_s, background or not alike or noisy, g, by_rank)
+    run = _Run(env, net, cluster, trace, rec, collective_model, sync_traffic, tpl, by_rank)
     procs = []
     for rank in tpl.reps:
         for stream in STREAMS:
@@ -234,7 +235,9 @@ def _rep_counts(rep_of: np.ndarray, ranks) -> tuple[np.ndarray, np.ndarray]:
 
 
 class _Run:
-    def __init__(self, env, net, cluster, trace, rec, model, sync_traffic=True, tpl=None):
+    def __init__(
+        self, env, net, cluster, trace, rec, model, sync_traffic=True, tpl=None, by_rank=None
+    ):  # fmt: skip
         self.env, self.net, self.cluster, self.trace, self.rec = env, net, cluster, trace, rec
         self.tpl = tpl or templates(trace, rec.durations_s, alone=True)
         #: per collective: its members' representatives and how many members each stands for
@@ -243,7 +246,8 @@ class _Run:
         self.sync_traffic = sync_traffic
         self.iteration = [0] * trace.ranks  # iterations each rank's compute stream finished
         self.progress = [env.event() for _ in range(trace.ranks)]  # fires at each such end
-        self.computing = sum(1 for r in trace.by_rank() if any(o.stream == "compute" for o in r))
+        by_rank = by_rank if by_rank is not None else trace.by_rank()
+        self.computing = sum(1 for r in by_rank if any(o.stream == "compute" for o in r))
         self.rounds: dict[tuple[int, int], CollectiveRecord] = {}
         self.class_rounds: dict[tuple[int, int], list] = {}  # (iteration, class): copies
         self.n_ops = len(trace.ops)
@@ -453,11 +457,42 @@ class _Run:
 
 def prepare_collective(cluster, trace: Trace, cid: int, model, cache: dict) -> nccl.Prepared:
     """Collective ``cid`` of ``trace`` chosen and prepared on ``cluster`` (memoised in ``cache``
-    by op, size and group, or by id where it has a byte matrix)."""
+    by op, size and group, or by id where it has a byte matrix).  Under the built-in collective
+    model the choice is the planner's, remembered per cluster (``estimate.choice_of``: the
+    planner's estimate chose every collective of the plan it picked), and so is the preparation
+    of a collective without a byte matrix (:data:`KEEP_PREPARED`): a sweep's points on one
+    cluster share their all-reduce buckets."""
     c = trace.collectives[cid]
     key = (c.op, c.size_bytes, c.ranks.tobytes()) if c.matrix is None else ("coll", cid)
     if key not in cache:
-        devices = cluster.gpus[c.ranks]
-        choice = nccl.choose(cluster, c.op, devices, c.size_bytes, model, matrix=c.matrix)
-        cache[key] = nccl.prepare(cluster, choice, model)
+        if model is nccl.load_model():
+            from zionsim.dlrm.estimate import choice_of
+
+            shared = _prepared_of(cluster) if c.matrix is None else {}
+            if key not in shared:
+                if len(shared) >= KEEP_PREPARED:
+                    shared.clear()
+                shared[key] = nccl.prepare(cluster, choice_of(cluster, c), model)
+            cache[key] = shared[key]
+        else:
+            devices = cluster.gpus[c.ranks]
+            choice = nccl.choose(cluster, c.op, devices, c.size_bytes, model, matrix=c.matrix)
+            cache[key] = nccl.prepare(cluster, choice, model)
     return cache[key]
+
+
+#: prepared collectives (built-in model, no byte matrix) kept per cluster, at most; 0: none
+KEEP_PREPARED = 1024
+_PREPARED: dict[int, tuple[weakref.ref, dict]] = {}
+
+
+def _prepared_of(cluster) -> dict:
+    """The prepared collectives kept for ``cluster`` (forgotten with it)."""
+    if KEEP_PREPARED <= 0:
+        return {}
+    entry = _PREPARED.get(id(cluster))
+    if entry is None or entry[0]() is not cluster:
+        for k in [k for k, (ref, _) in _PREPARED.items() if ref() is None]:
+            del _PREPARED[k]
+        entry = _PREPARED[id(cluster)] = (weakref.ref(cluster), {})
+    return entry[1]

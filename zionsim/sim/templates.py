@@ -61,12 +61,21 @@ class Templates:
         return len(self.members[rank])
 
 
-def _rank_classes(by_rank, durations_s: np.ndarray, coll_class) -> np.ndarray:
+def _rank_classes(by_rank, durations_s: np.ndarray, coll_class, alike=None) -> np.ndarray:
     """Each rank's representative: the first rank with the same op sequence (module
-    docstring), collectives named by their class (``coll_class``; None: by their id)."""
+    docstring), collectives named by their class (``coll_class``; None: by their id).
+    ``alike`` (``Trace.alike``): ranks the lowering made as copies of an earlier rank (the same
+    ops but for ids and rank, collectives included), whose sequence is then that rank's when
+    their ops' seconds are that rank's too (compared here, op for op)."""
     first: dict[tuple, int] = {}
     rep_of = np.empty(len(by_rank), dtype=np.int64)
+    known: dict[int, tuple] = {}  # the key of each rank that others copy
+    seconds = durations_s.tolist() if alike is not None else None
     for rank, ops in enumerate(by_rank):
+        src = alike[rank] if alike is not None else rank
+        if src != rank and src in known and _same_seconds(by_rank[src], ops, seconds):
+            rep_of[rank] = first[known[src]]
+            continue
         base = ops[0].id if ops else 0
         key = tuple(
             (
@@ -83,8 +92,15 @@ def _rank_classes(by_rank, durations_s: np.ndarray, coll_class) -> np.ndarray:
             )
             for op in ops
         )
+        if src == rank:
+            known[rank] = key
         rep_of[rank] = first.setdefault(key, rank)
     return rep_of
+
+
+def _same_seconds(a: list, b: list, seconds: list) -> bool:
+    """Whether op lists ``a`` and ``b`` are as long and their ops take the same ``seconds``."""
+    return len(a) == len(b) and [seconds[op.id] for op in a] == [seconds[op.id] for op in b]
 
 
 def _drop_unaligned(trace, rep_of, coll_class, copies) -> bool:
@@ -124,19 +140,21 @@ def collective_classes(trace, g: int) -> tuple[np.ndarray, dict[int, list[int]]]
     return cls, copies
 
 
-def templates(trace, durations_s: np.ndarray, alone: bool, g: int = 0) -> Templates:
+def templates(
+    trace, durations_s: np.ndarray, alone: bool, g: int = 0, by_rank: list | None = None
+) -> Templates:
     """The rank classes of ``trace`` with op ``durations_s`` (module docstring) on nodes of
     ``g`` GPUs (0: no collective classes); every rank on its own when ``alone`` (the caller's:
     ShadowSync background threads, or a redone run), when templates are off or with host
-    transfers."""
-    by_rank = trace.by_rank()
+    transfers; ``by_rank``: ``trace.by_rank()`` when the caller has it."""
+    by_rank = by_rank if by_rank is not None else trace.by_rank()
     n = trace.ranks
     alone = alone or not ENABLED or any(op.kind == "transfer" for op in trace.ops)
     if alone:
         return Templates(np.arange(n), {r: [r] for r in range(n)}, {})
     coll_class, copies = collective_classes(trace, g) if g else (None, None)
     while True:
-        rep_of = _rank_classes(by_rank, durations_s, coll_class)
+        rep_of = _rank_classes(by_rank, durations_s, coll_class, trace.alike)
         if not copies or not _drop_unaligned(trace, rep_of, coll_class, copies):
             break
         copies = {}
