@@ -33,6 +33,11 @@ code does, as read there (the code here is written from this description):
    sends the embedding vector of every infrequent lookup to the sample's GPU (an all-to-allv,
    hierarchical under ``IB_NVLink_Hier``: the same bytes across nodes), backward the gradients
    travel back the same way.  A lookup is one vector: the hybrid embedding takes one-hot slots.
+   Under ``IB_NVLink_Hier`` the exchange has two stages (``infrequent_embedding.cu``,
+   ``fused_intra_forward_model``: each owner writes every message over NVLink into the send
+   buffer of its node's GPU with the receiver's local index; then ``HierAll2Allv_Multi_IB``, an
+   all-to-all among the same-index GPUs of all nodes; backward ``fused_intra_update_network``
+   then the same inter-node all-to-all), so the messages crossing nodes are ``g`` times larger.
 
 Frequency model (assumption, stated): row popularity of each table follows a Zipf law of
 exponent ``zipf_alpha`` (the workload's field, ``cache.py``), so row ``k`` of a table of ``R`` rows
@@ -215,7 +220,7 @@ def plan_for(w, n: int, nodes: int, s: HybridSettings):
         ranks = tuple(range(n))
         rows = tuple(modulo_row_splits(t.rows - k, n))
         shards.append(Shard(t.index, "HYB", ranks, rows=rows, frequent_rows=k,
-                                frequent_share=share))  # fmt: skip
+                            frequent_share=share, hierarchical=kind == "IB_NVLink_Hier"))  # fmt: skip
     cap = s.max_num_frequent_categories * max(G, s.eval_batch)
     if total > cap:
         raise InputError(

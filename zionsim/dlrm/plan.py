@@ -65,6 +65,10 @@ class Shard:
     #: infrequent rows
     frequent_rows: int = 0
     frequent_share: float = 0.0
+    #: HYB under ``IB_NVLink_Hier``: the infrequent vectors cross nodes in two stages (an
+    #: all-to-all inside the node to the GPU of the receiver's local index, then an all-to-all
+    #: among the same-index GPUs of all nodes); False: one all-to-all over all GPUs
+    hierarchical: bool = False
 
 
 @dataclass(frozen=True)

@@ -80,6 +80,13 @@ class Layout:
     ps_dram_bytes: np.ndarray = None  # rows + optimizer state held by each server
     #: expected distinct rows each rank's embedding backward updates (duplicates merged)
     unique_rows: np.ndarray = None
+    #: hierarchical HYB shards: bytes each rank sends to each GPU of its node in the intra-node
+    #: stage (per direction), and the GPUs per node
+    hyb_intra_bytes: float = 0.0
+    hyb_gpus_per_node: int = 1
+    #: the plan has HYB shards: their frequent rows' gradients (the DP part of the all-reduce) are
+    #: reduced from the output's gradient, before and apart from the infrequent exchange
+    hybrid: bool = False
 
 
 @lru_cache(maxsize=4096)
@@ -98,6 +105,7 @@ def layout(w: WorkloadSpec, plan, n: int, gpus_per_node: int, zipf_alpha: float 
     nodes = max(1, n // gpus_per_node)
     n_ps = 1 + max((s.server for s in plan.shards if s.tier == "ps"), default=-1)
     out = _empty_layout(n, nodes, n_ps)
+    out.hyb_gpus_per_node = gpus_per_node
     for s in plan.shards:
         if s.tier == "ps":
             _add_ps_shard(out, w, s)
@@ -213,6 +221,7 @@ def _add_hybrid_shard(out: Layout, w: WorkloadSpec, s, n: int, zipf_alpha, cb) -
     t = w.tables[s.table]
     if s.tier != "hbm":
         raise ValueError("a HYB shard lives in HBM")
+    out.hybrid = True
     B, G, L, K, f = w.batch_per_gpu, w.batch_per_gpu * n, t.pooling, s.frequent_rows, s.frequent_share
     rb, state = _row_and_state_bytes(w, t.dim)
     tail = np.asarray(shard_rows(s, t.rows), dtype=float)
@@ -225,7 +234,13 @@ def _add_hybrid_shard(out: Layout, w: WorkloadSpec, s, n: int, zipf_alpha, cb) -
     out.hbm_state_bytes += (K + tail) * state
     out.out_bytes += B * t.dim * cb
     out.dp_params += K * t.dim
-    out.pooled_matrix.add_to_row(slice(None), B * L * (1.0 - f) * t.dim * cb / n)
+    sent = B * L * (1.0 - f) * t.dim * cb  # infrequent vectors for one rank's samples
+    if s.hierarchical:  # inside the node to the receiver's local index, then across nodes
+        g = out.hyb_gpus_per_node
+        out.hyb_intra_bytes += sent * (n // g) / n
+        out.twrw_matrix.add_to_row(slice(None), sent / (n // g))
+    else:
+        out.pooled_matrix.add_to_row(slice(None), sent / n)
     hot = _unique(K, B * L * f, zipf_alpha) if K else 0.0
     cold = _unique(t.rows, G * L, zipf_alpha) - (_unique(K, G * L * f, zipf_alpha) if K else 0.0)
     out.unique_rows += hot + max(cold, 0.0) * tail / max(t.rows - K, 1)
