@@ -187,3 +187,18 @@ def test_runs_end_to_end():
     )
     assert out.summary["plan"] == "hugectr_hybrid_IB_NVLink_Hier"
     assert out.summary["iteration_time_s"] > 0
+
+
+def test_plan_cost_table_prices_hybrid_shards(tiny_cluster):
+    """``zionsim plan``'s cost table prices HYB shards by their own lookups and exchanges: far
+    below the same table all-reduced whole (the DP estimate a HYB shard would otherwise get)."""
+    from zionsim.dlrm.plan_cost import Option, context, estimate, plan_costs
+
+    w = _w(256)
+    p = named_plan("hugectr_hybrid", tiny_cluster, w, load_stack("hugectr"))
+    rows, totals = plan_costs(tiny_cluster, w, p, load_stack("hugectr"))
+    assert {r["sharding"] for r in rows} == {"HYB"}
+    big = max(range(len(w.tables)), key=lambda i: w.tables[i].rows)
+    dp = estimate(context(tiny_cluster, w), w.tables[big], Option(big, "DP", 4))
+    assert rows[big]["table_estimated_s"] < dp.total_s
+    assert np.isfinite(totals["estimated_iteration_s"])
