@@ -69,14 +69,19 @@ def test_plan_is_valid(n, nodes, hier):
         assert s.kind == "HYB" and s.ranks == tuple(range(n)) and s.hierarchical == hier
         assert 0 <= s.frequent_rows <= t.rows and 0.0 <= s.frequent_share <= 1.0
         assert s.frequent_rows + sum(s.rows) == t.rows
-    assert p.name == ("hugectr_hybrid_IB_NVLink_Hier" if hier else "hugectr_hybrid_NVLink_SingleNode")
+    assert p.name == (
+        "hugectr_hybrid_IB_NVLink_Hier" if hier else "hugectr_hybrid_NVLink_SingleNode"
+    )
 
 
 def _sent(w, p, n):
     """Infrequent vector bytes for all samples, per direction."""
     cb = DTYPE_BYTES[w.precision["communication"]]
     G = w.batch_per_gpu * n
-    return sum(G * t.pooling * (1 - s.frequent_share) * t.dim * cb for s, t in zip(p.shards, w.tables))
+    return sum(
+        G * t.pooling * (1 - s.frequent_share) * t.dim * cb
+        for s, t in zip(p.shards, w.tables, strict=True)
+    )
 
 
 def test_flat_exchange_conserves_bytes_and_lookups():
@@ -89,9 +94,14 @@ def test_flat_exchange_conserves_bytes_and_lookups():
     assert lay.pooled_matrix.sum() == pytest.approx(_sent(w, p, n))
     assert lay.pooled_matrix.T.sum() == pytest.approx(_sent(w, p, n))
     assert not lay.input_matrix.any() and not lay.twrw_matrix.any() and lay.hyb_intra_bytes == 0
-    assert lay.dp_params == sum(s.frequent_rows * t.dim for s, t in zip(p.shards, w.tables))
+    assert lay.dp_params == sum(
+        s.frequent_rows * t.dim for s, t in zip(p.shards, w.tables, strict=True)
+    )
     assert lay.lookups.sum() == pytest.approx(w.batch_per_gpu * n * len(w.tables))
-    rows = sum(n * s.frequent_rows + t.rows - s.frequent_rows for s, t in zip(p.shards, w.tables))
+    rows = sum(
+        n * s.frequent_rows + t.rows - s.frequent_rows
+        for s, t in zip(p.shards, w.tables, strict=True)
+    )
     rb = 128 * DTYPE_BYTES[w.precision["embedding"]]
     assert lay.hbm_bytes.sum() == pytest.approx(rows * rb)
 
@@ -116,8 +126,11 @@ def test_no_frequent_rows_is_plain_model_parallel():
     """Frequent share 0: nothing replicated or all-reduced, and the lookups, rows and exchanged
     vectors of a table-wise plan (each lookup's vector travels once from its row's owner)."""
     n, w = 8, _w(256)
-    hyb = Plan("h", tuple(Shard(t.index, "HYB", tuple(range(n)), rows=tuple(
-        [t.rows // n + (1 if i < t.rows % n else 0) for i in range(n)])) for t in w.tables))  # fmt: skip
+    split = [[t.rows // n + (1 if i < t.rows % n else 0) for i in range(n)] for t in w.tables]
+    hyb = Plan(
+        "h",
+        tuple(Shard(t.index, "HYB", tuple(range(n)), rows=tuple(split[t.index])) for t in w.tables),
+    )
     tw = Plan("tw", tuple(Shard(t.index, "TW", (t.index % n,)) for t in w.tables))
     a, b = layout(w, hyb, n, 8), layout(w, tw, n, 8)
     assert a.dp_params == 0 == b.dp_params
@@ -162,8 +175,13 @@ def test_stack_settings_reach_the_plan(tiny_cluster):
     of the hierarchical exchange."""
     w = _w(256)
     stack = stack_from_dict(
-        {"name": "s", "planner": {"name": "hugectr", "hybrid": {
-            "communication_type": {"multi_node": "IB_NVLink"}}}}  # fmt: skip
+        {
+            "name": "s",
+            "planner": {
+                "name": "hugectr",
+                "hybrid": {"communication_type": {"multi_node": "IB_NVLink"}},
+            },
+        }  # fmt: skip
     )
     assert named_plan("hugectr_hybrid", tiny_cluster, w, stack).name == "hugectr_hybrid_IB_NVLink"
     assert named_plan("hugectr_hybrid", tiny_cluster, w, load_stack("hugectr")).name == (

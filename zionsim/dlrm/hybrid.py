@@ -147,7 +147,9 @@ def _positive(f: Fields, key: str, default: float) -> float:
     return float(v)
 
 
-def count_threshold(s: HybridSettings, kind: str, gpus: int, nodes: int, global_batch: int) -> float:
+def count_threshold(
+    s: HybridSettings, kind: str, gpus: int, nodes: int, global_batch: int
+) -> float:
     """HugeCTR's count over ``s.iterations`` global batches at which a category is frequent
     (module docstring, item 1)."""
     n, it = float(gpus), float(s.iterations)
@@ -219,8 +221,11 @@ def plan_for(w, n: int, nodes: int, s: HybridSettings):
         total += k
         ranks = tuple(range(n))
         rows = tuple(modulo_row_splits(t.rows - k, n))
-        shards.append(Shard(t.index, "HYB", ranks, rows=rows, frequent_rows=k,
-                            frequent_share=share, hierarchical=kind == "IB_NVLink_Hier"))  # fmt: skip
+        hier = kind == "IB_NVLink_Hier"
+        shards.append(
+            Shard(t.index, "HYB", ranks, rows=rows, frequent_rows=k, frequent_share=share,
+                  hierarchical=hier)
+        )  # fmt: skip
     cap = s.max_num_frequent_categories * max(G, s.eval_batch)
     if total > cap:
         raise InputError(

@@ -299,8 +299,9 @@ def _embedding_collectives(b: _Builder, lay, ranks: int, g: int, distributor=Fal
         for node in range(ranks // g):
             members = np.arange(node * g, (node + 1) * g)
             hm = OuterSum(row=per_pair, col=np.zeros(g))
+            size = g * lay.hyb_intra_bytes
             for key in ("hyb_intra", "hyb_intra_bwd"):
-                c[key, node] = b.collective("all_to_all", g * lay.hyb_intra_bytes, hm.copy(), members)
+                c[key, node] = b.collective("all_to_all", size, hm.copy(), members)
     if lay.twrw_matrix.any():
         tm = lay.twrw_matrix
         for j in range(g):

@@ -396,5 +396,7 @@ def named_plan(name: str, cluster, w: WorkloadSpec, stack=None) -> Plan:
     if name == "greedy":
         return Planner().plan(cluster, w, stack)
     if name == "hugectr_hybrid":
-        return hugectr_hybrid(cluster, w, getattr(getattr(stack, "planner_settings", None), "hybrid", None))
+        return hugectr_hybrid(
+            cluster, w, getattr(getattr(stack, "planner_settings", None), "hybrid", None)
+        )
     return PLANNERS[name](cluster, w)

@@ -222,7 +222,13 @@ def _add_hybrid_shard(out: Layout, w: WorkloadSpec, s, n: int, zipf_alpha, cb) -
     if s.tier != "hbm":
         raise ValueError("a HYB shard lives in HBM")
     out.hybrid = True
-    B, G, L, K, f = w.batch_per_gpu, w.batch_per_gpu * n, t.pooling, s.frequent_rows, s.frequent_share
+    B, G, L, K, f = (
+        w.batch_per_gpu,
+        w.batch_per_gpu * n,
+        t.pooling,
+        s.frequent_rows,
+        s.frequent_share,
+    )
     rb, state = _row_and_state_bytes(w, t.dim)
     tail = np.asarray(shard_rows(s, t.rows), dtype=float)
     look = B * L * f + G * L * (1.0 - f) * tail / max(t.rows - K, 1)
