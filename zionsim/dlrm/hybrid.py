@@ -8,8 +8,11 @@ cap on frequent categories is ``max_num_frequent_categories`` × the larger of t
 batch; defaults ``p_dup_max`` 0.01, bandwidths 1.3e11 / 1.9e11 B/s, ratio 1.0);
 ``mlcommons/training_results_v2.0`` NVIDIA/benchmarks/dlrm/implementations/hugectr/dgx_a100.py
 (``HybridEmbeddingParam(2, -1, 0.03, 1.3e11, 1.9e11, 1.0, …, NVLink_SingleNode, Distributed)``,
-``batchsize_eval = 1769472``, ``num_iterations_statistics`` left at CreateSolver's 20).  What the
-code does, as read there (the code here is written from this description):
+``batchsize_eval = 1769472``, ``num_iterations_statistics`` left at CreateSolver's 20; the same
+in ``training_results_v2.1`` hugectr-preview/dgx_h100.py); ``training_results_v1.0``
+dgx_a100_8x8x1120.json (8 nodes: ``communication_type: IB_NVLink_Hierarchical``,
+``max_num_frequent_categories: 2``, batch 71680, eval batch 716800, the rest at the defaults).
+What the code does, as read there (the code here is written from this description):
 
 1. **Frequent categories.**  Before training HugeCTR counts every category over
    ``num_iterations_statistics`` global batches and calls a category frequent when its count
