@@ -59,6 +59,7 @@ from dataclasses import dataclass
 from zionsim.base.config import Fields
 from zionsim.base.errors import InputError
 from zionsim.dlrm.cache import harmonic
+from zionsim.dlrm.plan import Plan, Shard
 
 #: ``hybrid_embedding::CommunicationType`` (``utils.hpp``)
 COMMUNICATION_TYPES = ("NVLink_SingleNode", "IB_NVLink", "IB_NVLink_Hier")
@@ -202,10 +203,7 @@ def hybrid_plan(cluster, w, settings: HybridSettings | None = None):
 def plan_for(w, n: int, nodes: int, s: HybridSettings):
     """The hybrid embedding of ``w`` on ``n`` GPUs of ``nodes`` nodes as a plan: one ``HYB``
     shard per table over every GPU, with its frequent rows, their share of lookups and the
-    infrequent rows each GPU holds (round-robin: ``hugectr_plan.modulo_row_splits``)."""
-    from zionsim.dlrm.hugectr_plan import modulo_row_splits
-    from zionsim.dlrm.plan import Plan, Shard
-
+    infrequent rows each GPU holds (dealt round-robin)."""
     bad = [t.name for t in w.tables if t.pooling != 1]
     if bad:
         raise InputError(
@@ -223,7 +221,8 @@ def plan_for(w, n: int, nodes: int, s: HybridSettings):
         k, share = frequent_rows(t.rows, t.pooling, w.zipf_alpha, samples, thr)
         total += k
         ranks = tuple(range(n))
-        rows = tuple(modulo_row_splits(t.rows - k, n))
+        rest = t.rows - k  # dealt round-robin: rest // n each, one more on the first rest % n
+        rows = tuple(rest // n + (1 if i < rest % n else 0) for i in range(n))
         hier = kind == "IB_NVLink_Hier"
         shards.append(
             Shard(t.index, "HYB", ranks, rows=rows, frequent_rows=k, frequent_share=share,
