@@ -67,6 +67,9 @@ class Settings:
     mem_comm_work_ratio: float = 4.0
     #: ``--memory_cap_for_embedding`` default 60 (GB) per GPU
     memory_cap_bytes: float = 60e9
+    #: the hybrid embedding's settings (``planner.hybrid``, used by ``plan: hugectr_hybrid``;
+    #: None: NVIDIA's, ``hybrid.HybridSettings``)
+    hybrid: object = None
 
     def kind(self, nodes: int) -> str:
         """The plan kind HugeCTR runs on ``nodes`` nodes (``hier_auto`` needs several)."""
@@ -84,6 +87,7 @@ class Settings:
             "dp_threshold_bytes": dict(self.dp_threshold_bytes),
             "mem_comm_work_ratio": self.mem_comm_work_ratio,
             "memory_cap_bytes": self.memory_cap_bytes,
+            **({"hybrid": self.hybrid.to_dict()} if self.hybrid is not None else {}),
         }
 
 
@@ -100,6 +104,7 @@ def settings_from_fields(f: Fields) -> Settings:
             "dp_sharding_threshold",
             "mem_comm_work_ratio",
             "memory_cap_for_embedding",
+            "hybrid",
         }
     )
     d = Settings()
@@ -122,7 +127,17 @@ def settings_from_fields(f: Fields) -> Settings:
             "mem_comm_work_ratio", "ratio", d.mem_comm_work_ratio, unit=False
         ),
         memory_cap_bytes=f.quantity("memory_cap_for_embedding", "bytes", d.memory_cap_bytes),
+        hybrid=_hybrid(f),
     )
+
+
+def _hybrid(f: Fields):
+    """The ``hybrid:`` mapping's settings (``hybrid.settings_from_fields``), None when absent."""
+    if f.data.get("hybrid") is None:
+        return None
+    from zionsim.dlrm.hybrid import settings_from_fields as hybrid_settings
+
+    return hybrid_settings(f.sub("hybrid"))
 
 
 @dataclass(frozen=True)

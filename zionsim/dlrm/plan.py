@@ -35,6 +35,9 @@ TIERS = ("hbm", "uvm", "ps")
 #: tables at most this large are replicated (DP) by the default plan: below ~1 MiB the
 #: all-to-all traffic of a remote table costs more than all-reducing its gradient (assumption)
 DP_MAX_BYTES = 2**20
+#: HugeCTR's hybrid embedding (``hybrid.py``): frequent rows replicated, infrequent rows spread
+#: over every rank; made by the ``hugectr_hybrid`` planner only (plan files do not name it)
+HYBRID = "HYB"
 MEMORY_KINDS = ("embedding", "embedding_optimizer", "dense", "activations")
 
 
@@ -57,6 +60,15 @@ class Shard:
     #: precision of this table's pooled embeddings and their gradients on the wire (None: the
     #: workload's ``precision.communication``)
     comm_precision: str | None = None
+    #: HYB (HugeCTR's hybrid embedding, ``hybrid.py``): the table's frequent rows, replicated on
+    #: every rank, and the share of its lookups they take; ``rows`` then lists each rank's
+    #: infrequent rows
+    frequent_rows: int = 0
+    frequent_share: float = 0.0
+    #: HYB under ``IB_NVLink_Hier``: the infrequent vectors cross nodes in two stages (an
+    #: all-to-all inside the node to the GPU of the receiver's local index, then an all-to-all
+    #: among the same-index GPUs of all nodes); False: one all-to-all over all GPUs
+    hierarchical: bool = False
 
 
 @dataclass(frozen=True)

@@ -133,6 +133,28 @@ def estimate(ctx: Context, t, opt: Option) -> Cost:
     return Cost(kernel + comm, rows * (rb + state), opt.parts)
 
 
+def hybrid_estimate(ctx: Context, t, s) -> Cost:
+    """:func:`estimate` of a HYB shard (``hybrid.py``) on each GPU: the rank's frequent lookups
+    and its share of the infrequent ones; the infrequent vectors out and their gradients back
+    (the remote share over the NIC) and the frequent rows' gradient all-reduced."""
+    w, n = ctx.w, ctx.n
+    B, G, f, K = w.batch_per_gpu, w.batch_per_gpu * n, s.frequent_share, s.frequent_rows
+    cb = DTYPE_BYTES[w.precision["communication"]]
+    per_el, per_row = EMBEDDING_OPTIMIZERS[w.optimizer["embedding"]]
+    rb, state = row_bytes(t.dim, w.precision["embedding"]), 4 * (per_el * t.dim + per_row)
+    lookups = B * t.pooling * f + G * t.pooling * (1.0 - f) / n
+    kernel = compute.embedding_forward_time_s(
+        ctx.gpu, lookups, rb, 1, True, B * t.dim * cb
+    ) + compute.embedding_backward_time_s(
+        ctx.gpu, lookups, rb, 1, True, w.optimizer["embedding"], state
+    )
+    remote = (n - ctx.g) / n
+    sent = B * t.pooling * (1.0 - f) * t.dim * cb
+    comm = 2 * sent * remote / ctx.nic_Bps + 2 * (n - 1) / n * K * t.dim * cb / ctx.nic_Bps
+    rows = K + max(s.rows) if s.rows else K
+    return Cost(kernel + comm, rows * (rb + state), n)
+
+
 def miss_s(ctx: Context, opt: Option, cost: Cost, frac: float, alpha: float) -> float:
     """Seconds per iteration of the UVM misses of ``opt``'s largest part when ``frac`` of its rows
     (the hottest, under a Zipf law of exponent ``alpha``) sit in HBM: the misses' rows read over
@@ -173,7 +195,10 @@ def plan_costs(
         if s.tier == "ps":
             rows.append(_ps_row(w, t, s))
             continue
-        cost = estimate(ctx, t, Option(t.index, s.kind, len(s.ranks)))
+        if s.kind == "HYB":
+            cost = hybrid_estimate(ctx, t, s)
+        else:
+            cost = estimate(ctx, t, Option(t.index, s.kind, len(s.ranks)))
         extra = (
             miss_s(ctx, Option(t.index, s.kind, len(s.ranks)), cost, s.cache_fraction, w.zipf_alpha)
             if s.tier == "uvm"

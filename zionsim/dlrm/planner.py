@@ -366,11 +366,21 @@ def hugectr(cluster, w: WorkloadSpec) -> Plan:
     return hugectr_plan(cluster, w)
 
 
+def hugectr_hybrid(cluster, w: WorkloadSpec, settings=None) -> Plan:
+    """HugeCTR's hybrid embedding (MLPerf DLRM v1, ``hybrid.py``): frequent rows replicated,
+    infrequent rows spread over every GPU; NVIDIA's ``HybridEmbeddingParam`` unless ``settings``
+    (a stack's ``planner.hybrid``) say otherwise."""
+    from zionsim.dlrm.hybrid import hybrid_plan
+
+    return hybrid_plan(cluster, w, settings)
+
+
 PLANNERS: dict[str, Callable] = {
     "greedy": Planner().plan,
     "round_robin": round_robin,
     "ps": parameter_servers,
     "hugectr": hugectr,
+    "hugectr_hybrid": hugectr_hybrid,
 }
 
 
@@ -385,4 +395,8 @@ def named_plan(name: str, cluster, w: WorkloadSpec, stack=None) -> Plan:
             return hugectr_plan(cluster, w, stack.planner_settings)
     if name == "greedy":
         return Planner().plan(cluster, w, stack)
+    if name == "hugectr_hybrid":
+        return hugectr_hybrid(
+            cluster, w, getattr(getattr(stack, "planner_settings", None), "hybrid", None)
+        )
     return PLANNERS[name](cluster, w)

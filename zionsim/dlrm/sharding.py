@@ -80,6 +80,13 @@ class Layout:
     ps_dram_bytes: np.ndarray = None  # rows + optimizer state held by each server
     #: expected distinct rows each rank's embedding backward updates (duplicates merged)
     unique_rows: np.ndarray = None
+    #: hierarchical HYB shards: bytes each rank sends to each GPU of its node in the intra-node
+    #: stage (per direction), and the GPUs per node
+    hyb_intra_bytes: float = 0.0
+    hyb_gpus_per_node: int = 1
+    #: the plan has HYB shards: their frequent rows' gradients (the DP part of the all-reduce) are
+    #: reduced from the output's gradient, before and apart from the infrequent exchange
+    hybrid: bool = False
 
 
 @lru_cache(maxsize=4096)
@@ -98,6 +105,7 @@ def layout(w: WorkloadSpec, plan, n: int, gpus_per_node: int, zipf_alpha: float 
     nodes = max(1, n // gpus_per_node)
     n_ps = 1 + max((s.server for s in plan.shards if s.tier == "ps"), default=-1)
     out = _empty_layout(n, nodes, n_ps)
+    out.hyb_gpus_per_node = gpus_per_node
     for s in plan.shards:
         if s.tier == "ps":
             _add_ps_shard(out, w, s)
@@ -189,6 +197,8 @@ def _add_gpu_shard(out: Layout, w: WorkloadSpec, s, n: int, g: int, zipf_alpha: 
         _serve(out, w, s, every, B * t.pooling, t.rows, t.dim, zipf_alpha)
         out.out_bytes[every] += B * t.dim * cb
         out.dp_params += t.rows * t.dim
+    elif s.kind == "HYB":
+        _add_hybrid_shard(out, w, s, n, zipf_alpha, cb)
     elif s.kind in ("TW", "CW", "TWCW"):
         for r, d in zip(s.ranks, shard_widths(s, t.dim), strict=True):
             _serve(out, w, s, r, G * t.pooling, t.rows, d, zipf_alpha)
@@ -197,6 +207,49 @@ def _add_gpu_shard(out: Layout, w: WorkloadSpec, s, n: int, g: int, zipf_alpha: 
             out.pooled_matrix.add_to_row(r, B * d * cb)
     else:
         _add_row_shard(out, w, s, n, g, zipf_alpha, cb)
+
+
+def _add_hybrid_shard(out: Layout, w: WorkloadSpec, s, n: int, zipf_alpha, cb) -> None:
+    """HYB, HugeCTR's hybrid embedding (``hybrid.py``) of a one-hot table: its ``K`` frequent rows
+    on every rank, looked up for the rank's own ``B`` samples (``f``: their share of lookups),
+    their gradient joining the all-reduce like a DP table's; its other rows spread over the ranks
+    (``s.rows``), each serving its rows' share of the other ``G·L·(1 - f)`` lookups and sending
+    each one's vector to the sample's rank: ``B·L·(1 - f)·d`` bytes from every rank to every
+    rank in the pooled all-to-all (its own part stays), gradients back the same way.  No index
+    all-to-all: every rank reads the whole batch's keys.  Distinct rows updated: those among the
+    rank's frequent lookups, and its part of the distinct infrequent rows of the global batch."""
+    t = w.tables[s.table]
+    if s.tier != "hbm":
+        raise ValueError("a HYB shard lives in HBM")
+    out.hybrid = True
+    B, G, L, K, f = (
+        w.batch_per_gpu,
+        w.batch_per_gpu * n,
+        t.pooling,
+        s.frequent_rows,
+        s.frequent_share,
+    )
+    rb, state = _row_and_state_bytes(w, t.dim)
+    tail = np.asarray(shard_rows(s, t.rows), dtype=float)
+    look = B * L * f + G * L * (1.0 - f) * tail / max(t.rows - K, 1)
+    out.lookups += look
+    out.lookup_bytes += look * rb
+    out.state_bytes += look * state
+    out.tables += 1
+    out.hbm_bytes += (K + tail) * rb
+    out.hbm_state_bytes += (K + tail) * state
+    out.out_bytes += B * t.dim * cb
+    out.dp_params += K * t.dim
+    sent = B * L * (1.0 - f) * t.dim * cb  # infrequent vectors for one rank's samples
+    if s.hierarchical:  # inside the node to the receiver's local index, then across nodes
+        g = out.hyb_gpus_per_node
+        out.hyb_intra_bytes += sent * (n // g) / n
+        out.twrw_matrix.add_to_row(slice(None), sent / (n // g))
+    else:
+        out.pooled_matrix.add_to_row(slice(None), sent / n)
+    hot = _unique(K, B * L * f, zipf_alpha) if K else 0.0
+    cold = _unique(t.rows, G * L, zipf_alpha) - (_unique(K, G * L * f, zipf_alpha) if K else 0.0)
+    out.unique_rows += hot + max(cold, 0.0) * tail / max(t.rows - K, 1)
 
 
 def shard_widths(s, dim: int) -> list[int]:
