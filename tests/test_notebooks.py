@@ -10,8 +10,15 @@ from pathlib import Path
 import pytest
 
 NOTEBOOKS = sorted((Path(__file__).parent.parent / "notebooks").glob("*.ipynb"))
-NAMES = ["zion_vs_zionex", "scaling", "whatif_hardware", "shadowsync", "seeds", "placement",
-         "variability"]
+NAMES = [
+    "zion_vs_zionex",
+    "scaling",
+    "whatif_hardware",
+    "shadowsync",
+    "seeds",
+    "placement",
+    "variability",
+]
 
 
 def test_the_study_notebooks_are_committed_with_outputs():

@@ -78,7 +78,7 @@ def simulate_ms(case, stack) -> float:
     ``stack.PATH`` settings (its software as its source states it) over the stack's file and
     the fitted terms of ``stack`` over both."""
     options = dict(case.params["options"])
-    sets = [f"{k[len('stack.'):]}={v}" for k, v in options.items() if k.startswith("stack.")]
+    sets = [f"{k[len('stack.') :]}={v}" for k, v in options.items() if k.startswith("stack.")]
     if sets:
         own = load_stack(stack.name, sets)
         fitted = {ATTR[t]: getattr(stack, ATTR[t]) for t in fitted_terms(stack.name)}
@@ -119,6 +119,11 @@ def fit(name: str, cases) -> tuple[dict, list[tuple[str, float, float]]]:
     best = {t: getattr(spec, ATTR[t]) for t in terms}
     best = {t: round(v * TERMS[t][2]) / TERMS[t][2] for t, v in best.items()}
     spec = with_terms(base, terms, [best[t] for t in terms])
+    # the loss is piecewise (plans and protocol choices switch), so Nelder-Mead can stop on a
+    # worse point than the one it started from: keep the file's values then (a refit of a
+    # fitted file changes nothing)
+    if loss(cases, base) <= loss(cases, spec):
+        spec, best = base, {t: getattr(base, ATTR[t]) for t in terms}
     return best, [(c.id, c.measured, simulate_ms(c, spec)) for c in cases]
 
 

@@ -203,7 +203,9 @@ def _update_ops(stack, ranks, dense="fp32"):
     w = with_precision(load_workload("tiny"), {"dense": dense})
     plan = Plan("tw", tuple(Shard(t.index, "TW", (t.index % ranks,)) for t in w.tables))
     trace = lower(w, plan, ranks, stack=stack)
-    ops = [o for o in trace.ops if o.rank == 0 and o.name.startswith("emb_") and o.name != "emb_fwd"]
+    ops = [
+        o for o in trace.ops if o.rank == 0 and o.name.startswith("emb_") and o.name != "emb_fwd"
+    ]
     return {o.name: o for o in ops}
 
 

@@ -158,8 +158,9 @@ def test_fused_faster_than_native(gpus, optimizer):
 
 def test_one_small_sgd_table_is_not_faster_fused(a100):
     """The crossover, as the kernels count it: one table of 1,000 lookups under SGD is 4 native
-    kernels (forward, index_select, the lr-scaled copy, index_add_) against TBE's forward and 8 backward kernels
-    (index sort setup included); Adagrad's coalesce and elementwise kernels keep fused ahead."""
+    kernels (forward, index_select, the lr-scaled copy, index_add_) against TBE's forward and 8
+    backward kernels (index sort setup included); Adagrad's coalesce and elementwise kernels keep
+    fused ahead."""
     args = (a100, 1e3, 256, 1, "sgd", 0, 64e3)
     assert _native_s(*args) < _fused_s(*args)
     args = (a100, 1e3, 256, 1, "adagrad", 1024, 64e3)

@@ -4,7 +4,6 @@ import numpy as np
 import pytest
 
 from zionsim.base.errors import InputError
-
 from zionsim.hardware.cluster import Cluster
 from zionsim.hardware.topology import load_topology
 from zionsim.network.simulate import simulate_collective

@@ -558,7 +558,9 @@ def _sparse_gradient(o: _RankOps, e_args: dict, deps: tuple) -> tuple[tuple, dic
         deps = (_native_gradient(o, args, deps),)
     if stack.amp_unscale and o.dt in ("fp16", "bf16"):
         nbytes = 2.0 * e_args["lookups"] * e_args["row_bytes"]
-        deps = (o.b.op(o.r, "emb_unscale", "memory", "optimizer", o.emb_stream, deps, nbytes=nbytes),)
+        deps = (
+            o.b.op(o.r, "emb_unscale", "memory", "optimizer", o.emb_stream, deps, nbytes=nbytes),
+        )
     return deps, args
 
 

@@ -197,7 +197,9 @@ class StackSpec:
                 {
                     "embedding_update": {
                         "optimizer": self.embedding_optimizer,
-                        "gradient": dict(zip(("single_gpu", "multi_gpu"), self.embedding_gradient)),
+                        "gradient": dict(
+                            zip(("single_gpu", "multi_gpu"), self.embedding_gradient, strict=True)
+                        ),
                         "amp_unscale": self.amp_unscale,
                     }
                 }

@@ -132,7 +132,10 @@ def _embedding_update(data: dict | None) -> dict:
     grad = data.get("gradient") or {}
     return {
         "embedding_optimizer": str(data.get("optimizer", "fused")),
-        "embedding_gradient": (str(grad.get("single_gpu", "view")), str(grad.get("multi_gpu", "view"))),
+        "embedding_gradient": (
+            str(grad.get("single_gpu", "view")),
+            str(grad.get("multi_gpu", "view")),
+        ),
         "amp_unscale": bool(data.get("amp_unscale", False)),
     }
 

@@ -76,7 +76,6 @@ from zionsim.network.nccl_model import (  # noqa: F401 - re-exported: callers us
     remote_peers,
     setting,
 )
-from zionsim.network.peer_bytes import OuterSum
 from zionsim.network.nccl_wire import (  # noqa: F401 - re-exported: callers use nccl.<name>
     _link_load,
     bandwidth_s,
@@ -87,6 +86,7 @@ from zionsim.network.nccl_wire import (  # noqa: F401 - re-exported: callers use
     pipeline_fill_s,
     tree_correction,
 )
+from zionsim.network.peer_bytes import OuterSum
 
 #: algorithms NCCL itself chooses among (hierarchical 2D is zionsim's, used only when asked)
 AUTO = {
