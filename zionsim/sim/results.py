@@ -43,8 +43,18 @@ class Analysis:
         self.row = np.full((rec.iterations, len(self.trace.ops)), -1, dtype=np.int64)
         self.row[self.it, self.op] = np.arange(len(self.it))
         self.ends = np.array([self.end[self.it == i].max() for i in range(rec.iterations)])
-        self._op_codes: dict | None = None  # per-op arrays, built on first use (_codes)
-        self._stream_links()
+        self._kept = _kept_for(self.trace.ops)
+        #: per-op arrays, built on first use (_codes); kept with the trace's ops (_kept_for)
+        self._op_codes: dict | None = self._kept.get("codes")
+        if "prev" in self._kept:
+            self.prev = self._kept["prev"]
+            self.last_of_stream = self._kept["last_of_stream"]
+            self.coll_op = self._kept["coll_op"]
+        else:
+            self._stream_links()
+            self._kept.update(
+                prev=self.prev, last_of_stream=self.last_of_stream, coll_op=self.coll_op
+            )
 
     def _stream_links(self) -> None:
         """Previous op on the same (rank, stream) (-1: none), and each rank's op of each
@@ -181,7 +191,14 @@ class Analysis:
                 "names": list(names),
                 "kinds": list(kinds),
             }
+            self._kept["codes"] = self._op_codes
         return self._op_codes
+
+    def event_count(self) -> int:
+        """Rows :meth:`events` would have (without building it): one per executed op, network
+        batch and background sync round."""
+        spans = self.rec.network.spans if self.rec.network else []
+        return len(self.it) + len(spans) + len(self.rec.sync_rounds or ())
 
     def _collective_spans(self) -> np.ndarray:
         """Seconds of each (iteration, collective) from its last arrival to its end; NaN for
@@ -278,6 +295,31 @@ class Analysis:
             "end_s": np.array([x[2] for x in sr], dtype=float),
             "wait_s": 0.0,
         }
+
+
+#: what :class:`Analysis` derives from a trace's ops alone (stream links, per-op codes) is
+#: kept for the next run of equal ops, for at most this many ops in all (a sweep's points
+#: that differ only in the cluster's rates run the same lowered trace); 0: never kept
+KEEP_OPS = 100_000
+_KEPT: list[tuple[list, dict]] = []  # (ops, derived), the most recent last
+
+
+def _kept_for(ops: list) -> dict:
+    """The kept derivations of ``ops`` (a dict to read and fill; never changed once filled):
+    an earlier run's when its ops equal these and begin with the same op object (the lowering
+    hands out the same op objects again), else a new one kept beside them."""
+    if not ops:
+        return {}
+    for i, (kept_ops, derived) in enumerate(_KEPT):
+        if len(kept_ops) == len(ops) and kept_ops[0] is ops[0] and kept_ops == ops:
+            _KEPT.append(_KEPT.pop(i))
+            return derived
+    derived: dict = {}
+    if len(ops) <= KEEP_OPS:
+        _KEPT.append((list(ops), derived))
+        while sum(len(o) for o, _ in _KEPT) > KEEP_OPS:
+            _KEPT.pop(0)
+    return derived
 
 
 #: each stream's index (``trace.STREAMS``) in the per-op codes of :class:`Analysis`

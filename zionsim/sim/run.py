@@ -47,11 +47,12 @@ from zionsim.sim.results import (
 class RunResult:
     """One run as plain data: ``summary`` (``summary.json``), ``timing`` (the simulator's own
     wall time and event count), the events, breakdown, links and per-GPU memory tables, and the
-    trace that ran."""
+    trace that ran.  A lean result (a sweep point's: ``simulate_inputs(..., lean=True)``) has
+    no events table (``events`` is None; ``summary`` still counts them)."""
 
     summary: dict
     timing: dict
-    events: pd.DataFrame
+    events: pd.DataFrame | None
     breakdown: pd.DataFrame
     links: pd.DataFrame
     memory: pd.DataFrame
@@ -166,23 +167,27 @@ def _execute(
     limit,
     t0: float,
     simulate=None,
+    lean: bool = False,
 ) -> RunResult:
     """Simulate a lowered (or replayed) ``trace`` and gather the :class:`RunResult`;
     ``simulate(cluster, trace, iterations)`` runs it (default :func:`simulate_trace`)."""
     _guard(trace, workload, iterations, limit, cluster.spec)
     with _few_gc_passes():
         rec = (simulate or simulate_trace)(cluster, trace, iterations=iterations)
-    return run_result(cluster, trace, memory, rec, warmup, t0)
+    return run_result(cluster, trace, memory, rec, warmup, t0, lean)
 
 
-def run_result(cluster, trace: Trace, memory, rec, warmup: int, t0: float) -> RunResult:
+def run_result(
+    cluster, trace: Trace, memory, rec, warmup: int, t0: float, lean: bool = False
+) -> RunResult:
     """The :class:`RunResult` of the records ``rec`` of ``trace`` run on ``cluster`` (``t0``:
-    when the run began, for its wall time); ``sim/jobs.py`` gathers each job's so."""
+    when the run began, for its wall time); ``sim/jobs.py`` gathers each job's so.  ``lean``:
+    without the events table (the same summary)."""
     iterations = rec.iterations
     a = Analysis(rec, warmup)
     iter_s = float(a.iteration_times().mean())
     breakdown, busy, exposed = a.breakdown(), a.busy(), a.exposed()
-    events = a.events()
+    events = None if lean else a.events()
     links = links_table(cluster, rec.network, rec.sim_time_s)
     wall = time.perf_counter() - t0
     summary = {
@@ -198,7 +203,7 @@ def run_result(cluster, trace: Trace, memory, rec, warmup: int, t0: float) -> Ru
         "memory": _memory_summary(memory),
         "link_utilisation_by_kind": links.groupby("kind")["utilisation"].mean().to_dict(),
         "link_utilisation_by_role": links.groupby("role")["utilisation"].mean().to_dict(),
-        "events": int(len(events)),
+        "events": a.event_count() if events is None else int(len(events)),
         "sync": _sync_summary(cluster, trace, rec, a, iterations, warmup),
     }
     require_finite(summary, "summary.json")  # a NaN from accepted input is a bug (ModelError)
@@ -398,11 +403,13 @@ def simulate_inputs(
     max_memory_bytes: float | None = None,
     guarded: bool = False,
     on_phase=None,
+    lean: bool = False,
 ) -> RunResult:
     """The run ``inputs`` describe: its workload under ``plan`` (default: :func:`plan_of`) on
     ``cluster`` (default: built from the spec), or the replayed ``trace``.  ``guarded``: the
     caller already ran :func:`guard_inputs`; ``on_phase(name)`` is told ``plan`` and
-    ``simulate`` as they start (a progress bar)."""
+    ``simulate`` as they start (a progress bar); ``lean``: no events table (a sweep point,
+    :class:`RunResult`; a run with variability is never lean)."""
     t0 = time.perf_counter()
     o = inputs.options
     check_iterations(o["iterations"], o["warmup"])
@@ -418,7 +425,15 @@ def simulate_inputs(
     if inputs.variability is not None or o["samples"] > 1:
         return _execute_varied(inputs, cluster, trace, memory, max_memory_bytes, t0)
     return _execute(
-        cluster, trace, memory, inputs.workload, o["iterations"], o["warmup"], max_memory_bytes, t0
+        cluster,
+        trace,
+        memory,
+        inputs.workload,
+        o["iterations"],
+        o["warmup"],
+        max_memory_bytes,
+        t0,
+        lean=lean,
     )
 
 

@@ -222,7 +222,7 @@ def _run_reusing(params: dict, limit) -> RunResult:
     _CLUSTERS[key] = cluster  # the most recent last
     while sum(c.spec.gpus for c in _CLUSTERS.values()) > KEEP_CLUSTER_GPUS:
         del _CLUSTERS[next(iter(_CLUSTERS))]
-    return simulate_inputs(inputs, cluster, max_memory_bytes=limit, guarded=True)
+    return simulate_inputs(inputs, cluster, max_memory_bytes=limit, guarded=True, lean=True)
 
 
 def _describe(exc: BaseException) -> str:
