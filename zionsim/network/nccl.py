@@ -57,6 +57,7 @@ import numpy as np
 import simpy
 
 from zionsim.base.errors import InputError
+from zionsim.network import point_to_point
 from zionsim.network.collectives import ALGORITHMS, Schedule, schedule
 from zionsim.network.nccl_model import (  # noqa: F401 - re-exported: callers use nccl.<name>
     FAMILY,
@@ -78,7 +79,6 @@ from zionsim.network.nccl_model import (  # noqa: F401 - re-exported: callers us
     remote_peers,
     setting,
 )
-from zionsim.network.peer_bytes import OuterSum
 from zionsim.network.nccl_wire import (  # noqa: F401 - re-exported: callers use nccl.<name>
     _link_load,
     bandwidth_s,
@@ -89,6 +89,7 @@ from zionsim.network.nccl_wire import (  # noqa: F401 - re-exported: callers use
     pipeline_fill_s,
     tree_correction,
 )
+from zionsim.network.peer_bytes import OuterSum
 
 #: algorithms NCCL itself chooses among (hierarchical 2D is zionsim's, used only when asked)
 AUTO = {
@@ -232,12 +233,15 @@ def _scheduled(cluster, op, ranks, size_bytes, alg, matrix) -> tuple[Schedule, l
     layout: both read only the layout (the spec's node, GPU and NIC counts and scale-up, the
     router's device numbering and paths), never a link's rate, so clusters that differ only
     in rates share them (as ``choose``'s callers share a cluster's choices, they are never
-    changed once made)."""
+    changed once made).  The key holds the algorithm's function and the flow-class switches
+    of ``point_to_point``, which change a schedule too."""
     layout = _layout(cluster) if MEMO_SCHEDULES else None
     key = None
     if layout is not None:
         ranks = np.asarray(ranks)
-        key = (layout, op, ranks.dtype.str, ranks.tobytes(), float(size_bytes), alg,
+        switches = (ALGORITHMS.get(op, {}).get(alg), point_to_point.CLASSES,
+                    point_to_point.CLASSES_FROM)  # fmt: skip
+        key = (layout, switches, op, ranks.dtype.str, ranks.tobytes(), float(size_bytes), alg,
                _matrix_key(matrix))  # fmt: skip
         hit = _SCHEDULES.get(key)
         if hit is not None:
@@ -263,7 +267,8 @@ def _layout(cluster) -> str | None:
     digest = None
     if spec.nodes * spec.gpus_per_node <= MEMO_MAX_GPUS:
         h = hashlib.sha256()
-        head = (type(cluster).__name__, getattr(cluster, "nodes", None), spec.nodes,
+        head = (type(cluster).__name__, type(router).__name__,
+                getattr(router, "flow_classes", True), getattr(cluster, "nodes", None), spec.nodes,
                 spec.gpus_per_node, repr(spec.scale_up), spec.scale_out.nics_per_node)  # fmt: skip
         h.update(repr(head).encode())
         for name, value in sorted(vars(router).items()):
