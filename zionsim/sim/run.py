@@ -172,7 +172,7 @@ def _execute(
     """Simulate a lowered (or replayed) ``trace`` and gather the :class:`RunResult`;
     ``simulate(cluster, trace, iterations)`` runs it (default :func:`simulate_trace`)."""
     _guard(trace, workload, iterations, limit, cluster.spec)
-    with _few_gc_passes():
+    with few_gc_passes():
         rec = (simulate or simulate_trace)(cluster, trace, iterations=iterations)
     return run_result(cluster, trace, memory, rec, warmup, t0, lean)
 
@@ -231,11 +231,14 @@ def _guard(trace: Trace, workload, iterations: int, limit_bytes: float | None, s
 
 
 @contextmanager
-def _few_gc_passes():
+def few_gc_passes():
     """Python's cycle collector made rare while simpy runs: the trace built so far is frozen
     (never re-scanned) and young objects are collected every 100,000 allocations instead of
     700.  A full pass rescans every live object, so at the default thresholds its cost grows
-    with the square of the cluster size (a quarter of the CPU time at 1,024 GPUs)."""
+    with the square of the cluster size (a quarter of the CPU time at 1,024 GPUs).  A sweep's
+    worker runs each point so (``studies/sweep.py``: the traces and clusters kept from earlier
+    points are not rescanned); nested, the inner exit unfreezes all, the outer's threshold
+    stays."""
     old = gc.get_threshold()
     gc.freeze()
     gc.set_threshold(100_000, 50, 100)

@@ -212,7 +212,7 @@ def _run_reusing(params: dict, limit) -> RunResult:
     ``run_point``."""
     from zionsim.hardware.cluster import Cluster
     from zionsim.sim.inputs import resolve_inputs
-    from zionsim.sim.run import check_iterations, guard_inputs, simulate_inputs
+    from zionsim.sim.run import few_gc_passes, check_iterations, guard_inputs, simulate_inputs
 
     inputs = resolve_inputs(params)
     check_iterations(inputs.options["iterations"], inputs.options["warmup"])
@@ -222,7 +222,8 @@ def _run_reusing(params: dict, limit) -> RunResult:
     _CLUSTERS[key] = cluster  # the most recent last
     while sum(c.spec.gpus for c in _CLUSTERS.values()) > KEEP_CLUSTER_GPUS:
         del _CLUSTERS[next(iter(_CLUSTERS))]
-    return simulate_inputs(inputs, cluster, max_memory_bytes=limit, guarded=True, lean=True)
+    with few_gc_passes():  # what earlier points left (kept traces, clusters) is not rescanned
+        return simulate_inputs(inputs, cluster, max_memory_bytes=limit, guarded=True, lean=True)
 
 
 def _describe(exc: BaseException) -> str:
