@@ -212,7 +212,7 @@ def _run_reusing(params: dict, limit) -> RunResult:
     ``run_point``."""
     from zionsim.hardware.cluster import Cluster
     from zionsim.sim.inputs import resolve_inputs
-    from zionsim.sim.run import few_gc_passes, check_iterations, guard_inputs, simulate_inputs
+    from zionsim.sim.run import check_iterations, few_gc_passes, guard_inputs, simulate_inputs
 
     inputs = resolve_inputs(params)
     check_iterations(inputs.options["iterations"], inputs.options["warmup"])
