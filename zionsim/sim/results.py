@@ -19,13 +19,16 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from zionsim.base.errors import InputError
 from zionsim.dlrm.trace import CATEGORIES, STREAMS
 from zionsim.sim.records import SpanTag
+
+if TYPE_CHECKING:  # pandas is imported where a table is built (a sweep's worker needs none)
+    import pandas as pd
 
 BREAKDOWN_KEYS = CATEGORIES + ("idle",)
 
@@ -227,6 +230,8 @@ class Analysis:
             text[key] = (vocab, np.concatenate(rows))
         # the order of a stable sort by start time, rank, stream and name
         order = np.lexsort((text["name"][1], text["stream"][1], cols["rank"], cols["start_s"]))
+        import pandas as pd
+
         df = pd.DataFrame(
             {
                 "iteration": cols["iteration"][order].astype(np.int64),
@@ -355,6 +360,8 @@ def links_table(cluster, network, sim_time_s: float) -> pd.DataFrame:
     """Bytes and utilisation (of achieved capacity, over the whole run) per directed link, with
     its kind (``nvlink``, ``roce`` …) and role (``scale_up``, ``scale_out``, ``pcie``,
     ``socket``, ``memory``: ``topology.LINK_ROLES``)."""
+    import pandas as pd
+
     from zionsim.hardware.topology import LINK_ROLES
 
     r = cluster.router
@@ -371,6 +378,35 @@ def links_table(cluster, network, sim_time_s: float) -> pd.DataFrame:
             "utilisation": util,
         }
     )
+
+
+def link_utilisation(cluster, network, sim_time_s: float) -> tuple[dict, dict]:
+    """Mean utilisation of the links of each kind and of each role (``summary.json``) without
+    building :func:`links_table`: the group means pandas takes of its columns
+    (:func:`group_means`)."""
+    from zionsim.hardware.topology import LINK_ROLES
+
+    r = cluster.router
+    util = network.link_bytes / (r.capacity_Bps * sim_time_s) if sim_time_s > 0 else 0.0
+    util = np.broadcast_to(util, len(r.edge_kind)).tolist()
+    kinds = r.edge_kind.tolist()
+    return group_means(kinds, util), group_means([LINK_ROLES.get(k, k) for k in kinds], util)
+
+
+def group_means(keys: list, values: list[float]) -> dict:
+    """``pandas``' ``groupby(keys).mean()`` of ``values`` as a dict, to the bit: keys sorted,
+    NaN skipped (a group of only NaN is NaN), each group summed in row order with Kahan's
+    compensation as pandas' ``group_mean`` does (an infinite value resets the compensation)."""
+    acc: dict = {}
+    for k, v in zip(keys, values, strict=True):
+        a = acc.setdefault(k, [0.0, 0.0, 0])  # sum, compensation, count
+        if v != v:
+            continue
+        y = v - a[1]
+        t = a[0] + y
+        c = t - a[0] - y
+        a[0], a[1], a[2] = t, (0.0 if c != c else c), a[2] + 1
+    return {k: acc[k][0] / acc[k][2] if acc[k][2] else float("nan") for k in sorted(acc)}
 
 
 _TRACE_RANKS_ALLOWED = "auto, all or comma-separated ranks of the run"

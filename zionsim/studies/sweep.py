@@ -37,8 +37,7 @@ import itertools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from zionsim.base.errors import InputError
 from zionsim.io.files import print_note, to_json, write_atomic, write_sweep_table
@@ -55,6 +54,9 @@ from zionsim.studies.points import (
     seal,
     to_run,
 )
+
+if TYPE_CHECKING:  # pandas is imported where a table is built (a worker needs none)
+    import pandas as pd
 
 PREFIXES = OVERRIDE_PREFIXES
 SWEEP_KEYS = ("base", "grid")
@@ -501,6 +503,8 @@ def table_from_records(records: list[dict]) -> pd.DataFrame:
         figures.update(f)
         rows.append({"point_id": rec["point_id"], **p, **f, **_tail(rec)})
     columns = ["point_id", *sorted(params), *sorted(figures), "status", "error", "sim_wall_s"]
+    import pandas as pd
+
     table = pd.DataFrame(rows, columns=columns)
     for col in [*params, *figures]:
         values = [r[col] for r in rows if r.get(col) is not None]
