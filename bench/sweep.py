@@ -46,7 +46,31 @@ SWEEP = {
 
 
 def _tree_rss_mb(root: int) -> float:
-    """Resident memory of ``root`` and all its descendants now (MB), from /proc."""
+    """Resident memory of ``root`` and all its descendants now (MB), from /proc: each process's
+    children as its threads list them (``/proc/<pid>/task/<tid>/children``), so a look reads a
+    few files, not every process's (:func:`_all_rss_mb` where the kernel lists no children)."""
+    total, todo, seen = 0.0, [root], set()
+    while todo:
+        pid = todo.pop()
+        if pid in seen:
+            continue
+        seen.add(pid)
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+            kids = [c.read_text().split() for c in Path(f"/proc/{pid}/task").glob("*/children")]
+        except OSError:  # gone meanwhile
+            continue
+        if pid == root and not kids:
+            return _all_rss_mb(root)
+        for line in status.splitlines():
+            if line.startswith("VmRSS:"):
+                total += int(line.split()[1]) / 1024
+        todo += [int(k) for ks in kids for k in ks]
+    return total
+
+
+def _all_rss_mb(root: int) -> float:
+    """:func:`_tree_rss_mb` from every process's status (parent links)."""
     parents, rss = {}, {}
     for stat in Path("/proc").glob("[0-9]*/status"):
         try:

@@ -10,6 +10,8 @@ import pytest
 
 from zionsim.dlrm import estimate, lowering
 from zionsim.io.files import to_json
+from zionsim.network import nccl
+from zionsim.sim import results
 from zionsim.sim.results import summary_row
 from zionsim.sim.run import run_point
 from zionsim.studies import sweep as sw
@@ -27,13 +29,18 @@ SWEEP = {
 
 def _alone(params: dict, monkeypatch) -> dict:
     """``params`` run on their own, the long way: no trace cache, no shared ranks, every rank
-    walked, NCCL's choices made anew, the cluster built for the point."""
+    walked, NCCL's choices and schedules made anew, the run's analysis derived anew, the
+    cluster built for the point, every table built (not lean)."""
     monkeypatch.setattr(lowering, "_CACHE", lowering.OrderedDict())
     monkeypatch.setattr(lowering, "CACHE_OPS", 0)
     monkeypatch.setattr(lowering, "SHARE_RANKS", False)
     monkeypatch.setattr(estimate, "CLASSES", False)
     monkeypatch.setattr(estimate, "_CHOICES", {})
     monkeypatch.setattr(estimate, "MEMO_CHOICES", 0)
+    monkeypatch.setattr(nccl, "_SCHEDULES", {})
+    monkeypatch.setattr(nccl, "MEMO_SCHEDULES", 0)
+    monkeypatch.setattr(results, "_KEPT", [])
+    monkeypatch.setattr(results, "KEEP_OPS", 0)
     figures = summary_row(run_point(params).summary)
     return json.loads(to_json(figures))  # as a point file holds them
 
@@ -71,3 +78,97 @@ def test_reuse_order_groups_points_by_their_options_outside_topology():
         {"point_id": "d", "topology.x": 2, "b": 2},
     ]
     assert [p["point_id"] for p in sw.reuse_order(pts)] == ["a", "c", "b", "d"]
+
+
+def test_a_lean_point_has_the_summary_of_a_full_run():
+    """A sweep point runs lean (no events table): its summary, the event count included, is
+    a full run's."""
+    from zionsim.sim.inputs import resolve_inputs
+    from zionsim.sim.run import simulate_inputs
+
+    params = {"topology": "zionex", "nodes": 2, "workload": "mlperf_dlrm", "iterations": 2}
+    full = simulate_inputs(resolve_inputs(params))
+    lean = simulate_inputs(resolve_inputs(params), lean=True)
+    assert lean.events is None and full.events is not None
+    assert lean.links is None and lean.memory is None and lean.breakdown is None
+    assert lean.summary["events"] == len(full.events) > 0
+    assert to_json(lean.summary) == to_json(full.summary)
+
+
+def test_group_means_are_pandas_to_the_bit():
+    """The lean run's link means (no table) equal pandas' group means: Kahan sums per group in
+    row order, NaN skipped, keys sorted."""
+    import numpy as np
+    import pandas as pd
+
+    rng = np.random.default_rng(3)
+    for _ in range(200):
+        n = int(rng.integers(1, 2000))
+        x = rng.random(n) * 10 ** rng.uniform(-6, 6, n)
+        x[rng.random(n) < 0.02] = np.nan
+        keys = rng.choice(["nvlink", "roce", "pcie", "upi", "dram"], n).tolist()
+        want = pd.DataFrame({"k": keys, "u": x}).groupby("k")["u"].mean().to_dict()
+        got = results.group_means(keys, x.tolist())
+        assert list(got) == list(want)
+        assert np.array_equal(list(got.values()), list(want.values()), equal_nan=True)
+
+
+def test_a_sweep_worker_imports_no_pandas():
+    """A worker runs its points without pandas (its import is a third of a worker's start)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from zionsim.studies.sweep import run_one\n"
+        "p = {'point_id': 'x', 'topology': 'zionex', 'nodes': 1, 'workload': 'tiny',"
+        " 'iterations': 2}\n"
+        "assert run_one(p)['status'] == 'ok'\n"
+        "print('pandas' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_a_schedule_is_shared_only_by_clusters_of_one_layout(monkeypatch):
+    """Two clusters that differ in NIC rate share a collective's schedule and routes (the
+    choice, whose time differs, is still made on each); another node count does not."""
+    from zionsim.hardware.cluster import Cluster
+
+    monkeypatch.setattr(nccl, "_SCHEDULES", {})
+    a, b, c = (
+        Cluster.load("zionex", nodes=n, overrides={"scale_out.nic_bw": bw})
+        for n, bw in ((2, "100Gbps"), (2, "400Gbps"), (4, "100Gbps"))
+    )
+    assert nccl._layout(a) == nccl._layout(b) != nccl._layout(c)
+    ranks = a.gpus
+    ca, cb = (nccl.choose(x, "all_reduce", ranks, 64e6) for x in (a, b))
+    assert ca.estimate_s > cb.estimate_s  # each cluster's own rates
+    with monkeypatch.context() as m:
+        m.setattr(nccl, "MEMO_SCHEDULES", 0)
+        fresh = nccl.choose(b, "all_reduce", ranks, 64e6)
+    assert (fresh.estimate_s, fresh.protocol) == (cb.estimate_s, cb.protocol)
+    assert fresh.schedule.algorithm == cb.schedule.algorithm
+    for p, q in zip(fresh.schedule.phases, cb.schedule.phases, strict=True):
+        assert (p.src == q.src).all() and (p.dst == q.dst).all() and (p.nbytes == q.nbytes).all()
+    nccl.choose(c, "all_reduce", c.gpus[: len(ranks)], 64e6)
+    assert len({k[0] for k in nccl._SCHEDULES}) == 2  # one layout per node count
+
+
+def test_the_analysis_of_equal_ops_is_derived_once(monkeypatch):
+    """Runs of one lowered trace on clusters of other rates reuse the stream links and op
+    codes of the first (the same objects), and give what a fresh derivation gives."""
+    from zionsim.sim.inputs import resolve_inputs
+    from zionsim.sim.run import simulate_inputs
+
+    monkeypatch.setattr(results, "_KEPT", [])
+    base = {"topology": "zionex", "nodes": 2, "workload": "mlperf_dlrm", "iterations": 2}
+    runs = [
+        simulate_inputs(resolve_inputs({**base, "topology.scale_out.nic_bw": bw}))
+        for bw in ("100Gbps", "400Gbps")
+    ]
+    assert len(results._KEPT) == 1
+    monkeypatch.setattr(results, "KEEP_OPS", 0)
+    again = simulate_inputs(resolve_inputs({**base, "topology.scale_out.nic_bw": "400Gbps"}))
+    assert to_json(again.summary) == to_json(runs[1].summary)
+    assert again.events.equals(runs[1].events)

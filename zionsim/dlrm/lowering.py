@@ -117,11 +117,10 @@ class _Builder:
         (``lower``), as ``rank``'s: ids and dependencies shifted, the same (finished, never
         changed again) arguments."""
         shift = len(self.ops) - start
+        add, append = shift.__add__, self.ops.append  # bound once: thousands of ops a rank
         for op in self.ops[start:end]:
-            deps = tuple(d + shift for d in op.deps)
-            self.ops.append(
-                Op(op.id + shift, rank, op.name, op.kind, op.category, op.stream, deps, op.args)
-            )
+            deps = tuple(map(add, op.deps))
+            append(Op(op.id + shift, rank, op.name, op.kind, op.category, op.stream, deps, op.args))
 
     def collective(self, op, size, matrix=None, ranks=None) -> int:
         """Append a collective of ``size`` bytes over ``ranks`` (default all) and return its id."""

@@ -49,12 +49,15 @@ The model's public names are re-exported here, so callers use ``nccl.<name>``.
 
 from __future__ import annotations
 
+import hashlib
+import weakref
 from dataclasses import dataclass, field
 
 import numpy as np
 import simpy
 
 from zionsim.base.errors import InputError
+from zionsim.network import point_to_point
 from zionsim.network.collectives import ALGORITHMS, Schedule, schedule
 from zionsim.network.nccl_model import (  # noqa: F401 - re-exported: callers use nccl.<name>
     FAMILY,
@@ -195,8 +198,7 @@ def choose(
     )
     best, best_s = None, np.inf
     for alg in candidates:
-        sched = schedule(cluster, op, ranks, size_bytes, alg, matrix)
-        routes = phase_routes(cluster, sched)
+        sched, routes = _scheduled(cluster, op, ranks, size_bytes, alg, matrix)
         protos = _protocols(model, alg, sched, cluster, matrix)
         if protocol is not None:
             if protocol not in model.protocols(alg):
@@ -212,6 +214,85 @@ def choose(
                 best, best_s = (sched, proto, routes), t
     sched, proto, routes = best
     return Choice(sched, proto, best_s, tuple(routes))
+
+
+#: schedules with their routes remembered for clusters of the same layout (:func:`_layout`),
+#: at most this many (a sweep over link rates meets the same collectives on every cluster);
+#: 0: never remembered
+MEMO_SCHEDULES = 4096
+#: clusters above this many GPUs are not fingerprinted (nor swept), their schedules not kept
+MEMO_MAX_GPUS = 4096
+_SCHEDULES: dict[tuple, tuple[Schedule, list]] = {}
+_LAYOUTS: dict[int, tuple[weakref.ref, str | None]] = {}
+#: router fields that are rates, not layout (its paths, computed with them, are compared)
+_RATE_FIELDS = ("graph", "spec", "bw_Bps", "capacity_Bps", "latency_s")
+
+
+def _scheduled(cluster, op, ranks, size_bytes, alg, matrix) -> tuple[Schedule, list]:
+    """``schedule`` of ``op`` with ``alg`` and its phases' routes, remembered per cluster
+    layout: both read only the layout (the spec's node, GPU and NIC counts and scale-up, the
+    router's device numbering and paths), never a link's rate, so clusters that differ only
+    in rates share them (as ``choose``'s callers share a cluster's choices, they are never
+    changed once made).  The key holds the algorithm's function and the flow-class switches
+    of ``point_to_point``, which change a schedule too."""
+    layout = _layout(cluster) if MEMO_SCHEDULES else None
+    key = None
+    if layout is not None:
+        ranks = np.asarray(ranks)
+        switches = (ALGORITHMS.get(op, {}).get(alg), point_to_point.CLASSES,
+                    point_to_point.CLASSES_FROM)  # fmt: skip
+        key = (layout, switches, op, ranks.dtype.str, ranks.tobytes(), float(size_bytes), alg,
+               _matrix_key(matrix))  # fmt: skip
+        hit = _SCHEDULES.get(key)
+        if hit is not None:
+            return hit
+    sched = schedule(cluster, op, ranks, size_bytes, alg, matrix)
+    out = (sched, phase_routes(cluster, sched))
+    if key is not None:
+        if len(_SCHEDULES) >= MEMO_SCHEDULES:
+            _SCHEDULES.clear()
+        _SCHEDULES[key] = out
+    return out
+
+
+def _layout(cluster) -> str | None:
+    """A fingerprint of what schedules and paths read of ``cluster`` (None: too large to
+    fingerprint, :data:`MEMO_MAX_GPUS`), computed once per cluster object."""
+    entry = _LAYOUTS.get(id(cluster))
+    if entry is not None and entry[0]() is cluster:
+        return entry[1]
+    for k in [k for k, (ref, _) in _LAYOUTS.items() if ref() is None]:
+        del _LAYOUTS[k]
+    spec, router = cluster.spec, cluster.router
+    digest = None
+    if spec.nodes * spec.gpus_per_node <= MEMO_MAX_GPUS:
+        h = hashlib.sha256()
+        head = (type(cluster).__name__, type(router).__name__,
+                getattr(router, "flow_classes", True), getattr(cluster, "nodes", None), spec.nodes,
+                spec.gpus_per_node, repr(spec.scale_up), spec.scale_out.nics_per_node)  # fmt: skip
+        h.update(repr(head).encode())
+        for name, value in sorted(vars(router).items()):
+            if name in _RATE_FIELDS:
+                continue
+            h.update(name.encode())
+            if isinstance(value, np.ndarray):
+                h.update(repr((value.dtype.str, value.shape)).encode())
+                h.update(np.ascontiguousarray(value).tobytes())
+            else:
+                h.update(repr(value).encode())
+        digest = h.hexdigest()
+    _LAYOUTS[id(cluster)] = (weakref.ref(cluster), digest)
+    return digest
+
+
+def _matrix_key(m) -> tuple | None:
+    """A byte matrix as a key: its values (a dense array, or an outer sum's vectors)."""
+    if m is None:
+        return None
+    if isinstance(m, OuterSum):
+        return ("outer", m.row.tobytes(), m.col.tobytes())
+    m = np.asarray(m)
+    return ("dense", m.shape, str(m.dtype), m.tobytes())
 
 
 def _protocols(

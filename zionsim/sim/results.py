@@ -19,13 +19,16 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from zionsim.base.errors import InputError
 from zionsim.dlrm.trace import CATEGORIES, STREAMS
 from zionsim.sim.records import SpanTag
+
+if TYPE_CHECKING:  # pandas is imported where a table is built (a sweep's worker needs none)
+    import pandas as pd
 
 BREAKDOWN_KEYS = CATEGORIES + ("idle",)
 
@@ -43,8 +46,18 @@ class Analysis:
         self.row = np.full((rec.iterations, len(self.trace.ops)), -1, dtype=np.int64)
         self.row[self.it, self.op] = np.arange(len(self.it))
         self.ends = np.array([self.end[self.it == i].max() for i in range(rec.iterations)])
-        self._op_codes: dict | None = None  # per-op arrays, built on first use (_codes)
-        self._stream_links()
+        self._kept = _kept_for(self.trace.ops)
+        #: per-op arrays, built on first use (_codes); kept with the trace's ops (_kept_for)
+        self._op_codes: dict | None = self._kept.get("codes")
+        if "prev" in self._kept:
+            self.prev = self._kept["prev"]
+            self.last_of_stream = self._kept["last_of_stream"]
+            self.coll_op = self._kept["coll_op"]
+        else:
+            self._stream_links()
+            self._kept.update(
+                prev=self.prev, last_of_stream=self.last_of_stream, coll_op=self.coll_op
+            )
 
     def _stream_links(self) -> None:
         """Previous op on the same (rank, stream) (-1: none), and each rank's op of each
@@ -181,7 +194,14 @@ class Analysis:
                 "names": list(names),
                 "kinds": list(kinds),
             }
+            self._kept["codes"] = self._op_codes
         return self._op_codes
+
+    def event_count(self) -> int:
+        """Rows :meth:`events` would have (without building it): one per executed op, network
+        batch and background sync round."""
+        spans = self.rec.network.spans if self.rec.network else []
+        return len(self.it) + len(spans) + len(self.rec.sync_rounds or ())
 
     def _collective_spans(self) -> np.ndarray:
         """Seconds of each (iteration, collective) from its last arrival to its end; NaN for
@@ -210,6 +230,8 @@ class Analysis:
             text[key] = (vocab, np.concatenate(rows))
         # the order of a stable sort by start time, rank, stream and name
         order = np.lexsort((text["name"][1], text["stream"][1], cols["rank"], cols["start_s"]))
+        import pandas as pd
+
         df = pd.DataFrame(
             {
                 "iteration": cols["iteration"][order].astype(np.int64),
@@ -280,6 +302,31 @@ class Analysis:
         }
 
 
+#: what :class:`Analysis` derives from a trace's ops alone (stream links, per-op codes) is
+#: kept for the next run of equal ops, for at most this many ops in all (a sweep's points
+#: that differ only in the cluster's rates run the same lowered trace); 0: never kept
+KEEP_OPS = 100_000
+_KEPT: list[tuple[list, dict]] = []  # (ops, derived), the most recent last
+
+
+def _kept_for(ops: list) -> dict:
+    """The kept derivations of ``ops`` (a dict to read and fill; never changed once filled):
+    an earlier run's when its ops equal these and begin with the same op object (the lowering
+    hands out the same op objects again), else a new one kept beside them."""
+    if not ops:
+        return {}
+    for i, (kept_ops, derived) in enumerate(_KEPT):
+        if len(kept_ops) == len(ops) and kept_ops[0] is ops[0] and kept_ops == ops:
+            _KEPT.append(_KEPT.pop(i))
+            return derived
+    derived: dict = {}
+    if len(ops) <= KEEP_OPS:
+        _KEPT.append((list(ops), derived))
+        while sum(len(o) for o, _ in _KEPT) > KEEP_OPS:
+            _KEPT.pop(0)
+    return derived
+
+
 #: each stream's index (``trace.STREAMS``) in the per-op codes of :class:`Analysis`
 STREAM_CODES = {s: i for i, s in enumerate(STREAMS)}
 
@@ -313,6 +360,8 @@ def links_table(cluster, network, sim_time_s: float) -> pd.DataFrame:
     """Bytes and utilisation (of achieved capacity, over the whole run) per directed link, with
     its kind (``nvlink``, ``roce`` …) and role (``scale_up``, ``scale_out``, ``pcie``,
     ``socket``, ``memory``: ``topology.LINK_ROLES``)."""
+    import pandas as pd
+
     from zionsim.hardware.topology import LINK_ROLES
 
     r = cluster.router
@@ -329,6 +378,35 @@ def links_table(cluster, network, sim_time_s: float) -> pd.DataFrame:
             "utilisation": util,
         }
     )
+
+
+def link_utilisation(cluster, network, sim_time_s: float) -> tuple[dict, dict]:
+    """Mean utilisation of the links of each kind and of each role (``summary.json``) without
+    building :func:`links_table`: the group means pandas takes of its columns
+    (:func:`group_means`)."""
+    from zionsim.hardware.topology import LINK_ROLES
+
+    r = cluster.router
+    util = network.link_bytes / (r.capacity_Bps * sim_time_s) if sim_time_s > 0 else 0.0
+    util = np.broadcast_to(util, len(r.edge_kind)).tolist()
+    kinds = r.edge_kind.tolist()
+    return group_means(kinds, util), group_means([LINK_ROLES.get(k, k) for k in kinds], util)
+
+
+def group_means(keys: list, values: list[float]) -> dict:
+    """``pandas``' ``groupby(keys).mean()`` of ``values`` as a dict, to the bit: keys sorted,
+    NaN skipped (a group of only NaN is NaN), each group summed in row order with Kahan's
+    compensation as pandas' ``group_mean`` does (an infinite value resets the compensation)."""
+    acc: dict = {}
+    for k, v in zip(keys, values, strict=True):
+        a = acc.setdefault(k, [0.0, 0.0, 0])  # sum, compensation, count
+        if v != v:
+            continue
+        y = v - a[1]
+        t = a[0] + y
+        c = t - a[0] - y
+        a[0], a[1], a[2] = t, (0.0 if c != c else c), a[2] + 1
+    return {k: acc[k][0] / acc[k][2] if acc[k][2] else float("nan") for k in sorted(acc)}
 
 
 _TRACE_RANKS_ALLOWED = "auto, all or comma-separated ranks of the run"

@@ -11,9 +11,9 @@ import gc
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from zionsim.base.bounds import require_finite
 from zionsim.dlrm.lowering import lower
@@ -33,8 +33,12 @@ from zionsim.hardware.compute import architecture
 from zionsim.sim.engine import simulate_trace
 from zionsim.sim.inputs import RunInputs, plan_of, resolve_inputs
 from zionsim.sim.resources import check_inputs, check_trace
+
+if TYPE_CHECKING:  # pandas is imported where a table is built (a sweep's worker needs none)
+    import pandas as pd
 from zionsim.sim.results import (
     Analysis,
+    link_utilisation,
     links_table,
     perfetto,
     perfetto_json,
@@ -47,14 +51,16 @@ from zionsim.sim.results import (
 class RunResult:
     """One run as plain data: ``summary`` (``summary.json``), ``timing`` (the simulator's own
     wall time and event count), the events, breakdown, links and per-GPU memory tables, and the
-    trace that ran."""
+    trace that ran.  A lean result (a sweep point's: ``simulate_inputs(..., lean=True)``) has
+    no tables (``events``, ``breakdown``, ``links`` and ``memory`` are None: a sweep's worker
+    needs no pandas); its ``summary`` is a full run's."""
 
     summary: dict
     timing: dict
-    events: pd.DataFrame
-    breakdown: pd.DataFrame
-    links: pd.DataFrame
-    memory: pd.DataFrame
+    events: pd.DataFrame | None
+    breakdown: pd.DataFrame | None
+    links: pd.DataFrame | None
+    memory: pd.DataFrame | None
     trace: Trace
     #: with variability: one row per measured iteration of every realisation (``samples.csv``)
     samples: pd.DataFrame | None = None
@@ -92,10 +98,18 @@ def build_trace(
 
 
 def lower_checked(
-    cluster, workload: WorkloadSpec, plan: Plan | None, fused: bool, sync: SyncSpec, stack
-) -> tuple[Trace, pd.DataFrame]:
+    cluster,
+    workload: WorkloadSpec,
+    plan: Plan | None,
+    fused: bool,
+    sync: SyncSpec,
+    stack,
+    lean: bool = False,
+) -> tuple[Trace, pd.DataFrame | dict]:
     """:func:`build_trace` of a workload the ``stack`` already applies to (``RunInputs.workload``):
-    the capacity checks, the memory table, the lowered trace; ``fused`` as the stack allows."""
+    the capacity checks, the memory table, the lowered trace; ``fused`` as the stack allows.
+    ``lean``: the table's byte columns as a dict of arrays (and ``hbm_capacity_bytes`` a
+    number), no DataFrame."""
     check_trainer(stack, architecture(cluster.spec.gpu))
     gpus, g = len(cluster.gpus), cluster.spec.gpus_per_node
     plan = plan or default_plan(workload, gpus)
@@ -111,13 +125,22 @@ def lower_checked(
         fe.servers if fe else 0,
         fe.server_dram_bytes if fe else 0.0,
     )
+    trace = lower(workload, plan, gpus, fused, g, workload.zipf_alpha, sync, stack)
+    if lean:
+        columns = {f"{k}_bytes": np.asarray(mem[k]) for k in MEMORY_KINDS}
+        columns["hbm_bytes"] = np.asarray(sum(mem[k] for k in MEMORY_KINDS))
+        columns["hbm_capacity_bytes"] = cluster.spec.gpu.hbm_bytes
+        columns["host_dram_bytes"] = np.asarray(mem["host_dram"])
+        return trace, columns
+    import pandas as pd
+
     table = pd.DataFrame(
         {"rank": range(gpus), "gpu": names, **{f"{k}_bytes": mem[k] for k in MEMORY_KINDS}}
     )
     table["hbm_bytes"] = sum(mem[k] for k in MEMORY_KINDS)
     table["hbm_capacity_bytes"] = cluster.spec.gpu.hbm_bytes
     table["host_dram_bytes"] = mem["host_dram"]
-    return lower(workload, plan, gpus, fused, g, workload.zipf_alpha, sync, stack), table
+    return trace, table
 
 
 def simulate_run(
@@ -142,6 +165,8 @@ def simulate_run(
     ``stack``: the software stack (a profile, a name or a path; default ``torchrec``); a
     replayed ``trace`` carries its own.  ``max_memory_bytes``: refuse (``ResourceError``) a
     trace whose simulation is estimated to need more (``sim.resources``; None: no check)."""
+    import pandas as pd
+
     t0 = time.perf_counter()
     check_iterations(iterations, warmup)
     memory = pd.DataFrame()
@@ -166,24 +191,28 @@ def _execute(
     limit,
     t0: float,
     simulate=None,
+    lean: bool = False,
 ) -> RunResult:
     """Simulate a lowered (or replayed) ``trace`` and gather the :class:`RunResult`;
     ``simulate(cluster, trace, iterations)`` runs it (default :func:`simulate_trace`)."""
     _guard(trace, workload, iterations, limit, cluster.spec)
-    with _few_gc_passes():
+    with few_gc_passes():
         rec = (simulate or simulate_trace)(cluster, trace, iterations=iterations)
-    return run_result(cluster, trace, memory, rec, warmup, t0)
+    return run_result(cluster, trace, memory, rec, warmup, t0, lean)
 
 
-def run_result(cluster, trace: Trace, memory, rec, warmup: int, t0: float) -> RunResult:
+def run_result(
+    cluster, trace: Trace, memory, rec, warmup: int, t0: float, lean: bool = False
+) -> RunResult:
     """The :class:`RunResult` of the records ``rec`` of ``trace`` run on ``cluster`` (``t0``:
-    when the run began, for its wall time); ``sim/jobs.py`` gathers each job's so."""
+    when the run began, for its wall time); ``sim/jobs.py`` gathers each job's so.  ``lean``:
+    without its tables (the same summary; ``memory`` may be a lean run's columns)."""
     iterations = rec.iterations
     a = Analysis(rec, warmup)
     iter_s = float(a.iteration_times().mean())
     breakdown, busy, exposed = a.breakdown(), a.busy(), a.exposed()
-    events = a.events()
-    links = links_table(cluster, rec.network, rec.sim_time_s)
+    events = None if lean else a.events()
+    links = None if lean else links_table(cluster, rec.network, rec.sim_time_s)
     wall = time.perf_counter() - t0
     summary = {
         **_run_header(cluster, trace, iterations, warmup),
@@ -196,14 +225,26 @@ def run_result(cluster, trace: Trace, memory, rec, warmup: int, t0: float) -> Ru
         "critical_path": _path_summary(a.critical_path(iterations - 1)),
         "collectives": _collectives(rec, trace),
         "memory": _memory_summary(memory),
-        "link_utilisation_by_kind": links.groupby("kind")["utilisation"].mean().to_dict(),
-        "link_utilisation_by_role": links.groupby("role")["utilisation"].mean().to_dict(),
-        "events": int(len(events)),
+        **_link_means(cluster, rec, links),
+        "events": a.event_count() if events is None else int(len(events)),
         "sync": _sync_summary(cluster, trace, rec, a, iterations, warmup),
     }
     require_finite(summary, "summary.json")  # a NaN from accepted input is a bug (ModelError)
+    if lean:
+        return RunResult(summary, _timing(rec, wall), None, None, None, None, trace)
     bd = _breakdown_table(breakdown, busy, exposed)
     return RunResult(summary, _timing(rec, wall), events, bd, links, memory, trace)
+
+
+def _link_means(cluster, rec, links) -> dict:
+    """``link_utilisation_by_kind`` and ``_by_role``: group means of ``links`` (the table), or
+    the same means taken without it (``results.link_utilisation``)."""
+    if links is None:
+        by_kind, by_role = link_utilisation(cluster, rec.network, rec.sim_time_s)
+    else:
+        by_kind = links.groupby("kind")["utilisation"].mean().to_dict()
+        by_role = links.groupby("role")["utilisation"].mean().to_dict()
+    return {"link_utilisation_by_kind": by_kind, "link_utilisation_by_role": by_role}
 
 
 def _timing(rec, wall_s: float) -> dict:
@@ -226,11 +267,14 @@ def _guard(trace: Trace, workload, iterations: int, limit_bytes: float | None, s
 
 
 @contextmanager
-def _few_gc_passes():
+def few_gc_passes():
     """Python's cycle collector made rare while simpy runs: the trace built so far is frozen
     (never re-scanned) and young objects are collected every 100,000 allocations instead of
     700.  A full pass rescans every live object, so at the default thresholds its cost grows
-    with the square of the cluster size (a quarter of the CPU time at 1,024 GPUs)."""
+    with the square of the cluster size (a quarter of the CPU time at 1,024 GPUs).  A sweep's
+    worker runs each point so (``studies/sweep.py``: the traces and clusters kept from earlier
+    points are not rescanned); nested, the inner exit unfreezes all, the outer's threshold
+    stays."""
     old = gc.get_threshold()
     gc.freeze()
     gc.set_threshold(100_000, 50, 100)
@@ -259,6 +303,8 @@ def _run_header(cluster, trace: Trace, iterations: int, warmup: int) -> dict:
 
 def _breakdown_table(breakdown: dict, busy: dict, exposed: dict) -> pd.DataFrame:
     """``breakdown.csv``: per category, critical-path, busy and exposed seconds per iteration."""
+    import pandas as pd
+
     return pd.DataFrame(
         {
             "category": list(breakdown),
@@ -351,8 +397,16 @@ def _collectives(rec, trace: Trace) -> list[dict]:
     return out
 
 
-def _memory_summary(memory: pd.DataFrame) -> dict:
-    if memory.empty:
+def _memory_summary(memory: pd.DataFrame | dict) -> dict:
+    if isinstance(memory, dict):  # a lean run's columns (lower_checked): the same figures
+        return {
+            "hbm_bytes_max": float(memory["hbm_bytes"].max()),
+            "hbm_bytes_mean": float(memory["hbm_bytes"].mean()),
+            "hbm_capacity_bytes": float(memory["hbm_capacity_bytes"]),
+            "host_dram_bytes_max": float(memory["host_dram_bytes"].max()),
+            **{f"{k}_bytes_max": float(memory[f"{k}_bytes"].max()) for k in MEMORY_KINDS},
+        }
+    if memory is None or memory.empty:
         return {}
     return {
         "hbm_bytes_max": float(memory["hbm_bytes"].max()),
@@ -398,27 +452,40 @@ def simulate_inputs(
     max_memory_bytes: float | None = None,
     guarded: bool = False,
     on_phase=None,
+    lean: bool = False,
 ) -> RunResult:
     """The run ``inputs`` describe: its workload under ``plan`` (default: :func:`plan_of`) on
     ``cluster`` (default: built from the spec), or the replayed ``trace``.  ``guarded``: the
     caller already ran :func:`guard_inputs`; ``on_phase(name)`` is told ``plan`` and
-    ``simulate`` as they start (a progress bar)."""
+    ``simulate`` as they start (a progress bar); ``lean``: no tables (a sweep point,
+    :class:`RunResult`; a run with variability is never lean)."""
     t0 = time.perf_counter()
     o = inputs.options
     check_iterations(o["iterations"], o["warmup"])
     if not guarded:
         guard_inputs(inputs, max_memory_bytes)
-    memory = pd.DataFrame()
+    lean = lean and inputs.variability is None and o["samples"] <= 1
     if trace is None:
         (on_phase or _quiet)("plan")
-        trace, memory, cluster = trace_of(inputs, cluster, plan)
+        trace, memory, cluster = trace_of(inputs, cluster, plan, lean=lean)
     else:
+        import pandas as pd
+
+        memory = None if lean else pd.DataFrame()
         cluster = cluster or _build(inputs)
     (on_phase or _quiet)("simulate")
     if inputs.variability is not None or o["samples"] > 1:
         return _execute_varied(inputs, cluster, trace, memory, max_memory_bytes, t0)
     return _execute(
-        cluster, trace, memory, inputs.workload, o["iterations"], o["warmup"], max_memory_bytes, t0
+        cluster,
+        trace,
+        memory,
+        inputs.workload,
+        o["iterations"],
+        o["warmup"],
+        max_memory_bytes,
+        t0,
+        lean=lean,
     )
 
 
@@ -443,17 +510,22 @@ def _execute_varied(inputs: RunInputs, cluster, trace: Trace, memory, limit, t0:
             "stopped_reason": stop.reason,
             "variability": inputs.variability.to_dict(),
         }
+        import pandas as pd
+
         empty = pd.DataFrame()
         return RunResult(summary, {"sim_wall_s": 0.0}, empty, empty, empty, memory, trace)
 
 
-def trace_of(inputs: RunInputs, cluster=None, plan: Plan | None = None):
+def trace_of(inputs: RunInputs, cluster=None, plan: Plan | None = None, lean: bool = False):
     """The lowered iteration trace of ``inputs``, its per-GPU memory table and the cluster (built
-    from the spec unless given), under ``plan`` (default: :func:`plan_of`)."""
+    from the spec unless given), under ``plan`` (default: :func:`plan_of`); ``lean``: the
+    table as columns (:func:`lower_checked`)."""
     cluster = cluster or _build(inputs)
     plan = plan or plan_of(inputs, cluster)
     fused = inputs.options["fused"] and inputs.stack.fused_embedding
-    trace, memory = lower_checked(cluster, inputs.workload, plan, fused, inputs.sync, inputs.stack)
+    trace, memory = lower_checked(
+        cluster, inputs.workload, plan, fused, inputs.sync, inputs.stack, lean
+    )
     return trace, memory, cluster
 
 

@@ -9,10 +9,14 @@ scenario's headline numbers over its training jobs (:func:`scenario_figures`).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import pandas as pd
 
 from zionsim.base.errors import InputError
+
+if TYPE_CHECKING:  # pandas is imported where a table is built (a sweep's worker needs none)
+    import pandas as pd
 
 #: the key of a sweep point that names a scenario, and the prefix of its field overrides
 KEY, PREFIX = "scenario", "scenario."
@@ -90,6 +94,8 @@ def placement(fast: bool) -> dict:
 def placement_table(table: pd.DataFrame) -> pd.DataFrame:
     """Tidy placement table: per job count and policy, mean and worst slowdown, mean
     iteration time, total samples/s and the links the jobs share."""
+    import pandas as pd
+
     ok = table[table["status"] == "ok"]
     out = pd.DataFrame(
         {

@@ -37,8 +37,7 @@ import itertools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from zionsim.base.errors import InputError
 from zionsim.io.files import print_note, to_json, write_atomic, write_sweep_table
@@ -55,6 +54,9 @@ from zionsim.studies.points import (
     seal,
     to_run,
 )
+
+if TYPE_CHECKING:  # pandas is imported where a table is built (a worker needs none)
+    import pandas as pd
 
 PREFIXES = OVERRIDE_PREFIXES
 SWEEP_KEYS = ("base", "grid")
@@ -212,7 +214,7 @@ def _run_reusing(params: dict, limit) -> RunResult:
     ``run_point``."""
     from zionsim.hardware.cluster import Cluster
     from zionsim.sim.inputs import resolve_inputs
-    from zionsim.sim.run import check_iterations, guard_inputs, simulate_inputs
+    from zionsim.sim.run import check_iterations, few_gc_passes, guard_inputs, simulate_inputs
 
     inputs = resolve_inputs(params)
     check_iterations(inputs.options["iterations"], inputs.options["warmup"])
@@ -222,7 +224,8 @@ def _run_reusing(params: dict, limit) -> RunResult:
     _CLUSTERS[key] = cluster  # the most recent last
     while sum(c.spec.gpus for c in _CLUSTERS.values()) > KEEP_CLUSTER_GPUS:
         del _CLUSTERS[next(iter(_CLUSTERS))]
-    return simulate_inputs(inputs, cluster, max_memory_bytes=limit, guarded=True)
+    with few_gc_passes():  # what earlier points left (kept traces, clusters) is not rescanned
+        return simulate_inputs(inputs, cluster, max_memory_bytes=limit, guarded=True, lean=True)
 
 
 def _describe(exc: BaseException) -> str:
@@ -500,6 +503,8 @@ def table_from_records(records: list[dict]) -> pd.DataFrame:
         figures.update(f)
         rows.append({"point_id": rec["point_id"], **p, **f, **_tail(rec)})
     columns = ["point_id", *sorted(params), *sorted(figures), "status", "error", "sim_wall_s"]
+    import pandas as pd
+
     table = pd.DataFrame(rows, columns=columns)
     for col in [*params, *figures]:
         values = [r[col] for r in rows if r.get(col) is not None]
