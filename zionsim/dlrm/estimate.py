@@ -48,7 +48,6 @@ from zionsim.dlrm.stack import BARE, StackSpec
 from zionsim.dlrm.sync import sync_spec
 from zionsim.dlrm.trace import Trace
 from zionsim.network import nccl
-from zionsim.network.peer_bytes import OuterSum
 
 NAN = float("nan")
 #: iterations played (the first is the warm-up)
@@ -195,25 +194,30 @@ def durations_of(cluster, trace: Trace, model) -> np.ndarray:
     return out
 
 
+def _walked(trace: Trace, durations: np.ndarray, transfer_s: dict) -> tuple:
+    """(members of each rank's class, 0 for a rank another one stands for; the walked ranks'
+    ops; their streams as op ids in program order)."""
+    by_rank = trace.by_rank()
+    weight = (
+        rank_classes(by_rank, durations, transfer_s, trace.alike) if CLASSES else [1] * len(by_rank)
+    )
+    walked = [ops for ops, k in zip(by_rank, weight, strict=True) if k]
+    streams = [
+        [op.id for op in ops if op.stream == s]
+        for ops in walked
+        for s in dict.fromkeys(op.stream for op in ops)
+    ]
+    return weight, walked, streams
+
+
 class _Walk:
     """Every rank's streams in time order: a heap of (ready time, op) with one head per stream."""
 
     def __init__(self, cluster, trace: Trace, durations: np.ndarray, slowdown: float):
         self.cluster, self.trace, self.dur, self.slow = cluster, trace, durations, slowdown
         self.transfer_s = _transfer_seconds(cluster, trace)
-        by_rank = trace.by_rank()
         #: members of each rank's class (0: a rank another one stands for, not walked)
-        self.weight = (
-            rank_classes(by_rank, durations, self.transfer_s, trace.alike)
-            if CLASSES
-            else [1] * len(by_rank)
-        )
-        walked = [ops for ops, k in zip(by_rank, self.weight, strict=True) if k]
-        self.streams = [
-            [op.id for op in ops if op.stream == s]
-            for ops in walked
-            for s in dict.fromkeys(op.stream for op in ops)
-        ]
+        self.weight, walked, self.streams = _walked(trace, durations, self.transfer_s)
         self.stream_of = {i: k for k, ids in enumerate(self.streams) for i in ids}
         self.stream_ops = [[trace.ops[i] for i in ids] for ids in self.streams]
         self.dur = durations.tolist()  # read one at a time, often
@@ -369,7 +373,7 @@ def choice_of(cluster, c) -> nccl.Choice:
     remembered per cluster (the candidate plans of one run share most of their collectives,
     and the run's own, which the engine then prepares from the same choice)."""
     memo = _choices_of(cluster)
-    key = (c.op, c.size_bytes, c.ranks.tobytes(), _matrix_key(c.matrix))
+    key = (c.op, c.size_bytes, c.ranks.tobytes(), nccl.matrix_key(c.matrix))
     if key not in memo:
         if len(memo) >= MEMO_CHOICES:
             memo.clear()
@@ -389,18 +393,7 @@ class _Shape:
     (None: not a sync op) as flat lists."""
 
     def __init__(self, trace: Trace, durations: np.ndarray, transfer_s: dict):
-        by_rank = trace.by_rank()
-        self.weight = (
-            rank_classes(by_rank, durations, transfer_s, trace.alike)
-            if CLASSES
-            else [1] * len(by_rank)
-        )
-        walked = [ops for ops, k in zip(by_rank, self.weight, strict=True) if k]
-        self.streams = [
-            [op.id for op in ops if op.stream == s]
-            for ops in walked
-            for s in dict.fromkeys(op.stream for op in ops)
-        ]
+        self.weight, walked, self.streams = _walked(trace, durations, transfer_s)
         n = self.n_ops = len(trace.ops)
         self.stream_of = [-1] * n
         for k, ids in enumerate(self.streams):
@@ -432,7 +425,7 @@ class _Shape:
             for i in ids:
                 self.then[i] = (k, *waiting.get(i, ()))
         self.walked_ops = np.sort([op.id for ops in walked for op in ops]).astype(np.int64)
-        self.two = any(op.stream == "embedding" for ops in by_rank for op in ops)
+        self.two = any(op.stream == "embedding" for op in trace.ops)
         copies: dict[str, set[int]] = {}
         for op in trace.ops:
             if op.kind == "collective":
@@ -617,17 +610,6 @@ def _choices_of(cluster) -> dict:
             del _CHOICES[k]
         entry = _CHOICES[id(cluster)] = (weakref.ref(cluster), {})
     return entry[1]
-
-
-def _matrix_key(m) -> tuple | None:
-    """A collective's byte matrix as a key: its values (a dense array, or an outer sum's row and
-    column vectors)."""
-    if m is None:
-        return None
-    if isinstance(m, OuterSum):
-        return ("outer", m.row.tobytes(), m.col.tobytes())
-    m = np.asarray(m)
-    return ("dense", m.shape, str(m.dtype), m.tobytes())
 
 
 def rank_classes(

@@ -242,7 +242,7 @@ def _scheduled(cluster, op, ranks, size_bytes, alg, matrix) -> tuple[Schedule, l
         switches = (ALGORITHMS.get(op, {}).get(alg), point_to_point.CLASSES,
                     point_to_point.CLASSES_FROM)  # fmt: skip
         key = (layout, switches, op, ranks.dtype.str, ranks.tobytes(), float(size_bytes), alg,
-               _matrix_key(matrix))  # fmt: skip
+               matrix_key(matrix))  # fmt: skip
         hit = _SCHEDULES.get(key)
         if hit is not None:
             return hit
@@ -285,7 +285,7 @@ def _layout(cluster) -> str | None:
     return digest
 
 
-def _matrix_key(m) -> tuple | None:
+def matrix_key(m) -> tuple | None:
     """A byte matrix as a key: its values (a dense array, or an outer sum's vectors)."""
     if m is None:
         return None
