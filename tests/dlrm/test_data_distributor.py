@@ -7,22 +7,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tests.dlrm.test_hugectr_pipeline import BASE as PIPELINE
 from zionsim.base.errors import InputError
 from zionsim.dlrm.stack import load_stack, stack_from_dict
 from zionsim.hardware.topology import load_topology
 from zionsim.measure.validate import load_cases
 from zionsim.sim.run import run_point
 
-BASE = {
-    "topology": "dgx_h100",
-    "nodes": 1,
-    "gpus_per_node": 4,
-    "workload": "mlperf_dlrm_dcnv2",
-    "batch_per_gpu": 256,
-    "stack": "hugectr",
-    "iterations": 2,
-    "warmup": 1,
-}
+BASE = {**PIPELINE, "iterations": 2}  # the 4-GPU HugeCTR DCNv2 run, two iterations
 DDL = ("ddl_kernels", "ddl_counts", "ddl_host_sync", "ddl_keys")
 
 
