@@ -1,0 +1,466 @@
+"""The planner's walk of a lowered trace (``estimate.py`` says what it prices and why): every
+rank's streams played in time order as the engine plays them, each op priced in closed form.
+
+Two walks give the same iteration times to the bit (``tests/sim/test_fast_paths.py``):
+
+* :class:`Walk` reads the op objects, one method call per event: the reference, kept behind
+  ``estimate.FLAT = False``;
+* :class:`FlatWalk` plays the same heap of (ready time, op and iteration, stream) on the flat
+  per-op lists of a :class:`Shape` (kind, rank, dependencies, collective, sync period), which a
+  sweep keeps per lowered trace for the next walk of it (``estimate.REUSE``).
+
+Both walk one rank per class of alike ranks (:func:`rank_classes`) unless told not to.  What
+they price with — host transfers' seconds, NCCL's choice for a collective — and the settings and
+per-trace memos (a :class:`Shape` kept for the next walk of the same trace) come from
+``estimate``, which calls them.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable
+
+import numpy as np
+
+from zionsim.base.errors import InputError
+from zionsim.dlrm.trace import Trace
+from zionsim.network import nccl
+
+NAN = float("nan")
+
+
+def _walked(trace: Trace, durations: np.ndarray, transfer_s: dict, classes: bool) -> tuple:
+    """(members of each rank's class, 0 for a rank another one stands for — every rank its own
+    class unless ``classes``; the walked ranks' ops; their streams as op ids in program
+    order)."""
+    by_rank = trace.by_rank()
+    weight = (
+        rank_classes(by_rank, durations, transfer_s, trace.alike) if classes else [1] * len(by_rank)
+    )
+    walked = [ops for ops, k in zip(by_rank, weight, strict=True) if k]
+    streams = [
+        [op.id for op in ops if op.stream == s]
+        for ops in walked
+        for s in dict.fromkeys(op.stream for op in ops)
+    ]
+    return weight, walked, streams
+
+
+class Walk:
+    """Every rank's streams in time order: a heap of (ready time, op) with one head per stream.
+    ``transfer_s``: seconds of each host transfer op; ``choose``: NCCL's choice for a
+    collective of the trace; ``classes``: walk one rank per class of alike ranks."""
+
+    def __init__(
+        self,
+        cluster,
+        trace: Trace,
+        durations: np.ndarray,
+        slowdown: float,
+        transfer_s: dict,
+        choose: Callable[[object], nccl.Choice],
+        classes: bool = True,
+    ):
+        self.cluster, self.trace, self.dur, self.slow = cluster, trace, durations, slowdown
+        self.transfer_s, self.choose = transfer_s, choose
+        #: members of each rank's class (0: a rank another one stands for, not walked)
+        self.weight, walked, self.streams = _walked(trace, durations, transfer_s, classes)
+        self.stream_of = {i: k for k, ids in enumerate(self.streams) for i in ids}
+        self.stream_ops = [[trace.ops[i] for i in ids] for ids in self.streams]
+        self.dur = durations.tolist()  # read one at a time, often
+        self.n_ops = len(trace.ops)
+        #: streams (other than its own) with an op that waits for each op
+        self.waiting: dict[int, set[int]] = {}
+        for ops in walked:
+            for op in ops:
+                for d in op.deps:
+                    if self.stream_of[d] != self.stream_of[op.id]:
+                        self.waiting.setdefault(d, set()).add(self.stream_of[op.id])
+        self.walked_ops = np.sort([op.id for ops in walked for op in ops]).astype(np.int64)
+        two = any(op.stream == "embedding" for op in trace.ops)
+        self.gpu_free = [0.0] * trace.ranks if two else None
+        self.coll_s: dict = {}
+        #: the collectives of the ops of each name: copies of one step that run at once
+        copies: dict[str, set[int]] = {}
+        for op in trace.ops:
+            if op.kind == "collective":
+                copies.setdefault(op.name, set()).add(op.args["coll"])
+        self.copies = {c: tuple(sorted(g)) for g in copies.values() for c in g}
+
+    def run(self, iterations: int) -> np.ndarray:
+        """End time of each iteration (latest end of any of its ops)."""
+        ops, n_ops = self.trace.ops, len(self.trace.ops)
+        self.end = [NAN] * (iterations * n_ops)  # a list: read one at a time, often
+        self.pos = [0] * len(self.streams)  # next op index, over iterations
+        self.free = [0.0] * len(self.streams)
+        self.arrived: dict = {}
+        self.flight: list[list[tuple[float, float]]] = [[] for _ in range(self.trace.ranks)]
+        self.heap: list = []
+        self.queued: set[int] = set()
+        self.in_collective: set[int] = set()  # streams waiting inside a collective
+        self.iterations = iterations
+        for k in range(len(self.streams)):
+            self._push(k)
+        while self.heap:
+            t, _, k = heapq.heappop(self.heap)
+            self.queued.discard(k)
+            self._start(k, t)
+        end = np.array(self.end).reshape(iterations, n_ops)[:, self.walked_ops]
+        if np.isnan(end).any():
+            stuck = int(self.walked_ops[np.flatnonzero(np.isnan(end))[0] % len(self.walked_ops)])
+            raise InputError(
+                f"the trace stalls: op {stuck} ({ops[stuck].name}, rank {ops[stuck].rank}) "
+                "never runs",
+                field=f"ops[{stuck}]",
+            )
+        return end.max(axis=1)
+
+    def _push(self, k: int) -> None:
+        """Queue stream ``k``'s next op once all its dependencies have ended."""
+        ops, p = self.stream_ops[k], self.pos[k]
+        if p >= len(ops) * self.iterations:
+            return
+        it, j = divmod(p, len(ops))
+        op = ops[j]
+        base, end = it * self.n_ops, self.end
+        t = self.free[k]
+        for d in op.deps:
+            e = end[base + d]
+            if e != e:  # NaN: not ended yet
+                return
+            if e > t:
+                t = e
+        heapq.heappush(self.heap, (t, op.id + base, k))
+        self.queued.add(k)
+
+    def _start(self, k: int, t: float) -> None:
+        ops = self.stream_ops[k]
+        it, j = divmod(self.pos[k], len(ops))
+        op = ops[j]
+        self.pos[k] += 1
+        if op.kind == "collective":
+            if op.category == "sync" and (it + 1) % op.args.get("every", 1):
+                return self._finish(op, it, t)
+            self.flight[op.rank].append((t, np.inf))
+            self.in_collective.add(k)
+            return self._arrive(op, it, t)
+        if op.kind == "transfer":
+            skip = op.category == "sync" and (it + 1) % op.args.get("every", 1)
+            return self._finish(op, it, t + (0.0 if skip else self.transfer_s[op.id]))
+        seconds = self.dur[op.id]
+        on_gpu = self.gpu_free is not None and op.kind != "host" and seconds > 0
+        if on_gpu:
+            t = max(t, self.gpu_free[op.rank])
+        if self.slow and op.kind != "host" and self._in_flight(op.rank, t):
+            seconds *= 1.0 + self.slow
+        if on_gpu:
+            self.gpu_free[op.rank] = t + seconds
+        self._finish(op, it, t + seconds)
+
+    def _in_flight(self, rank: int, t: float) -> bool:
+        if not self.flight[rank]:
+            return False
+        live = [(a, e) for a, e in self.flight[rank] if e > t]
+        self.flight[rank] = live
+        return any(a <= t for a, _ in live)
+
+    def _arrive(self, op, it: int, t: float) -> None:
+        cid = op.args["coll"]
+        members = self.arrived.setdefault((it, cid), [0])
+        members.append((op, t))
+        members[0] += self.weight[op.rank]  # the ranks arrived: a class counts all its members
+        c = self.trace.collectives[cid]
+        if members[0] < len(c.ranks):
+            return
+        end = max(a for _, a in members[1:]) + self._collective_s(cid)
+        for o, a in members[1:]:
+            fl = self.flight[o.rank]
+            if (a, np.inf) in fl:
+                fl[fl.index((a, np.inf))] = (a, end)
+            self._finish(o, it, end)
+        del self.arrived[it, cid]
+
+    def _finish(self, op, it: int, end: float) -> None:
+        self.end[it * self.n_ops + op.id] = end
+        k = self.stream_of[op.id]
+        self.free[k] = end
+        self.in_collective.discard(k)
+        self._push(k)
+        for s in self.waiting.get(op.id, ()):
+            if s not in self.queued and s not in self.in_collective:
+                self._push(s)
+
+    def _collective_s(self, cid: int) -> float:
+        """NCCL's estimate of collective ``cid``, priced with the copies it runs beside
+        (memoised by op, size and group where a lone collective has no byte matrix, as the
+        engine memoises its preparation)."""
+        group = self.copies.get(cid, (cid,))
+        if cid in self.coll_s:
+            return self.coll_s[cid]
+        colls = [self.trace.collectives[c] for c in group]
+        if len(group) == 1:
+            c = colls[0]
+            key = (c.op, c.size_bytes, c.ranks.tobytes()) if c.matrix is None else None
+            if key is not None and key in self.coll_s:
+                return self.coll_s[key]
+            self.coll_s[cid] = self._choice(c).estimate_s
+            if key is not None:
+                self.coll_s[key] = self.coll_s[cid]
+            return self.coll_s[cid]
+        times = nccl.estimate_together_s(self.cluster, [self._choice(c) for c in colls])
+        self.coll_s.update(zip(group, times, strict=True))
+        return self.coll_s[cid]
+
+    def _choice(self, c) -> nccl.Choice:
+        return self.choose(c)
+
+
+#: op kinds of the flat walk
+_COMPUTE, _HOST, _COLLECTIVE, _TRANSFER = 0, 1, 2, 3
+
+
+class Shape:
+    """What a walk of one trace needs that its cluster's network does not change (given the
+    ops' seconds and the host transfers' seconds, which decide the rank classes): the walked
+    streams as op ids, and per op id its kind, rank, dependencies, collective and sync period
+    (None: not a sync op) as flat lists."""
+
+    def __init__(self, trace: Trace, durations: np.ndarray, transfer_s: dict, classes: bool):
+        self.weight, walked, self.streams = _walked(trace, durations, transfer_s, classes)
+        n = self.n_ops = len(trace.ops)
+        self.stream_of = [-1] * n
+        for k, ids in enumerate(self.streams):
+            for i in ids:
+                self.stream_of[i] = k
+        self.kind = [_COMPUTE] * n
+        self.rank = [0] * n
+        self.deps: list[tuple] = [()] * n
+        self.coll = [-1] * n
+        self.every: list = [None] * n
+        codes = {"host": _HOST, "collective": _COLLECTIVE, "transfer": _TRANSFER}
+        waiting: dict[int, set[int]] = {}
+        for ops in walked:
+            for op in ops:
+                i = op.id
+                self.kind[i] = codes.get(op.kind, _COMPUTE)
+                self.rank[i] = op.rank
+                self.deps[i] = tuple(op.deps)
+                if op.kind == "collective":
+                    self.coll[i] = op.args["coll"]
+                if op.category == "sync":
+                    self.every[i] = op.args.get("every", 1)
+                for d in op.deps:
+                    if self.stream_of[d] != self.stream_of[i]:
+                        waiting.setdefault(d, set()).add(self.stream_of[i])
+        #: per op, its stream and the streams (other than its own) with an op that waits for it
+        self.then: list = [None] * n
+        for k, ids in enumerate(self.streams):
+            for i in ids:
+                self.then[i] = (k, *waiting.get(i, ()))
+        self.walked_ops = np.sort([op.id for ops in walked for op in ops]).astype(np.int64)
+        self.two = any(op.stream == "embedding" for op in trace.ops)
+        copies: dict[str, set[int]] = {}
+        for op in trace.ops:
+            if op.kind == "collective":
+                copies.setdefault(op.name, set()).add(op.args["coll"])
+        #: the collectives of the ops of each name: copies of one step that run at once
+        self.copies = {c: tuple(sorted(g)) for g in copies.values() for c in g}
+        self.need = [len(c.ranks) for c in trace.collectives]
+        self.dur = durations.tolist()  # read one at a time, often
+
+
+class FlatWalk(Walk):
+    """:class:`Walk` played on the flat lists of a :class:`Shape`: the same heap of (ready
+    time, op and iteration, stream), the same order of events and the same arithmetic, so the
+    same iteration times to the bit (tested), at a fraction of the interpreter's work."""
+
+    def __init__(
+        self,
+        cluster,
+        trace: Trace,
+        shape: Shape,
+        slowdown: float,
+        transfer_s: dict,
+        choose: Callable[[object], nccl.Choice],
+    ):
+        self.cluster, self.trace, self.slow = cluster, trace, slowdown
+        self.transfer_s, self.choose = transfer_s, choose
+        self.shape = shape
+        self.weight = self.shape.weight
+        self.copies = self.shape.copies
+        self.coll_s: dict = {}
+
+    def run(self, iterations: int) -> np.ndarray:
+        """End time of each iteration (latest end of any of its ops)."""
+        sh, trace = self.shape, self.trace
+        st = _State(sh, trace.ranks, iterations)
+        self._play(st, _finisher(sh, st, iterations))
+        walked = sh.walked_ops
+        out = np.array(st.end).reshape(iterations, sh.n_ops)[:, walked]
+        if np.isnan(out).any():
+            ops = trace.ops
+            stuck = int(walked[np.flatnonzero(np.isnan(out))[0] % len(walked)])
+            raise InputError(
+                f"the trace stalls: op {stuck} ({ops[stuck].name}, rank {ops[stuck].rank}) "
+                "never runs",
+                field=f"ops[{stuck}]",
+            )
+        return out.max(axis=1)
+
+    def _play(self, st: _State, finish) -> None:
+        """Pop the heap until it is empty (:meth:`Walk.run` and :meth:`Walk._start`)."""
+        sh = self.shape
+        streams, lens, kind, rank_of, every = sh.streams, st.lens, sh.kind, sh.rank, sh.every
+        dur, transfer_s, slow = sh.dur, self.transfer_s, self.slow
+        step, it_of, queued, flight, gpu_free = st.step, st.it_of, st.queued, st.flight, st.gpu
+        heap, heappop = st.heap, heapq.heappop
+        while heap:
+            t, _, k = heappop(heap)
+            queued[k] = False
+            it, j = it_of[k], step[k]
+            i = streams[k][j]
+            if j + 1 == lens[k]:
+                step[k], it_of[k] = 0, it + 1
+            else:
+                step[k] = j + 1
+            kd = kind[i]
+            if kd == _COLLECTIVE:
+                ev = every[i]
+                if ev is not None and (it + 1) % ev:
+                    finish(i, it, t)
+                else:
+                    self._arrive_flat(st, finish, i, it, t, k)
+            elif kd == _TRANSFER:
+                ev = every[i]
+                skip = ev is not None and (it + 1) % ev
+                finish(i, it, t + (0.0 if skip else transfer_s[i]))
+            else:
+                seconds = dur[i]
+                host = kd == _HOST
+                r = rank_of[i]
+                on_gpu = gpu_free is not None and not host and seconds > 0
+                if on_gpu:
+                    t = max(t, gpu_free[r])
+                if slow and not host and flight[r]:  # Walk._in_flight
+                    live = [(a, x) for a, x in flight[r] if x > t]
+                    flight[r] = live
+                    if any(a <= t for a, _ in live):
+                        seconds *= 1.0 + slow
+                if on_gpu:
+                    gpu_free[r] = t + seconds
+                finish(i, it, t + seconds)
+
+    def _arrive_flat(self, st: _State, finish, i: int, it: int, t: float, k: int) -> None:
+        """:meth:`Walk._arrive` of op ``i`` of stream ``k``, iteration ``it``, at ``t``."""
+        sh, inf = self.shape, np.inf
+        r = sh.rank[i]
+        st.flight[r].append((t, inf))
+        st.in_coll[k] = True
+        cid = sh.coll[i]
+        members = st.arrived.setdefault((it, cid), [0])
+        members.append((i, t))
+        members[0] += sh.weight[r]
+        if members[0] < sh.need[cid]:
+            return
+        e = max(a for _, a in members[1:]) + self._collective_s(cid)
+        for o, a in members[1:]:
+            fl = st.flight[sh.rank[o]]
+            if (a, inf) in fl:
+                fl[fl.index((a, inf))] = (a, e)
+            finish(o, it, e)
+        del st.arrived[it, cid]
+
+
+class _State:
+    """The changing state of one :class:`FlatWalk`: per stream its next op (index in the
+    iteration, and the iteration), when it is free, whether it is queued or waiting inside a
+    collective; per op and iteration its end (NaN until it ends); the collectives' arrivals,
+    each rank's collectives in flight and its GPU's next free time; the heap."""
+
+    def __init__(self, sh: Shape, ranks: int, iterations: int):
+        n = len(sh.streams)
+        self.lens = [len(ids) for ids in sh.streams]
+        self.end = [NAN] * (iterations * sh.n_ops)
+        self.step, self.it_of, self.free = [0] * n, [0] * n, [0.0] * n
+        self.queued, self.in_coll = [False] * n, [False] * n
+        self.arrived: dict = {}
+        self.flight: list[list[tuple[float, float]]] = [[] for _ in range(ranks)]
+        self.gpu = [0.0] * ranks if sh.two else None
+        self.heap: list = []
+
+
+def _finisher(sh: Shape, st: _State, iterations: int):
+    """``finish(op, iteration, end)``: :meth:`Walk._finish` with its pushes
+    (:meth:`Walk._push`) inlined; every stream's first op is pushed here."""
+    n_ops, streams, deps, stream_of, then = sh.n_ops, sh.streams, sh.deps, sh.stream_of, sh.then
+    end, step, it_of, free = st.end, st.step, st.it_of, st.free
+    queued, in_coll = st.queued, st.in_coll
+    heap, heappush = st.heap, heapq.heappush
+
+    def push(s: int) -> None:
+        it = it_of[s]
+        if it >= iterations:
+            return
+        j = streams[s][step[s]]
+        base = it * n_ops
+        t = free[s]
+        for d in deps[j]:
+            x = end[base + d]
+            if x != x:  # NaN: not ended yet
+                return
+            if x > t:
+                t = x
+        heappush(heap, (t, j + base, s))
+        queued[s] = True
+
+    def finish(i: int, it: int, e: float) -> None:
+        end[it * n_ops + i] = e
+        k = stream_of[i]
+        free[k] = e
+        in_coll[k] = False
+        for s in then[i]:  # its own stream first (never queued or in a collective here)
+            if not queued[s] and not in_coll[s]:
+                push(s)
+
+    for s in range(len(streams)):
+        push(s)
+    return finish
+
+
+def rank_classes(
+    by_rank: list, durations: np.ndarray, transfer_s: dict, alike: tuple | None = None
+) -> list[int]:
+    """Per rank, the members of its class when it is the class's first rank, else 0: ranks are
+    alike when their ops match op for op in name, kind, category, stream, dependencies (as
+    positions in the rank's own sequence), collective, sync period and seconds (module
+    docstring).  ``alike`` (``Trace.alike``): ranks the lowering knows to have equal ops, whose
+    ops are then compared once (their host transfers' seconds, which depend on the rank's own
+    routes, still each time)."""
+    first: dict[tuple, int] = {}
+    weight = [0] * len(by_rank)
+    known: dict[int, tuple] = {}  # a rank's key but for its transfers, by its ``alike`` rank
+    for rank, ops in enumerate(by_rank):
+        src = alike[rank] if alike is not None else rank
+        if src not in known:
+            known[src] = _ops_key(by_rank[src], durations)
+        moved = tuple(transfer_s[op.id] for op in ops if op.id in transfer_s) if transfer_s else ()
+        weight[first.setdefault((known[src], moved), rank)] += 1
+    return weight
+
+
+def _ops_key(ops: list, durations: np.ndarray) -> tuple:
+    """What tells one rank's ops from another's, but for host transfers' seconds."""
+    pos = {op.id: i for i, op in enumerate(ops)}
+    return tuple(
+        (
+            op.name,
+            op.kind,
+            op.category,
+            op.stream,
+            tuple(pos[d] for d in op.deps),
+            op.args.get("coll"),
+            op.args.get("every"),
+            float(durations[op.id]),
+        )
+        for op in ops
+    )
