@@ -11,11 +11,9 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from tests.dlrm.test_speed_exact import _candidates
 from zionsim.dlrm import estimate, lowering
-from zionsim.dlrm.planner import Planner, round_robin
 from zionsim.sim import engine, templates
-from zionsim.sim.inputs import resolve_inputs
-from zionsim.sim.run import _build
 
 CASES = [
     {"workload": "mlperf_dlrm", "nodes": 4},
@@ -27,21 +25,6 @@ CASES = [
 ]
 
 
-def _case(options: dict):
-    """The run's inputs, its cluster and the plans the greedy planner compares (and
-    round-robin)."""
-    inputs = resolve_inputs(options)
-    cluster = _build(inputs)
-    seen = {}
-
-    def keep(_cluster, _w, plans, _stack):
-        seen["plans"] = plans
-        return plans[0]
-
-    replace(Planner(), compare=keep).plan(cluster, inputs.workload, inputs.stack)
-    return inputs, cluster, [*seen["plans"], round_robin(cluster, inputs.workload)]
-
-
 def _estimates(inputs, cluster, plans) -> list[float]:
     w, stack, sync = inputs.workload, inputs.stack, inputs.sync
     return [estimate.iteration_estimate(cluster, w, p, stack, sync).iteration_s for p in plans]
@@ -49,7 +32,7 @@ def _estimates(inputs, cluster, plans) -> list[float]:
 
 @pytest.mark.parametrize("options", CASES, ids=lambda c: "-".join(str(v) for v in c.values()))
 def test_the_flat_walk_and_what_it_keeps_give_the_object_walks_times(options, monkeypatch):
-    inputs, cluster, plans = _case(options)
+    inputs, cluster, plans = _candidates(options)
     with monkeypatch.context() as m:  # the long way: op objects, nothing kept
         m.setattr(estimate, "FLAT", False)
         m.setattr(estimate, "REUSE", False)
@@ -67,8 +50,8 @@ def test_a_kept_shape_is_not_used_for_other_op_seconds(monkeypatch):
     """The same lowered trace on a GPU of other rates: new op seconds, a new shape."""
     monkeypatch.setattr(estimate, "_SHAPES", estimate._ByTrace())
     monkeypatch.setattr(estimate, "_DURATIONS", estimate._ByTrace())
-    a100 = _case({"workload": "mlperf_dlrm", "nodes": 2})
-    h100 = _case({"workload": "mlperf_dlrm", "nodes": 2, "topology.gpu": "h100"})
+    a100 = _candidates({"workload": "mlperf_dlrm", "nodes": 2})
+    h100 = _candidates({"workload": "mlperf_dlrm", "nodes": 2, "topology.gpu": "h100"})
     fast = [_estimates(*c) for c in (a100, h100)]
     monkeypatch.setattr(estimate, "REUSE", False)
     assert fast == [_estimates(*c) for c in (a100, h100)]
@@ -77,7 +60,7 @@ def test_a_kept_shape_is_not_used_for_other_op_seconds(monkeypatch):
 
 def test_the_trace_memo_checks_every_op():
     """A trace with the same first op and op count but another op is not the kept one."""
-    inputs, cluster, plans = _case({"workload": "tiny", "nodes": 1})
+    inputs, cluster, plans = _candidates({"workload": "tiny", "nodes": 1})
     trace = _lower(inputs, cluster, plans[0])
     memo = estimate._ByTrace()
     memo.put(trace, "x", 1)
@@ -88,7 +71,7 @@ def test_the_trace_memo_checks_every_op():
 
 
 def test_the_trace_memo_is_bounded_by_ops(monkeypatch):
-    inputs, cluster, plans = _case({"workload": "tiny", "nodes": 1})
+    inputs, cluster, plans = _candidates({"workload": "tiny", "nodes": 1})
     a, b = (_lower(inputs, cluster, p) for p in plans[:2])
     memo = estimate._ByTrace()
     monkeypatch.setattr(estimate, "KEEP_OPS", max(len(a.ops), len(b.ops)) + 1)
@@ -110,7 +93,7 @@ def _lower(inputs, cluster, plan):
 
 @pytest.mark.parametrize("options", CASES[:4], ids=lambda c: "-".join(str(v) for v in c.values()))
 def test_templates_from_copied_ranks_equal_those_built_op_by_op(options):
-    inputs, cluster, plans = _case(options)
+    inputs, cluster, plans = _candidates(options)
     g = cluster.spec.gpus_per_node
     for plan in plans:
         trace = _lower(inputs, cluster, plan)
@@ -144,7 +127,7 @@ def _records(rec) -> tuple:
 
 @pytest.mark.parametrize("options", CASES[:3], ids=lambda c: "-".join(str(v) for v in c.values()))
 def test_collectives_prepared_from_kept_choices_run_as_fresh_ones(options, monkeypatch):
-    inputs, cluster, plans = _case(options)
+    inputs, cluster, plans = _candidates(options)
     _estimates(inputs, cluster, plans)  # the planner's choices are remembered
     trace = _lower(inputs, cluster, plans[0])
     warm = engine.simulate_trace(cluster, trace, iterations=2)
