@@ -58,7 +58,7 @@ from dataclasses import dataclass
 
 from zionsim.base.config import Fields
 from zionsim.base.errors import InputError
-from zionsim.dlrm.cache import harmonic
+from zionsim.dlrm.cache import harmonic, hit_rate
 from zionsim.dlrm.plan import Plan, Shard
 
 #: ``hybrid_embedding::CommunicationType`` (``utils.hpp``)
@@ -192,7 +192,7 @@ def frequent_rows(rows: int, pooling: float, alpha: float, samples: float, thres
         k = rows if samples * pooling / rows >= threshold else 0
     else:
         k = min(rows, math.floor((samples * pooling / (threshold * h)) ** (1.0 / alpha)))
-    return int(k), (harmonic(k, alpha) / h if k > 0 else 0.0)
+    return int(k), hit_rate(rows, k, alpha)  # the share a cache of the K hottest rows serves
 
 
 def hybrid_plan(cluster, w, settings: HybridSettings | None = None):
