@@ -10,7 +10,7 @@ import pytest
 
 from tests.conftest import TINY
 from zionsim.hardware.topology import LINK_ROLES, SCALE_OUT_KINDS
-from zionsim.sim.results import perfetto, perfetto_json, track_lanes
+from zionsim.sim.perfetto import perfetto, perfetto_json, track_lanes
 from zionsim.sim.run import run_point
 
 
@@ -73,7 +73,7 @@ def test_streamed_perfetto_is_the_json_of_its_own_objects(monkeypatch):
     any piece size."""
     import json
 
-    import zionsim.sim.results as results
+    import zionsim.sim.perfetto as trace_json
 
     r = run_point({"topology": TINY, "workload": "tiny", "iterations": 2})
     odd = _events([(0, 0, "compute", 'say "hi"\\é', "gemm", "gemm", 1 / 3, 0.7, float("nan"))])
@@ -81,7 +81,7 @@ def test_streamed_perfetto_is_the_json_of_its_own_objects(monkeypatch):
         pieces = list(perfetto_json(events))
         text = "".join(pieces)
         assert text == json.dumps(json.loads(text), separators=(",", ":"))
-        monkeypatch.setattr(results, "CHUNK_EVENTS", 2)
+        monkeypatch.setattr(trace_json, "CHUNK_EVENTS", 2)
         assert "".join(perfetto_json(events)) == text
         monkeypatch.undo()
     assert len(list(perfetto_json(r.events))) >= 4

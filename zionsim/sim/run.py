@@ -36,12 +36,11 @@ from zionsim.sim.resources import check_inputs, check_trace
 
 if TYPE_CHECKING:  # pandas is imported where a table is built (a sweep's worker needs none)
     import pandas as pd
+from zionsim.sim.perfetto import perfetto, perfetto_json
 from zionsim.sim.results import (
     Analysis,
     link_utilisation,
     links_table,
-    perfetto,
-    perfetto_json,
     rank_totals,
     sample_events,
 )
@@ -67,12 +66,12 @@ class RunResult:
 
     def perfetto(self, ranks: list[int] | None = None) -> dict:
         """The events (of ``ranks`` only, network rows kept; default all) as a Chrome/Perfetto
-        trace (see :func:`zionsim.sim.results.perfetto`)."""
+        trace (see :func:`zionsim.sim.perfetto.perfetto`)."""
         return perfetto(self.events if ranks is None else sample_events(self.events, ranks))
 
     def perfetto_json(self, ranks: list[int] | None = None):
         """:meth:`perfetto` as JSON text in pieces, to stream to a file
-        (:func:`zionsim.sim.results.perfetto_json`)."""
+        (:func:`zionsim.sim.perfetto.perfetto_json`)."""
         return perfetto_json(self.events if ranks is None else sample_events(self.events, ranks))
 
     def rank_totals(self) -> pd.DataFrame:
