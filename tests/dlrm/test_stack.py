@@ -243,3 +243,25 @@ def test_bad_embedding_update_is_named():
         stack_from_dict({"name": "x", "embedding_update": {"gradient": {"multi_gpu": "copy"}}})
     with pytest.raises(InputError, match="embedding_update"):
         stack_from_dict({"name": "x", "embedding_update": {"unscale": True}})
+
+
+def test_override_may_set_a_stack_field_the_file_leaves_out():
+    """--set stack.X reaches a valid field that hugectr.yaml does not write (and the bare stack,
+    which writes none); a misspelt one is refused with the fields the schema allows."""
+    assert "embedding_update" not in (Path(__file__).parents[2] / "stacks/hugectr.yaml").read_text()
+    stack = load_stack("hugectr", {"embedding_update.optimizer": "framework"})
+    assert stack.embedding_optimizer == "framework"
+    assert stack.gpu_per_step_s == load_stack("hugectr").gpu_per_step_s
+    bare = load_stack("bare", ["gpu_per_step=7us", "host.per_step=3us"])
+    assert (bare.gpu_per_step_s, bare.host_per_step_s) == pytest.approx((7e-6, 3e-6))
+    assert dataclasses.replace(bare, gpu_per_step_s=0.0, host_per_step_s=0.0, file="") == (
+        dataclasses.replace(BARE, file="")
+    )
+    for name, sets, field in [
+        ("hugectr", {"embedding_update.optimiser": "framework"}, "embedding_update.optimiser"),
+        ("hugectr", {"host.per_stpe": "1us"}, "host.per_stpe"),
+        ("bare", {"gpu_per_stp": "1us"}, "gpu_per_stp"),
+    ]:
+        with pytest.raises(InputError, match="unknown field") as err:
+            load_stack(name, sets)
+        assert err.value.field == field and "allowed" in str(err.value)

@@ -196,9 +196,11 @@ def load_with_overrides(
     kind: str,
     overrides: dict[str, Any] | list[str] | None,
     defaults: dict[str, Any] | None = None,
+    create: bool = False,
 ) -> tuple[dict, str]:
     """:func:`load_yaml` (an overlay merged over its base), then optional top-level ``defaults``
-    (a mapping fills in the fields the file leaves out), then ``--set`` overrides."""
+    (a mapping fills in the fields the file leaves out), then ``--set`` overrides (``create``:
+    see :func:`apply_overrides`)."""
     data, file = load_yaml(name_or_path, kind)
     if "base" in data:
         data = resolve_overlay(data, file, kind)
@@ -209,7 +211,7 @@ def load_with_overrides(
             data.setdefault(key, value)
     if isinstance(overrides, list):
         overrides = dict(parse_override(o) for o in overrides)
-    return apply_overrides(data, overrides or {}, file), file
+    return apply_overrides(data, overrides or {}, file, create), file
 
 
 #: top-level keys of an overlay that are not fields of the base: what it is laid over, and reports
@@ -268,13 +270,18 @@ def parse_override(text: str) -> tuple[str, Any]:
     return key.strip(), value
 
 
-def apply_overrides(data: dict, overrides: dict[str, Any], file: str) -> dict:
-    """A copy of ``data`` with each dotted path replaced; the path must already exist."""
+def apply_overrides(data: dict, overrides: dict[str, Any], file: str, create: bool = False) -> dict:
+    """A copy of ``data`` with each dotted path replaced.  The path must already exist, unless
+    ``create``: then missing mappings along it are made, for a caller whose validation checks the
+    keys of every mapping it reads (so a misspelt field is still refused, with the fields the
+    schema allows, and a valid field the file leaves out can be set)."""
     out = _deep_copy(data)
     for dotted, value in overrides.items():
         node, keys = out, dotted.split(".")
         for i, key in enumerate(keys):
-            if not isinstance(node, dict) or key not in node:
+            if create and isinstance(node, dict) and key not in node and i < len(keys) - 1:
+                node[key] = {}
+            if not isinstance(node, dict) or (key not in node and not create):
                 here = ".".join(keys[:i]) or "top level"
                 allowed = ", ".join(sorted(node)) if isinstance(node, dict) else "none"
                 raise InputError(

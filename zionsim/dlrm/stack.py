@@ -89,8 +89,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from zionsim.base.config import Fields, load_with_overrides
+from zionsim.base.config import Fields, apply_overrides, load_with_overrides, parse_override
 
 #: the stack a run uses unless told otherwise: the one Neo used on ZionEX (TorchRec + FBGEMM)
 DEFAULT_STACK = "torchrec"
@@ -255,12 +256,21 @@ def resolve_stack(stack: StackSpec | str | None) -> StackSpec:
 BARE = StackSpec("bare")
 
 
-def load_stack(name_or_path: str | Path, overrides: list[str] | None = None) -> StackSpec:
+def load_stack(
+    name_or_path: str | Path, overrides: dict[str, Any] | list[str] | None = None
+) -> StackSpec:
     """Load a stack profile by built-in name (``stacks/``) or YAML path, with ``--set``-style
-    overrides; ``"bare"`` is the stack that adds nothing."""
-    if str(name_or_path) == "bare" and not overrides:
-        return BARE
-    data, file = load_with_overrides(name_or_path, "stacks", overrides)
+    overrides; ``"bare"`` is the stack that adds nothing (an empty profile, which overrides may
+    fill).  An override may set a field the file leaves out: every mapping of a stack is
+    key-checked by :func:`stack_from_dict`, so a misspelt one is still refused."""
+    if str(name_or_path) == "bare":
+        if not overrides:
+            return BARE
+        if isinstance(overrides, list):
+            overrides = dict(map(parse_override, overrides))
+        file = "the built-in stack 'bare'"
+        return stack_from_dict(apply_overrides({"name": "bare"}, overrides, file, True), file)
+    data, file = load_with_overrides(name_or_path, "stacks", overrides, create=True)
     return stack_from_dict(data, file)
 
 
