@@ -114,6 +114,16 @@ class ArchModel:
     gemm: GemmFit
     sm_count: int = 0
     memory_latency_s: float = 0.0
+    #: ``(dtype, curve)`` of the dtypes fitted on their own measurements (assumption 2); every
+    #: other dtype runs on ``gemm``
+    gemm_dtype: tuple[tuple[str, GemmFit], ...] = ()
+
+    def gemm_for(self, dtype: str) -> GemmFit:
+        """The efficiency curve of GEMMs whose math runs in ``dtype``."""
+        for d, fit in self.gemm_dtype:
+            if d == dtype:
+                return fit
+        return self.gemm
 
 
 @dataclass(frozen=True)
@@ -153,9 +163,17 @@ class ComputeModel:
             self._resolved[key] = a
         return a
 
-    def with_gemm(self, arch: str, fit: GemmFit) -> ComputeModel:
-        """A copy with another GEMM fit for ``arch`` (used by the calibration)."""
-        return replace(self, arch={**self.arch, arch: replace(self.arch[arch], gemm=fit)})
+    def with_gemm(self, arch: str, fit: GemmFit, dtype: str | None = None) -> ComputeModel:
+        """A copy with another GEMM fit for ``arch``: its default curve, or with ``dtype`` the
+        curve of that dtype alone (used by the calibration)."""
+        a = self.arch[arch]
+        if dtype is None:
+            a = replace(a, gemm=fit)
+        else:
+            _element_bytes(dtype)
+            own = tuple((d, f) for d, f in a.gemm_dtype if d != dtype)
+            a = replace(a, gemm_dtype=tuple(sorted(own + ((dtype, fit),))))
+        return replace(self, arch={**self.arch, arch: a})
 
 
 @lru_cache(maxsize=4)
@@ -166,7 +184,11 @@ def load_compute_model(path: str | None = None) -> ComputeModel:
     emb, fitted = f.sub("embedding"), f.sub("fitted")
     return ComputeModel(
         arch={
-            a: _arch(f.sub("architectures").sub(a), _gemm_fields(f, fitted, a))
+            a: _arch(
+                f.sub("architectures").sub(a),
+                _gemm_fields(f, fitted, a),
+                _dtype_fits(fitted, a),
+            )
             for a in ARCHITECTURES
         },
         sector_bytes=emb.quantity("sector_bytes", "bytes", unit=False),
@@ -193,7 +215,28 @@ def _gemm_fields(f: Fields, fitted: Fields, arch: str) -> Fields:
     return f.sub("architectures").sub(arch).sub("gemm")
 
 
-def _arch(f: Fields, g: Fields) -> ArchModel:
+def _dtype_fits(fitted: Fields, arch: str) -> tuple[tuple[str, GemmFit], ...]:
+    """The per-dtype GEMM curves of ``arch`` in ``fitted.gemm_dtype`` (none when absent)."""
+    per_arch = fitted.sub("gemm_dtype", {})
+    per_arch.check_keys(ARCHITECTURES)
+    if arch not in per_arch.data:
+        return ()
+    f = per_arch.sub(arch)
+    f.check_keys(GEMM_DTYPES)
+    return tuple(sorted((dtype, _gemm_fit(f.sub(dtype))) for dtype in f.data))
+
+
+def _gemm_fit(g: Fields) -> GemmFit:
+    """One GEMM curve: ``eff_max``, ``half_time_us``, ``exponent``."""
+    g.check_keys({"eff_max", "half_time_us", "exponent"})
+    return GemmFit(
+        eff_max=g.fraction("eff_max"),
+        half_time_s=g.quantity("half_time_us", "time", unit=False) * 1e-6,
+        exponent=g.quantity("exponent", "fraction"),
+    )
+
+
+def _arch(f: Fields, g: Fields, dtype_fits: tuple[tuple[str, GemmFit], ...] = ()) -> ArchModel:
     """One ``architectures`` entry: a GPU architecture states ``sm_count`` and
     ``memory_latency_ns`` (its gather efficiency comes from the latency bound), a CPU trainer its
     ``gather_efficiency``."""
@@ -214,11 +257,8 @@ def _arch(f: Fields, g: Fields) -> ArchModel:
             if "memory_latency_ns" in f.data
             else 0.0
         ),
-        gemm=GemmFit(
-            eff_max=g.fraction("eff_max"),
-            half_time_s=g.quantity("half_time_us", "time", unit=False) * 1e-6,
-            exponent=g.quantity("exponent", "fraction"),
-        ),
+        gemm=_gemm_fit(g),
+        gemm_dtype=dtype_fits,
     )
 
 
@@ -263,8 +303,9 @@ def gemm_bytes(m: int, n: int, k: int, dtype: str) -> float:
 def gemm_efficiency(
     gpu: GpuSpec, m: int, n: int, k: int, dtype: str, model: ComputeModel | None = None
 ) -> float:
-    """Fraction of the ``dtype`` peak a GEMM of this shape reaches (compute-bound part only)."""
-    g = _arch_of(gpu, model).gemm
+    """Fraction of the ``dtype`` peak a GEMM of this shape reaches (compute-bound part only), on
+    the curve of the dtype its math runs in (:func:`math_dtype`)."""
+    g = _arch_of(gpu, model).gemm_for(math_dtype(gpu, dtype))
     x = (gemm_flops(m, n, k) / (peak_flops(gpu, dtype) * g.half_time_s)) ** g.exponent
     return g.eff_max * x / (1.0 + x)
 
@@ -283,11 +324,18 @@ def gemm_time_s(
     return a.launch_s + max(compute, memory)
 
 
-def peak_flops(gpu: GpuSpec, dtype: str) -> float:
-    """Dense peak FLOP/s of ``gpu`` in ``dtype`` (``tf32`` falls back to ``fp32``)."""
+def math_dtype(gpu: GpuSpec, dtype: str) -> str:
+    """The dtype a GEMM's math runs in: ``dtype``, except ``tf32`` on a GPU that lists no TF32
+    rate (Volta), whose FP32 GEMMs run as CUDA-core SGEMM (assumption 3)."""
     _element_bytes(dtype)
     if dtype == "tf32" and "tf32" not in gpu.flops:
-        dtype = "fp32"
+        return "fp32"
+    return dtype
+
+
+def peak_flops(gpu: GpuSpec, dtype: str) -> float:
+    """Dense peak FLOP/s of ``gpu`` in ``dtype`` (``tf32`` falls back to ``fp32``)."""
+    dtype = math_dtype(gpu, dtype)
     if dtype not in gpu.flops:
         raise InputError(
             f"the GPU lists no {dtype} rate",
