@@ -325,10 +325,11 @@ def gemm_time_s(
 
 
 def math_dtype(gpu: GpuSpec, dtype: str) -> str:
-    """The dtype a GEMM's math runs in: ``dtype``, except ``tf32`` on a GPU that lists no TF32
-    rate (Volta), whose FP32 GEMMs run as CUDA-core SGEMM (assumption 3)."""
+    """The dtype a GEMM's math runs in: ``dtype``, except ``tf32`` on a GPU without TF32 tensor
+    cores (Volta: no TF32 rate listed, or one no faster than FP32), whose FP32 GEMMs run as
+    CUDA-core SGEMM (assumption 3)."""
     _element_bytes(dtype)
-    if dtype == "tf32" and "tf32" not in gpu.flops:
+    if dtype == "tf32" and gpu.flops.get("tf32", 0.0) <= gpu.flops.get("fp32", 0.0):
         return "fp32"
     return dtype
 
