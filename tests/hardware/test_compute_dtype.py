@@ -40,9 +40,16 @@ def test_reference_rows_carry_their_source(ref):
     assert not ref["gpu"].str.contains("H200|B200|GB200").any()  # held-out generations
 
 
-@pytest.mark.parametrize(
-    ("arch", "dtype"), [("volta", "fp32"), ("ampere", "fp32"), ("hopper", "fp32"), ("hopper", "tf32"), ("ampere", "tf32")]
-)  # fmt: skip
+OWN_CURVES = [
+    ("volta", "fp32"),
+    ("ampere", "fp32"),
+    ("ampere", "tf32"),
+    ("hopper", "fp32"),
+    ("hopper", "tf32"),
+]
+
+
+@pytest.mark.parametrize(("arch", "dtype"), OWN_CURVES)
 def test_dtypes_with_data_have_their_own_curve(arch, dtype):
     """The shipped model prices these dtypes on a curve of their own, not the FP16/BF16 one."""
     a = compute.load_compute_model().arch[arch]
