@@ -13,9 +13,17 @@ Modelling assumptions:
    (hbm_bw * stream_eff))``.  ``eff = e_max * x / (1 + x)``, ``x = (W / (peak[dtype] * t_half))^a``,
    ``W = 2mnk``: efficiency rises with the work and saturates at ``e_max`` (small GEMMs fill few
    SMs and pay tile prologues); it is half of ``e_max`` when the work would take ``t_half`` at
-   peak.  One curve per architecture, fitted to FP16/BF16 measurements, serves every dtype, so a
-   slower dtype (FP32) saturates at less work.
-3. ``tf32`` runs at the FP32 peak on a GPU that lists no TF32 rate (Volta has no TF32 units).
+   peak.  Each architecture has a curve fitted to FP16/BF16 measurements; a dtype whose math
+   runs on other units has a curve of its own where public measurements of it exist
+   (``fitted.gemm_dtype``, fitted by ``tools/calibrate_compute.py`` on
+   ``data/reference/gemm_kernels_dtype.csv``): CUDA-core FP32 SGEMM on Volta (DeepBench V100),
+   Ampere and Hopper, TF32 on Hopper; Ampere TF32 is the Ampere curve times the same-run
+   TF32/FP16 efficiency ratio of an A100 PCIe (no A100 SXM TF32 sweep is public).  Every other
+   (architecture, dtype) runs on the architecture's curve at the dtype's peak, so a slower
+   dtype saturates at less work.  The curve depends on the work ``2mnk`` alone, not on the
+   shape: tile and wave quantisation of skinny or batched GEMMs are not modelled.
+3. ``tf32`` runs as FP32 (the FP32 peak and curve, :func:`math_dtype`) on a GPU whose TF32
+   rate is missing or no faster than FP32 (Volta has no TF32 units).
 4. The GEMM memory floor reads A and B once and writes C once (tiles re-read from L2/shared
    memory cost nothing), all elements ``dtype`` wide (INT8 GEMMs are assumed to write INT8).
 5. Memory-bound kernels (concat, loss, optimizer steps) stream at STREAM-triad efficiency.
@@ -52,9 +60,11 @@ Modelling assumptions:
    when its indices and values are contiguous).  Not modelled: the device-host sync inside the
    coalesce (``unique_by_key``) and atomic contention on hot rows.
 9. Volta, Ampere, Hopper and Blackwell each have their own GEMM fit (Blackwell's from B200
-   kernel measurements).  CPU trainers have a stated gather efficiency (no latency bound).
+   kernel measurements; no per-dtype curve: none is fitted on H200 or Blackwell data).  CPU
+   trainers have a stated gather efficiency (no latency bound).
 10. A topology's ``compute:`` section (``GpuSpec.compute``, e.g. written by ``zionsim calibrate``
-    from measured kernels) replaces its architecture's parameters for that cluster's GPU; a
+    from measured kernels) replaces its architecture's parameters for that cluster's GPU (its
+    ``gemm`` the architecture's default curve; the per-dtype curves stay); a
     ``gather_efficiency`` there is a measured one and replaces the latency bound.
 """
 
