@@ -207,7 +207,7 @@ def fit_dtype_gemms(model) -> tuple[object, list[str]]:
     for (arch, dtype), (source, csv_gpu) in DTYPE_FITS.items():
         gpu = load_topology(TOPOLOGY[arch]).gpu
         pts = dtype_points(source, csv_gpu, dtype)
-        fit = fitting.fit_gemm(gpu, _without(model, arch, dtype), pts, None)
+        fit = fitting.fit_gemm(gpu, model, pts, None)  # one curve, fitted on this dtype alone
         model = model.with_gemm(arch, fit, dtype)
         fits.setdefault(arch, {})[dtype] = fit
         errs = [
@@ -232,14 +232,6 @@ def fit_dtype_gemms(model) -> tuple[object, list[str]]:
                 f"{f.half_time_s * 1e6:.3f}, exponent: {f.exponent:.4f}}}"
             )
     return model, lines
-
-
-def _without(model, arch: str, dtype: str):
-    """``model`` without ``arch``'s own ``dtype`` curve: ``dtype`` then runs on the default curve,
-    which is what ``fitting.fit_gemm`` fits."""
-    a = model.arch[arch]
-    own = tuple((d, f) for d, f in a.gemm_dtype if d != dtype)
-    return replace(model, arch={**model.arch, arch: replace(a, gemm_dtype=own)})
 
 
 def _rms(xs: list[float]) -> float:

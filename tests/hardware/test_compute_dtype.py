@@ -158,3 +158,18 @@ def test_model_without_dtype_curves_uses_the_architecture_curve(tmp_path, gpus):
     assert a.gemm_dtype == () and a.gemm_for("tf32") == a.gemm
     shipped = compute.load_compute_model()
     assert replace(shipped.arch["hopper"], gemm_dtype=()) == model.arch["hopper"]
+
+
+def test_measured_gemm_curve_serves_every_dtype(gpus):
+    """A topology's measured ``compute.gemm`` (zionsim calibrate) is the GPU's curve for every
+    dtype: the built-in per-dtype curves do not silently keep pricing FP32 / TF32."""
+    h100 = gpus["dgx_h100"]
+    measured = {"eff_max": 0.6, "half_time_s": 5e-6, "exponent": 0.8}
+    own = replace(h100, compute={"gemm": measured})
+    a = compute.load_compute_model().for_gpu(own)
+    for dtype in ("fp32", "tf32", "bf16"):
+        assert a.gemm_for(dtype) == compute.GemmFit(0.6, 5e-6, 0.8)
+    model = compute.load_compute_model()
+    one = model.with_gemm("hopper", compute.GemmFit(0.6, 5e-6, 0.8))
+    assert one.arch["hopper"].gemm_dtype == ()
+    assert model.arch["hopper"].gemm_dtype != ()

@@ -63,8 +63,9 @@ Modelling assumptions:
    kernel measurements; no per-dtype curve: none is fitted on H200 or Blackwell data).  CPU
    trainers have a stated gather efficiency (no latency bound).
 10. A topology's ``compute:`` section (``GpuSpec.compute``, e.g. written by ``zionsim calibrate``
-    from measured kernels) replaces its architecture's parameters for that cluster's GPU (its
-    ``gemm`` the architecture's default curve; the per-dtype curves stay); a
+    from measured kernels) replaces its architecture's parameters for that cluster's GPU; a
+    ``gemm`` there is measured and becomes the GPU's curve for every dtype (the built-in
+    per-dtype curves are dropped: measure the dtype the workload runs); a
     ``gather_efficiency`` there is a measured one and replaces the latency bound.
 """
 
@@ -165,6 +166,8 @@ class ComputeModel:
         a = self.arch[arch]
         if gpu.compute:
             own = {k: v for k, v in gpu.compute.items() if k != "gemm"}
+            if "gemm" in gpu.compute:  # a measured curve is this GPU's for every dtype
+                own["gemm_dtype"] = ()
             gemm = replace(a.gemm, **gpu.compute.get("gemm", {}))
             a = replace(a, gemm=gemm, **own)
         if a.gather_eff is None:
@@ -174,11 +177,12 @@ class ComputeModel:
         return a
 
     def with_gemm(self, arch: str, fit: GemmFit, dtype: str | None = None) -> ComputeModel:
-        """A copy with another GEMM fit for ``arch``: its default curve, or with ``dtype`` the
-        curve of that dtype alone (used by the calibration)."""
+        """A copy with another GEMM fit for ``arch`` (used by the calibrations): without
+        ``dtype``, one curve for every dtype (the per-dtype curves dropped, as a measured
+        ``compute.gemm`` does); with ``dtype``, the curve of that dtype alone."""
         a = self.arch[arch]
         if dtype is None:
-            a = replace(a, gemm=fit)
+            a = replace(a, gemm=fit, gemm_dtype=())
         else:
             _element_bytes(dtype)
             own = tuple((d, f) for d, f in a.gemm_dtype if d != dtype)
