@@ -41,11 +41,12 @@ other (architecture, dtype) keeps the architecture's curve:
   the same 19.5 TFLOP/s FP32 peak as the SXM part), ``eff_max`` fitted.
 * hopper fp32 and tf32: the FP32 and TF32 rows of torchperf_79 (H100 80GB HBM3 SXM), ``eff_max``
   fitted.
-* ampere tf32: no public TF32 GEMM sweep of an A100 SXM was found.  The A100 PCIe 40GB run of
-  torchperf_108 measures TF32 and FP16 on one GPU in one run; the ratio of their efficiencies
-  (each over its own peak, 156 and 312 TFLOP/s), geometric mean over 2048-10240, scales the
-  ampere FP16 curve's ``eff_max`` (its knee kept).  Smaller sizes are left out: there both are
-  launch- and latency-bound, which the shared knee already describes.
+* ampere tf32: no public TF32 GEMM sweep of an A100 SXM was found, so Ampere TF32 keeps the
+  Ampere curve at the TF32 peak.  Printed as a check, not written: the same-run TF32 / FP16
+  efficiency ratio (each over its own peak) of torchperf_108 (A100 PCIe, a 250 W part) is 0.85
+  and 0.90 at 2048 and 4096 but 0.99 at 8192 and 10240, where its power cap throttles both, and
+  the H100 SXM's (torchperf_79, TF32 / BF16) is 0.93-1.05, about 1.  A ratio that moves with the
+  power cap is not taken as a property of the SXM part.
 
 Embedding access overhead: the per-access bytes ``c`` such that the time per useful byte of
 ``ceil32(b) + c`` over ``b`` reproduces TorchRec's planner penalties for FP32 rows (relative to
@@ -127,8 +128,8 @@ DTYPE_FITS = {
 }
 #: DeepBench rows fitted: training shapes, every dimension at least this
 DEEPBENCH_MIN_DIM = 128
-#: ampere tf32: the same-run TF32 / FP16 efficiency ratio of torchperf_108 (A100 PCIe), sizes
-#: from this up, over the A100's TF32 and FP16 peaks (hardware.csv)
+#: a printed check, not fitted: the same-run TF32 / FP16 efficiency ratio of torchperf_108
+#: (A100 PCIe), sizes from this up, over the A100's TF32 and FP16 peaks (hardware.csv)
 TF32_RATIO_SOURCE, TF32_RATIO_MIN_SIZE = "torchperf_108", 2048
 A100_PEAK_TFLOPS = {"tf32": 156.0, "fp16": 312.0}
 DTYPE_NOTES = {
@@ -136,7 +137,6 @@ DTYPE_NOTES = {
     ("ampere", "fp32"): "triton-lang/triton#2491 cuBLAS FP32 (A100 PCIe); eff_max fitted",
     ("hopper", "fp32"): "torchperf_79 FP32 (H100 SXM); eff_max fitted",
     ("hopper", "tf32"): "torchperf_79 TF32 (H100 SXM); eff_max fitted",
-    ("ampere", "tf32"): "ampere curve, eff_max x same-run TF32/FP16 ratio of torchperf_108",
 }
 #: TorchRec planner penalties: row bytes (FP32 rows) -> time per byte relative to 512-byte rows
 TORCHREC_PENALTY = {512: 1.0, 256: 1.15, 128: 1.75}
@@ -217,11 +217,8 @@ def fit_dtype_gemms(model) -> tuple[object, list[str]]:
         print(f"{arch} {dtype}: {fit}  ({len(pts)} points, rms log {_rms(errs):.3f}, "
               f"worst {math.exp(worst) - 1:+.1%})")  # fmt: skip
     r = tf32_ratio()
-    base = model.arch["ampere"].gemm
-    fit = replace(base, eff_max=base.eff_max * r)
-    model = model.with_gemm("ampere", fit, "tf32")
-    fits.setdefault("ampere", {})["tf32"] = fit
-    print(f"ampere tf32: same-run TF32/FP16 efficiency ratio {r:.4f} -> {fit}")
+    print(f"ampere tf32: the ampere curve (check: same-run TF32/FP16 efficiency ratio of the "
+          f"A100 PCIe, torchperf_108, from {TF32_RATIO_MIN_SIZE} up: {r:.3f})")  # fmt: skip
     lines = ["  gemm_dtype:"]
     lines += [f"    # {a} {d}: {DTYPE_NOTES[(a, d)]}" for a, d in sorted(DTYPE_NOTES)]
     for arch in sorted(fits):

@@ -43,7 +43,6 @@ def test_reference_rows_carry_their_source(ref):
 OWN_CURVES = [
     ("volta", "fp32"),
     ("ampere", "fp32"),
-    ("ampere", "tf32"),
     ("hopper", "fp32"),
     ("hopper", "tf32"),
 ]
@@ -84,19 +83,25 @@ def test_h100_tf32_and_fp32_follow_their_measurements(gpus, ref):
         assert _tflops(gpus["dgx_h100"], r.m, r.n, r.k, r.dtype) == pytest.approx(r.tflops, rel=0.1)
 
 
-def test_a100_tf32_below_the_fp16_curve_at_its_peak(gpus, ref):
-    """A100 TF32 reaches the FP16 curve's efficiency times the same-run TF32/FP16 ratio of the
-    A100 PCIe (torchperf_108): a little under the FP16 efficiency at the same work."""
-    a100 = gpus["dgx_a100"]
-    rows = ref[(ref["source"] == "torchperf_108") & (ref["m"] >= 2048)].set_index(["dtype", "m"])
-    ratios = [
-        (rows.loc[("tf32", s), "tflops"] / 156) / (rows.loc[("fp16", s), "tflops"] / 312)
-        for s in (2048, 4096, 8192, 10240)
-    ]
-    r = math.exp(sum(map(math.log, ratios)) / len(ratios))
-    a = compute.load_compute_model().for_gpu(a100)
-    assert a.gemm_for("tf32").eff_max == pytest.approx(a.gemm.eff_max * r, rel=1e-3)
-    assert 0.85 < r < 1.0
+def test_a100_tf32_stays_on_the_ampere_curve(gpus, ref):
+    """No TF32 sweep of an A100 SXM is public: Ampere TF32 keeps the Ampere curve at the TF32
+    peak.  The same-run TF32/FP16 efficiency ratio that would scale it moves with the A100
+    PCIe's power cap (below 0.91 at 2048-4096, 0.99 at 8192-10240) and is about 1 on the H100
+    SXM (TF32/BF16), so it is a check, not a fit."""
+    a = compute.load_compute_model().for_gpu(gpus["dgx_a100"])
+    assert a.gemm_for("tf32") == a.gemm
+
+    def ratios(source, low, peaks):
+        rows = ref[(ref["source"] == source) & (ref["m"] >= 2048)].set_index(["dtype", "m"])
+        return [
+            (rows.loc[("tf32", s), "tflops"] / peaks[0]) / (rows.loc[(low, s), "tflops"] / peaks[1])
+            for s in (2048, 4096, 8192, 10240)
+        ]
+
+    pcie = ratios("torchperf_108", "fp16", (156, 312))
+    assert max(pcie[:2]) < 0.91 and min(pcie[2:]) > 0.98
+    h100 = ratios("torchperf_79", "bf16", (494.5, 989))
+    assert math.exp(sum(map(math.log, h100)) / 4) == pytest.approx(1.0, abs=0.03)
 
 
 def test_tf32_on_volta_runs_as_fp32(gpus):

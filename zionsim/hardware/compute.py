@@ -17,10 +17,10 @@ Modelling assumptions:
    runs on other units has a curve of its own where public measurements of it exist
    (``fitted.gemm_dtype``, fitted by ``tools/calibrate_compute.py`` on
    ``data/reference/gemm_kernels_dtype.csv``): CUDA-core FP32 SGEMM on Volta (DeepBench V100),
-   Ampere and Hopper, TF32 on Hopper; Ampere TF32 is the Ampere curve times the same-run
-   TF32/FP16 efficiency ratio of an A100 PCIe (no A100 SXM TF32 sweep is public).  Every other
-   (architecture, dtype) runs on the architecture's curve at the dtype's peak, so a slower
-   dtype saturates at less work.  The curve depends on the work ``2mnk`` alone, not on the
+   Ampere and Hopper, TF32 on Hopper.  Every other (architecture, dtype) runs on the
+   architecture's curve at the dtype's peak, so a slower dtype saturates at less work; Ampere
+   TF32 among them (no A100 SXM TF32 sweep is public; H100 SXM's TF32 and BF16 reach the same
+   fraction of their peaks, within 7 %).  The curve depends on the work ``2mnk`` alone, not on the
    shape: tile and wave quantisation of skinny or batched GEMMs are not modelled.
 3. ``tf32`` runs as FP32 (the FP32 peak and curve, :func:`math_dtype`) on a GPU whose TF32
    rate is missing or no faster than FP32 (Volta has no TF32 units).
