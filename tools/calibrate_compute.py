@@ -27,6 +27,27 @@ dispatch) takes ``a`` ~ 3 and makes small GEMMs slower on H100 than on A100.
   the 4 us launch the measured efficiency is flat (0.19 of peak at 1024^3 is the launch;
   Hopper's knee, 3.7 us, would make it 0.09), so the curve is a plateau at ``eff_max``.
 
+GEMM per dtype (compute.py assumption 2): a dtype whose math differs from the FP16/BF16 tensor
+cores (CUDA-core FP32 SGEMM; TF32 tensor cores) gets its own curve where public measurements of
+it exist on the architecture's GPU, from zionsim/data/reference/gemm_kernels_dtype.csv; every
+other (architecture, dtype) keeps the architecture's curve:
+
+* volta fp32 (also what ``tf32`` runs as on Volta): DeepBench's V100 FP32 training GEMMs
+  (``deepbench_v100`` rows, DGX-1) whose three dimensions are all >= 128 (training shapes; the
+  16-64 wide rows are inference and RNN-step shapes, latency-bound), ``eff_max`` fitted.  The
+  square torch.matmul FP32 points of torchperf_140 stay held out (kernel case
+  ``v100_gemm_fp32_8192``).
+* ampere fp32: the cuBLAS column of triton-lang/triton issue 2491 (A100 80GB PCIe, CUDA-core FP32,
+  the same 19.5 TFLOP/s FP32 peak as the SXM part), ``eff_max`` fitted.
+* hopper fp32 and tf32: the FP32 and TF32 rows of torchperf_79 (H100 80GB HBM3 SXM), ``eff_max``
+  fitted.
+* ampere tf32: no public TF32 GEMM sweep of an A100 SXM was found, so Ampere TF32 keeps the
+  Ampere curve at the TF32 peak.  Printed as a check, not written: the same-run TF32 / FP16
+  efficiency ratio (each over its own peak) of torchperf_108 (A100 PCIe, a 250 W part) is 0.85
+  and 0.90 at 2048 and 4096 but 0.99 at 8192 and 10240, where its power cap throttles both, and
+  the H100 SXM's (torchperf_79, TF32 / BF16) is 0.93-1.05, about 1.  A ratio that moves with the
+  power cap is not taken as a property of the SXM part.
+
 Embedding access overhead: the per-access bytes ``c`` such that the time per useful byte of
 ``ceil32(b) + c`` over ``b`` reproduces TorchRec's planner penalties for FP32 rows (relative to
 128-dim = 512-byte rows): 1.15 at 64 dims (256 B), 1.75 at 32 dims (128 B).
@@ -93,10 +114,29 @@ FIT_NOTES = {
     "volta": "zzc0721/torch-performance-test-data#140 FP16 (V100-SXM2); eff_max fitted",
     "blackwell": "pytorch/ao#2427 BF16 torch.matmul on B200 (kernel data); eff_max fitted",
 }
-#: not fitted, printed as a check: FP32 / TF32 runs of the same two sources
+#: not fitted, printed as a check after the per-dtype fits: torchperf_140's V100 FP32 squares
 CROSS_CHECK = {
     "volta": ("fp32", [(1024, 10.56), (2048, 12.71), (4096, 13.85), (8192, 14.38)]),
-    "hopper": ("tf32", [(1024, 119.60), (2048, 334.99), (4096, 402.15), (8192, 372.05)]),
+}
+DTYPE_CSV = ROOT / "zionsim/data/reference/gemm_kernels_dtype.csv"
+#: per-dtype curves fitted on their own measurements: (arch, dtype) -> (csv source, csv gpu)
+DTYPE_FITS = {
+    ("volta", "fp32"): ("deepbench_v100", "V100-SXM2"),
+    ("ampere", "fp32"): ("triton_2491", "A100-PCIE-80GB"),
+    ("hopper", "fp32"): ("torchperf_79", "H100-SXM5"),
+    ("hopper", "tf32"): ("torchperf_79", "H100-SXM5"),
+}
+#: DeepBench rows fitted: training shapes, every dimension at least this
+DEEPBENCH_MIN_DIM = 128
+#: a printed check, not fitted: the same-run TF32 / FP16 efficiency ratio of torchperf_108
+#: (A100 PCIe), sizes from this up, over the A100's TF32 and FP16 peaks (hardware.csv)
+TF32_RATIO_SOURCE, TF32_RATIO_MIN_SIZE = "torchperf_108", 2048
+A100_PEAK_TFLOPS = {"tf32": 156.0, "fp16": 312.0}
+DTYPE_NOTES = {
+    ("volta", "fp32"): "DeepBench V100 FP32 GEMMs, all dims >= 128; eff_max fitted",
+    ("ampere", "fp32"): "triton-lang/triton#2491 cuBLAS FP32 (A100 PCIe); eff_max fitted",
+    ("hopper", "fp32"): "torchperf_79 FP32 (H100 SXM); eff_max fitted",
+    ("hopper", "tf32"): "torchperf_79 TF32 (H100 SXM); eff_max fitted",
 }
 #: TorchRec planner penalties: row bytes (FP32 rows) -> time per byte relative to 512-byte rows
 TORCHREC_PENALTY = {512: 1.0, 256: 1.15, 128: 1.75}
@@ -135,6 +175,64 @@ def fit_gemm(model, arch: str, dtype: str, points, eff_max: float | None):
         (s, s, s, dtype, compute.gemm_flops(s, s, s) / (tflops * 1e12)) for s, tflops in points
     ]
     return fitting.fit_gemm(gpu, model, timed, eff_max), gpu
+
+
+def dtype_points(source: str, gpu: str, dtype: str) -> list[tuple[int, int, int, str, float]]:
+    """``(m, n, k, dtype, time_s)`` rows of gemm_kernels_dtype.csv fitted for one curve."""
+    ref = pd.read_csv(DTYPE_CSV)
+    rows = ref[(ref["source"] == source) & (ref["gpu"] == gpu) & (ref["dtype"] == dtype)]
+    if source == "deepbench_v100":
+        rows = rows[rows[["m", "n", "k"]].min(axis=1) >= DEEPBENCH_MIN_DIM]
+    return [
+        (int(r.m), int(r.n), int(r.k), dtype, float(r.time_ms) * 1e-3) for r in rows.itertuples()
+    ]
+
+
+def tf32_ratio() -> float:
+    """Geometric mean of (TF32 / its peak) / (FP16 / its peak) over the same-run square sizes of
+    torchperf_108 from TF32_RATIO_MIN_SIZE up."""
+    ref = pd.read_csv(DTYPE_CSV)
+    rows = ref[(ref["source"] == TF32_RATIO_SOURCE) & (ref["m"] >= TF32_RATIO_MIN_SIZE)]
+    eff = {
+        dt: rows[rows["dtype"] == dt].set_index("m")["tflops"] / A100_PEAK_TFLOPS[dt]
+        for dt in ("tf32", "fp16")
+    }
+    ratios = (eff["tf32"] / eff["fp16"]).dropna()
+    return float(math.exp(sum(math.log(r) for r in ratios) / len(ratios)))
+
+
+def fit_dtype_gemms(model) -> tuple[object, list[str]]:
+    """``model`` with the per-dtype curves fitted, and the YAML lines of ``fitted.gemm_dtype``."""
+    fits: dict[str, dict[str, compute.GemmFit]] = {}
+    for (arch, dtype), (source, csv_gpu) in DTYPE_FITS.items():
+        gpu = load_topology(TOPOLOGY[arch]).gpu
+        pts = dtype_points(source, csv_gpu, dtype)
+        fit = fitting.fit_gemm(gpu, model, pts, None)  # one curve, fitted on this dtype alone
+        model = model.with_gemm(arch, fit, dtype)
+        fits.setdefault(arch, {})[dtype] = fit
+        errs = [
+            math.log(compute.gemm_time_s(gpu, m, n, k, dt, model) / t) for m, n, k, dt, t in pts
+        ]
+        worst = max(errs, key=abs)
+        print(f"{arch} {dtype}: {fit}  ({len(pts)} points, rms log {_rms(errs):.3f}, "
+              f"worst {math.exp(worst) - 1:+.1%})")  # fmt: skip
+    r = tf32_ratio()
+    print(f"ampere tf32: the ampere curve (check: same-run TF32/FP16 efficiency ratio of the "
+          f"A100 PCIe, torchperf_108, from {TF32_RATIO_MIN_SIZE} up: {r:.3f})")  # fmt: skip
+    lines = ["  gemm_dtype:"]
+    lines += [f"    # {a} {d}: {DTYPE_NOTES[(a, d)]}" for a, d in sorted(DTYPE_NOTES)]
+    for arch in sorted(fits):
+        lines.append(f"    {arch}:")
+        for dtype, f in sorted(fits[arch].items()):
+            lines.append(
+                f"      {dtype}: {{eff_max: {f.eff_max:.4f}, half_time_us: "
+                f"{f.half_time_s * 1e6:.3f}, exponent: {f.exponent:.4f}}}"
+            )
+    return model, lines
+
+
+def _rms(xs: list[float]) -> float:
+    return math.sqrt(sum(x * x for x in xs) / len(xs))
 
 
 def fit_gather_latency(model) -> tuple[float, float]:
@@ -182,8 +280,7 @@ def main() -> None:
         fit, gpu = fit_gemm(model, arch, dtype, points, eff_max)
         model = model.with_gemm(arch, fit)
         print(f"{arch}: {fit}")
-        check = [CROSS_CHECK[arch]] if arch in CROSS_CHECK else []
-        for dt, pts in [(dtype, points)] + check:
+        for dt, pts in [(dtype, points)]:
             for size, t in pts:
                 got = measured_tflops(model, gpu, dt, size)
                 print(
@@ -193,6 +290,14 @@ def main() -> None:
             f"    {arch}: {{eff_max: {fit.eff_max:.4f}, half_time_us: {fit.half_time_s * 1e6:.3f}, "
             f"exponent: {fit.exponent:.4f}}}"
         )
+    model, dtype_lines = fit_dtype_gemms(model)
+    lines += dtype_lines
+    for arch, (dtype, pts) in CROSS_CHECK.items():
+        gpu = load_topology(TOPOLOGY[arch]).gpu
+        for size, t in pts:
+            got = measured_tflops(model, gpu, dtype, size)
+            print(f"  {arch} {dtype} {size:>5d}^3  measured {t:7.1f}  model {got:7.1f}  "
+                  f"{got / t - 1:+6.1%}")  # fmt: skip
     c = fit_access_overhead(model.sector_bytes)
     for b, p in TORCHREC_PENALTY.items():
         got = ((math.ceil(b / 32) * 32 + c) / b) / ((512 + c) / 512)

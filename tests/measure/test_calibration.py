@@ -31,9 +31,10 @@ TRUE_GATHER = 0.55
 
 
 def _true_model(gpu) -> compute.ComputeModel:
-    """The built-in compute model with TRUE_GEMM and TRUE_GATHER for ``gpu``'s architecture."""
+    """The built-in compute model with TRUE_GEMM (for every dtype, as a measured curve is) and
+    TRUE_GATHER for ``gpu``'s architecture."""
     base, arch = compute.load_compute_model(), compute.architecture(gpu)
-    a = replace(base.arch[arch], gemm=TRUE_GEMM, gather_eff=TRUE_GATHER)
+    a = replace(base.arch[arch], gemm=TRUE_GEMM, gemm_dtype=(), gather_eff=TRUE_GATHER)
     return replace(base, arch={**base.arch, arch: a})
 
 

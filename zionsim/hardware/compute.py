@@ -13,9 +13,17 @@ Modelling assumptions:
    (hbm_bw * stream_eff))``.  ``eff = e_max * x / (1 + x)``, ``x = (W / (peak[dtype] * t_half))^a``,
    ``W = 2mnk``: efficiency rises with the work and saturates at ``e_max`` (small GEMMs fill few
    SMs and pay tile prologues); it is half of ``e_max`` when the work would take ``t_half`` at
-   peak.  One curve per architecture, fitted to FP16/BF16 measurements, serves every dtype, so a
-   slower dtype (FP32) saturates at less work.
-3. ``tf32`` runs at the FP32 peak on a GPU that lists no TF32 rate (Volta has no TF32 units).
+   peak.  Each architecture has a curve fitted to FP16/BF16 measurements; a dtype whose math
+   runs on other units has a curve of its own where public measurements of it exist
+   (``fitted.gemm_dtype``, fitted by ``tools/calibrate_compute.py`` on
+   ``data/reference/gemm_kernels_dtype.csv``): CUDA-core FP32 SGEMM on Volta (DeepBench V100),
+   Ampere and Hopper, TF32 on Hopper.  Every other (architecture, dtype) runs on the
+   architecture's curve at the dtype's peak, so a slower dtype saturates at less work; Ampere
+   TF32 among them (no A100 SXM TF32 sweep is public; H100 SXM's TF32 and BF16 reach the same
+   fraction of their peaks, within 7 %).  The curve depends on the work ``2mnk`` alone, not on the
+   shape: tile and wave quantisation of skinny or batched GEMMs are not modelled.
+3. ``tf32`` runs as FP32 (the FP32 peak and curve, :func:`math_dtype`) on a GPU whose TF32
+   rate is missing or no faster than FP32 (Volta has no TF32 units).
 4. The GEMM memory floor reads A and B once and writes C once (tiles re-read from L2/shared
    memory cost nothing), all elements ``dtype`` wide (INT8 GEMMs are assumed to write INT8).
 5. Memory-bound kernels (concat, loss, optimizer steps) stream at STREAM-triad efficiency.
@@ -52,9 +60,12 @@ Modelling assumptions:
    when its indices and values are contiguous).  Not modelled: the device-host sync inside the
    coalesce (``unique_by_key``) and atomic contention on hot rows.
 9. Volta, Ampere, Hopper and Blackwell each have their own GEMM fit (Blackwell's from B200
-   kernel measurements).  CPU trainers have a stated gather efficiency (no latency bound).
+   kernel measurements; no per-dtype curve: none is fitted on H200 or Blackwell data).  CPU
+   trainers have a stated gather efficiency (no latency bound).
 10. A topology's ``compute:`` section (``GpuSpec.compute``, e.g. written by ``zionsim calibrate``
     from measured kernels) replaces its architecture's parameters for that cluster's GPU; a
+    ``gemm`` there is measured and becomes the GPU's curve for every dtype (the built-in
+    per-dtype curves are dropped: measure the dtype the workload runs); a
     ``gather_efficiency`` there is a measured one and replaces the latency bound.
 """
 
@@ -114,6 +125,16 @@ class ArchModel:
     gemm: GemmFit
     sm_count: int = 0
     memory_latency_s: float = 0.0
+    #: ``(dtype, curve)`` of the dtypes fitted on their own measurements (assumption 2); every
+    #: other dtype runs on ``gemm``
+    gemm_dtype: tuple[tuple[str, GemmFit], ...] = ()
+
+    def gemm_for(self, dtype: str) -> GemmFit:
+        """The efficiency curve of GEMMs whose math runs in ``dtype``."""
+        for d, fit in self.gemm_dtype:
+            if d == dtype:
+                return fit
+        return self.gemm
 
 
 @dataclass(frozen=True)
@@ -145,6 +166,8 @@ class ComputeModel:
         a = self.arch[arch]
         if gpu.compute:
             own = {k: v for k, v in gpu.compute.items() if k != "gemm"}
+            if "gemm" in gpu.compute:  # a measured curve is this GPU's for every dtype
+                own["gemm_dtype"] = ()
             gemm = replace(a.gemm, **gpu.compute.get("gemm", {}))
             a = replace(a, gemm=gemm, **own)
         if a.gather_eff is None:
@@ -153,9 +176,18 @@ class ComputeModel:
             self._resolved[key] = a
         return a
 
-    def with_gemm(self, arch: str, fit: GemmFit) -> ComputeModel:
-        """A copy with another GEMM fit for ``arch`` (used by the calibration)."""
-        return replace(self, arch={**self.arch, arch: replace(self.arch[arch], gemm=fit)})
+    def with_gemm(self, arch: str, fit: GemmFit, dtype: str | None = None) -> ComputeModel:
+        """A copy with another GEMM fit for ``arch`` (used by the calibrations): without
+        ``dtype``, one curve for every dtype (the per-dtype curves dropped, as a measured
+        ``compute.gemm`` does); with ``dtype``, the curve of that dtype alone."""
+        a = self.arch[arch]
+        if dtype is None:
+            a = replace(a, gemm=fit, gemm_dtype=())
+        else:
+            _element_bytes(dtype)
+            own = tuple((d, f) for d, f in a.gemm_dtype if d != dtype)
+            a = replace(a, gemm_dtype=tuple(sorted(own + ((dtype, fit),))))
+        return replace(self, arch={**self.arch, arch: a})
 
 
 @lru_cache(maxsize=4)
@@ -166,7 +198,11 @@ def load_compute_model(path: str | None = None) -> ComputeModel:
     emb, fitted = f.sub("embedding"), f.sub("fitted")
     return ComputeModel(
         arch={
-            a: _arch(f.sub("architectures").sub(a), _gemm_fields(f, fitted, a))
+            a: _arch(
+                f.sub("architectures").sub(a),
+                _gemm_fields(f, fitted, a),
+                _dtype_fits(fitted, a),
+            )
             for a in ARCHITECTURES
         },
         sector_bytes=emb.quantity("sector_bytes", "bytes", unit=False),
@@ -193,7 +229,28 @@ def _gemm_fields(f: Fields, fitted: Fields, arch: str) -> Fields:
     return f.sub("architectures").sub(arch).sub("gemm")
 
 
-def _arch(f: Fields, g: Fields) -> ArchModel:
+def _dtype_fits(fitted: Fields, arch: str) -> tuple[tuple[str, GemmFit], ...]:
+    """The per-dtype GEMM curves of ``arch`` in ``fitted.gemm_dtype`` (none when absent)."""
+    per_arch = fitted.sub("gemm_dtype", {})
+    per_arch.check_keys(ARCHITECTURES)
+    if arch not in per_arch.data:
+        return ()
+    f = per_arch.sub(arch)
+    f.check_keys(GEMM_DTYPES)
+    return tuple(sorted((dtype, _gemm_fit(f.sub(dtype))) for dtype in f.data))
+
+
+def _gemm_fit(g: Fields) -> GemmFit:
+    """One GEMM curve: ``eff_max``, ``half_time_us``, ``exponent``."""
+    g.check_keys({"eff_max", "half_time_us", "exponent"})
+    return GemmFit(
+        eff_max=g.fraction("eff_max"),
+        half_time_s=g.quantity("half_time_us", "time", unit=False) * 1e-6,
+        exponent=g.quantity("exponent", "fraction"),
+    )
+
+
+def _arch(f: Fields, g: Fields, dtype_fits: tuple[tuple[str, GemmFit], ...] = ()) -> ArchModel:
     """One ``architectures`` entry: a GPU architecture states ``sm_count`` and
     ``memory_latency_ns`` (its gather efficiency comes from the latency bound), a CPU trainer its
     ``gather_efficiency``."""
@@ -214,11 +271,8 @@ def _arch(f: Fields, g: Fields) -> ArchModel:
             if "memory_latency_ns" in f.data
             else 0.0
         ),
-        gemm=GemmFit(
-            eff_max=g.fraction("eff_max"),
-            half_time_s=g.quantity("half_time_us", "time", unit=False) * 1e-6,
-            exponent=g.quantity("exponent", "fraction"),
-        ),
+        gemm=_gemm_fit(g),
+        gemm_dtype=dtype_fits,
     )
 
 
@@ -263,8 +317,9 @@ def gemm_bytes(m: int, n: int, k: int, dtype: str) -> float:
 def gemm_efficiency(
     gpu: GpuSpec, m: int, n: int, k: int, dtype: str, model: ComputeModel | None = None
 ) -> float:
-    """Fraction of the ``dtype`` peak a GEMM of this shape reaches (compute-bound part only)."""
-    g = _arch_of(gpu, model).gemm
+    """Fraction of the ``dtype`` peak a GEMM of this shape reaches (compute-bound part only), on
+    the curve of the dtype its math runs in (:func:`math_dtype`)."""
+    g = _arch_of(gpu, model).gemm_for(math_dtype(gpu, dtype))
     x = (gemm_flops(m, n, k) / (peak_flops(gpu, dtype) * g.half_time_s)) ** g.exponent
     return g.eff_max * x / (1.0 + x)
 
@@ -283,11 +338,19 @@ def gemm_time_s(
     return a.launch_s + max(compute, memory)
 
 
+def math_dtype(gpu: GpuSpec, dtype: str) -> str:
+    """The dtype a GEMM's math runs in: ``dtype``, except ``tf32`` on a GPU without TF32 tensor
+    cores (Volta: no TF32 rate listed, or one no faster than FP32), whose FP32 GEMMs run as
+    CUDA-core SGEMM (assumption 3)."""
+    _element_bytes(dtype)
+    if dtype == "tf32" and gpu.flops.get("tf32", 0.0) <= gpu.flops.get("fp32", 0.0):
+        return "fp32"
+    return dtype
+
+
 def peak_flops(gpu: GpuSpec, dtype: str) -> float:
     """Dense peak FLOP/s of ``gpu`` in ``dtype`` (``tf32`` falls back to ``fp32``)."""
-    _element_bytes(dtype)
-    if dtype == "tf32" and "tf32" not in gpu.flops:
-        dtype = "fp32"
+    dtype = math_dtype(gpu, dtype)
     if dtype not in gpu.flops:
         raise InputError(
             f"the GPU lists no {dtype} rate",
