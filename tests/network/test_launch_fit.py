@@ -35,7 +35,8 @@ def test_fitted_launch_lies_inside_every_rows_rounding_interval():
     # the fit as the model loads it (s): 8 launches give each row's time, whose busbw must
     # round to the printed value (the plain mean, 5.46 us, gives 2.63 GB/s at 64 KiB: fails)
     launch_s = nccl.load_model().launch("ampere")
-    for size, busbw in zip(*(_launch_bound_rows()[c] for c in ("size_bytes", "busbw_GBps"))):
+    rows = _launch_bound_rows()
+    for size, busbw in zip(rows.size_bytes, rows.busbw_GBps, strict=True):
         sim = size * busbw_factor("all_reduce", 8) / (8 * launch_s) / 1e9
         assert abs(sim - busbw) <= 0.005 + 1e-9, (size, sim, busbw)
 
