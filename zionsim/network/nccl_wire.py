@@ -21,6 +21,7 @@ from zionsim.network.nccl_model import (
     CollectiveModel,
     Setting,
     graph_channels,
+    graph_speed_GBps,
     nvls_channels,
     per_generation,
     setting,
@@ -93,7 +94,7 @@ def phase_wire(cluster, model, st: Setting, algorithm: str, protocol: str, phase
     if fam == "ring":
         eff = t["protocol_efficiency"]["ring"][protocol]
         if protocol == "LL":
-            busbw = _ll_max(t, st) * 1e9
+            busbw = ll_cap_GBps(t, st, "ring", nc) * 1e9
         elif protocol == "LL128":
             busbw = nc * per_generation(t, "per_channel_ring_ll128_bw", gen) * 1e9
         else:
@@ -103,7 +104,7 @@ def phase_wire(cluster, model, st: Setting, algorithm: str, protocol: str, phase
         if protocol == "LL128" and st.nodes > 1:
             eff = t["protocol_efficiency"]["tree_multinode_LL128"]
         if protocol == "LL":
-            busbw = _ll_max(t, st) * 1e9
+            busbw = ll_cap_GBps(t, st, "tree", nc) * 1e9
         elif protocol == "LL128":
             busbw = nc * per_generation(t, "per_channel_tree_ll128_bw", gen)[col] * 1e9
         else:
@@ -198,6 +199,35 @@ def _nvls_wire(cluster, t: dict, st: Setting, fam: str, phase, extra: float, per
             busbw = per_ch * min(nvls_channels(t, st), per_generation(t, "channels", gen))
             cap = np.where(~leg, busbw / per_src, cap)
     return _Wire(phase.nbytes / eff, cap)
+
+
+def ll_cap_GBps(t: dict, st: Setting, family: str, nc: int) -> float:
+    """NCCL's LL bus bandwidth of ring or tree (``family``) for a collective of ``st.nbytes``, on
+    the channels NCCL runs it on.  NCCL's tuner rates LL at ``min(llMaxBw, nChannels × bw ×
+    f)``, ``bw`` a channel's graph speed and ``f`` 1/2 (ring) or 1/3.8 (tree) (T:296-301), on
+    every channel of the graph; after choosing, it drops channels while nBytes < nc × nt ×
+    threadThreshold (enqueue.cc, the ring/tree channel tuning: nt = NCCL_LL_MAX_NTHREADS, the
+    threshold NCCL_LL_THREAD_THRESHOLD, × nRanks for rings, init.cc).  So a small LL collective
+    runs on ``used = clamp(nBytes / (nt × threshold), 1, C)`` of the communicator's ``C``
+    channels (the graph's ``nc`` doubled at connection, connect.cc:452, at most MAXCHANNELS),
+    each carrying ``f`` × its share of the NICs' graph speed: the cap is ``min(llMaxBw, used ×
+    f × NICs × speed / C)``.  Continuous in the bytes, so that a larger buffer never runs
+    faster; growing with the NIC speed (the graph's speed × channels is the NICs' rate).
+
+    Across nodes only: there the graph's speed is the NIC's (:func:`graph_speed_GBps`); on one
+    node zionsim has no per-channel NVLink speed of NCCL's graph (the links carry the flows)
+    and keeps LL's total cap, as round 4 of issue 26 did (docs/validation.md)."""
+    cap = _ll_max(t, st)
+    if st.nodes <= 1:
+        return cap
+    ll = t["ll_channel_tuning"]
+    ranks = st.n if family == "ring" else 1
+    per_channel = ll["max_threads"] * ll["thread_threshold_bytes"] * ranks
+    total = float(min(ll["connect_duplication"] * nc, ll["max_channels"]))
+    used = min(total, max(1.0, st.nbytes / per_channel))
+    f = t["protocol_efficiency"][family]["LL"]
+    per_comm_channel = max(1, st.nics) * graph_speed_GBps(t, st) / total
+    return min(cap, used * f * per_comm_channel)
 
 
 def _ll_max(t: dict, st: Setting) -> float:
