@@ -204,7 +204,7 @@ def _nvls_wire(cluster, t: dict, st: Setting, fam: str, phase, extra: float, per
 def ll_cap_GBps(t: dict, st: Setting, family: str, nc: int) -> float:
     """NCCL's LL bus bandwidth of ring or tree (``family``) for a collective of ``st.nbytes``, on
     the channels NCCL runs it on.  NCCL's tuner rates LL at ``min(llMaxBw, nChannels × bw ×
-    f)``, ``bw`` a channel's graph speed and ``f`` 1/2 (ring) or 1/3.8 (tree) (T:296-301), on
+    f)``, ``bw`` a channel's graph speed and ``f`` 1/2 (ring) or 1/3.8 (tree) (T:327, T:332), on
     every channel of the graph; after choosing, it drops channels while nBytes < nc × nt ×
     threadThreshold (enqueue.cc, the ring/tree channel tuning: nt = NCCL_LL_MAX_NTHREADS, the
     threshold NCCL_LL_THREAD_THRESHOLD, × nRanks for rings, init.cc).  So a small LL collective
