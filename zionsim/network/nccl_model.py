@@ -305,7 +305,9 @@ def graph_channels(model: CollectiveModel, st: Setting) -> int:
     NCCL drops channels for small sizes only after the algorithm is chosen (enqueue.cc
     2093-2096) and its tuner does not model that; zionsim rates every size on the graph's
     channels in the tuner and in the execution alike, so that the two agree (with the drop, a
-    larger buffer on more channels could finish before a smaller one)."""
+    larger buffer on more channels could finish before a smaller one).  The exception is LL
+    across nodes, whose rate zionsim takes on the channels in use, continuously in the size, in
+    the tuner and the execution alike (``nccl_wire.ll_cap_GBps``, issue 26 round 6)."""
     t = model.table
     nc = int(per_generation(t, "channels", st.generation))
     if st.nodes <= 1:

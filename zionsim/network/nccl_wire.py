@@ -1,7 +1,8 @@
 """The bandwidth part of an NCCL collective: how its bytes go on the wire.
 
 Wire bytes = payload / protocol efficiency, per-flow rate caps from NCCL's channels (the channels
-in use for this size, the per-channel caps of LL128 and tree, LL's total cap, NVLS's switch
+in use for this size, the per-channel caps of LL128 and tree, LL's cap (across nodes on the
+channels NCCL keeps for the size, :func:`ll_cap_GBps`), NVLS's switch
 rate and NVLSTree's per-channel cap), the many-connection efficiency of a NIC for point-to-point
 traffic (:func:`p2p_net_efficiency`), the fluid time of a collective alone
 (:func:`bandwidth_s`) and the fill of NVLS chunk pipelines (:func:`pipeline_fill_s`).  Constants
