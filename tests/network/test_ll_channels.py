@@ -70,12 +70,13 @@ def test_one_node_keeps_lls_total_cap():
 
 @pytest.mark.parametrize("topology, nodes", [("dgx_a100", 2), ("dgx_a100", 4), ("dgx_h100", 2)])
 def test_ll_cap_grows_with_size_and_nic_rate(topology, nodes):
-    """The cap never falls as the buffer or the NIC rate grows, across the NIC speeds where NCCL's
-    search doubles its channels (48 GB/s on Ampere): twice the channels, each half as fast, so a
-    faster NIC never slows a small collective (it would with llMaxBw spread over the channels)."""
+    """The cap never falls as the buffer or the NIC rate grows, also across the NIC speeds where
+    NCCL's search doubles its channels (from 25 GB/s a channel before Hopper: 250 Gb/s on
+    Ampere), where NCCL's tuner halves each channel's speed; and a faster NIC never slows a
+    small collective (it would with llMaxBw spread over the channels, or the halved speed)."""
     sizes = np.geomspace(8, 2**22, 60)
     caps, prev = [], None
-    for nic in ("100Gbps", "200Gbps", "400Gbps", "800Gbps"):
+    for nic in ("100Gbps", "200Gbps", "250Gbps", "300Gbps", "400Gbps", "800Gbps"):
         c = Cluster.load(topology, nodes=nodes, overrides=[f"scale_out.nic_bw={nic}"])
         model = nccl.cluster_model(c, None)
         row = []

@@ -211,9 +211,14 @@ def ll_cap_GBps(t: dict, st: Setting, family: str, nc: int) -> float:
     threshold NCCL_LL_THREAD_THRESHOLD, × nRanks for rings, init.cc).  So a small LL collective
     runs on ``used = clamp(nBytes / (nt × threshold), 1, C)`` of the communicator's ``C``
     channels (the graph's ``nc`` doubled at connection, connect.cc:452, at most MAXCHANNELS),
-    each carrying ``f`` × its share of the NICs' graph speed: the cap is ``min(llMaxBw, used ×
-    f × NICs × speed / C)``.  Continuous in the bytes, so that a larger buffer never runs
-    faster; growing with the NIC speed (the graph's speed × channels is the NICs' rate).
+    each carrying ``f`` × half its NIC's graph speed (the two copies a connection makes of a
+    graph channel share it): the cap is ``min(llMaxBw, used × f × speed / 2)``.  Continuous in
+    the bytes, so that a larger buffer never runs faster, and growing with the NIC's speed.
+    Where NCCL's search also duplicates channels (ncclTopoDupChannels, from 25 GB/s a channel)
+    it halves each one's speed, so by its tuner's numbers a small collective on a 250 Gb/s NIC
+    would run slower than on a 200 Gb/s one; zionsim keeps the undivided speed there, so that
+    a faster link never slows a collective (issue 26's property), which leaves every NIC of the
+    validation cases (no duplication at 200 Gb/s, nor on Hopper's 8 × 400 Gb/s) as NCCL rates it.
 
     Across nodes only: there the graph's speed is the NIC's (:func:`graph_speed_GBps`); on one
     node zionsim has no per-channel NVLink speed of NCCL's graph (the links carry the flows)
@@ -227,7 +232,7 @@ def ll_cap_GBps(t: dict, st: Setting, family: str, nc: int) -> float:
     total = float(min(ll["connect_duplication"] * nc, ll["max_channels"]))
     used = min(total, max(1.0, st.nbytes / per_channel))
     f = t["protocol_efficiency"][family]["LL"]
-    per_comm_channel = max(1, st.nics) * graph_speed_GBps(t, st) / total
+    per_comm_channel = graph_speed_GBps(t, st) / ll["connect_duplication"]
     return min(cap, used * f * per_comm_channel)
 
 
