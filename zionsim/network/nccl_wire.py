@@ -217,8 +217,8 @@ def ll_cap_GBps(t: dict, st: Setting, family: str, nc: int) -> float:
     Where NCCL's search also duplicates channels (ncclTopoDupChannels, from 25 GB/s a channel)
     it halves each one's speed, so by its tuner's numbers a small collective on a 250 Gb/s NIC
     would run slower than on a 200 Gb/s one; zionsim keeps the undivided speed there, so that
-    a faster link never slows a collective (issue 26's property), which leaves every NIC of the
-    validation cases (no duplication at 200 Gb/s, nor on Hopper's 8 × 400 Gb/s) as NCCL rates it.
+    a faster link never slows a collective (issue 26's property); no latency case of
+    validation/cases.yaml has such a NIC (none duplicates at 200 Gb/s, nor Hopper's 8 × 400).
 
     Across nodes only: there the graph's speed is the NIC's (:func:`graph_speed_GBps`); on one
     node zionsim has no per-channel NVLink speed of NCCL's graph (the links carry the flows)
