@@ -26,12 +26,19 @@ def _times(cluster, op: str, sizes=SIZES) -> np.ndarray:
     return np.array([simulate_collective(cluster, op, s).time_s for s in sizes])
 
 
+def _non_decreasing(t: np.ndarray) -> bool:
+    """Each time at least the one before, up to float rounding (1e-12 relative): a rate that
+    grows in proportion to the bytes (NCCL's channels at small sizes, nccl_wire.ll_channel_share)
+    gives a flat time that rounds either way in the last bit."""
+    return bool(np.all(np.diff(t) >= -1e-12 * t[1:]))
+
+
 def test_six_node_three_nic_all_reduce_is_monotone_in_size():
     """6 nodes x 2 GPUs, 3 NICs: 64 KiB took 160.9 us and 256 KiB 137.9 us (ring/LL on the
     channels NCCL keeps for small sizes); now every size takes at least as long as the smaller."""
     c = Cluster.load(str(DATA / "six_node_three_nic.yaml"))
     t = _times(c, "all_reduce")
-    assert np.all(np.diff(t) >= 0), t
+    assert _non_decreasing(t), t
     at = dict(zip(SIZES, t, strict=True))
     assert at[65536] < at[262144] < at[524288]
 
@@ -44,7 +51,7 @@ def test_three_node_ethernet_is_monotone_in_size_and_nic_rate(op):
     path = str(DATA / "three_node_ethernet.yaml")
     slow = _times(Cluster.load(path), op)
     fast = _times(Cluster.load(path, overrides=["scale_out.nic_bw=100Gbps"]), op)
-    assert np.all(np.diff(slow) >= 0) and np.all(np.diff(fast) >= 0)
+    assert _non_decreasing(slow) and _non_decreasing(fast)
     assert np.all(fast <= slow * (1 + 1e-12))
 
 

@@ -18,8 +18,9 @@ A collective's time follows NCCL's own model (``src/graph/tuning.cc``, constants
 * the bandwidth part is the algorithm's flows on the network (``flows.py``) at wire bytes =
   payload / protocol efficiency (LL 1/2, LL128 0.92, Simple 1; tree and NVLS their own; tree
   all_reduce also NCCL's medium-size derating), each flow capped by what NCCL's channels can
-  carry: the graph's channels × the per-channel caps of LL128 and tree, LL's total cap, and the
-  NVSwitch's reduction rate for NVLS (:func:`prepare`).  Contention with other traffic comes
+  carry: the graph's channels × the per-channel caps of LL128 and tree, LL's total cap (across
+  nodes NCCL's LL rate on the channels NCCL keeps for the size, ``nccl_wire.ll_cap_GBps``), and
+  the NVSwitch's reduction rate for NVLS (:func:`prepare`).  Contention with other traffic comes
   from the network model, so NCCL's per-channel ``bw`` numbers are not used: the links are.
   Point-to-point flows that cross the network (all-to-all) also pay the many-connection
   efficiency of a NIC (:func:`p2p_net_efficiency`; fitted, see the YAML).

@@ -305,19 +305,28 @@ def graph_channels(model: CollectiveModel, st: Setting) -> int:
     NCCL drops channels for small sizes only after the algorithm is chosen (enqueue.cc
     2093-2096) and its tuner does not model that; zionsim rates every size on the graph's
     channels in the tuner and in the execution alike, so that the two agree (with the drop, a
-    larger buffer on more channels could finish before a smaller one)."""
+    larger buffer on more channels could finish before a smaller one).  The exception is LL
+    across nodes, whose rate zionsim takes on the channels in use, continuously in the size, in
+    the tuner and the execution alike (``nccl_wire.ll_cap_GBps``, issue 26 round 6)."""
     t = model.table
     nc = int(per_generation(t, "channels", st.generation))
     if st.nodes <= 1:
         return nc
-    table = per_generation(t, "search_inter_speeds_GBps", st.generation)
-    fits = [v for v in table if v <= st.nic_GBps]
-    bw = max(fits) if fits else min(table)
+    bw = graph_speed_GBps(t, st)
     n = max(1, st.nics)
     hopper_on = st.generation not in ("volta", "ampere")  # NCCL's ccMin > 80
     if bw >= 25.0 and not (hopper_on and bw < 50.0 and n > 4):
         n *= 2
     return min(n, int(t["max_graph_channels"]))
+
+
+def graph_speed_GBps(t: dict, st: Setting) -> float:
+    """The speed (GB/s) NCCL's topology search gives each NIC's channel across nodes: the
+    highest of its table (speedArrayInter, sm90SpeedArrayInter, search.cc:1051-1061) the NIC
+    carries, the table's lowest if none (before duplication, :func:`graph_channels`)."""
+    table = per_generation(t, "search_inter_speeds_GBps", st.generation)
+    fits = [v for v in table if v <= st.nic_GBps]
+    return max(fits) if fits else min(table)
 
 
 def ll128_enabled(st: Setting) -> bool:

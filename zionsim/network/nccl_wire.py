@@ -1,7 +1,8 @@
 """The bandwidth part of an NCCL collective: how its bytes go on the wire.
 
 Wire bytes = payload / protocol efficiency, per-flow rate caps from NCCL's channels (the channels
-in use for this size, the per-channel caps of LL128 and tree, LL's total cap, NVLS's switch
+in use for this size, the per-channel caps of LL128 and tree, LL's cap (across nodes on the
+channels NCCL keeps for the size, :func:`ll_cap_GBps`), NVLS's switch
 rate and NVLSTree's per-channel cap), the many-connection efficiency of a NIC for point-to-point
 traffic (:func:`p2p_net_efficiency`), the fluid time of a collective alone
 (:func:`bandwidth_s`) and the fill of NVLS chunk pipelines (:func:`pipeline_fill_s`).  Constants
@@ -21,6 +22,7 @@ from zionsim.network.nccl_model import (
     CollectiveModel,
     Setting,
     graph_channels,
+    graph_speed_GBps,
     nvls_channels,
     per_generation,
     setting,
@@ -93,7 +95,7 @@ def phase_wire(cluster, model, st: Setting, algorithm: str, protocol: str, phase
     if fam == "ring":
         eff = t["protocol_efficiency"]["ring"][protocol]
         if protocol == "LL":
-            busbw = _ll_max(t, st) * 1e9
+            busbw = ll_cap_GBps(t, st, "ring", nc) * 1e9
         elif protocol == "LL128":
             busbw = nc * per_generation(t, "per_channel_ring_ll128_bw", gen) * 1e9
         else:
@@ -103,7 +105,7 @@ def phase_wire(cluster, model, st: Setting, algorithm: str, protocol: str, phase
         if protocol == "LL128" and st.nodes > 1:
             eff = t["protocol_efficiency"]["tree_multinode_LL128"]
         if protocol == "LL":
-            busbw = _ll_max(t, st) * 1e9
+            busbw = ll_cap_GBps(t, st, "tree", nc) * 1e9
         elif protocol == "LL128":
             busbw = nc * per_generation(t, "per_channel_tree_ll128_bw", gen)[col] * 1e9
         else:
@@ -198,6 +200,40 @@ def _nvls_wire(cluster, t: dict, st: Setting, fam: str, phase, extra: float, per
             busbw = per_ch * min(nvls_channels(t, st), per_generation(t, "channels", gen))
             cap = np.where(~leg, busbw / per_src, cap)
     return _Wire(phase.nbytes / eff, cap)
+
+
+def ll_cap_GBps(t: dict, st: Setting, family: str, nc: int) -> float:
+    """NCCL's LL bus bandwidth of ring or tree (``family``) for a collective of ``st.nbytes``, on
+    the channels NCCL runs it on.  NCCL's tuner rates LL at ``min(llMaxBw, nChannels × bw ×
+    f)``, ``bw`` a channel's graph speed and ``f`` 1/2 (ring) or 1/3.8 (tree) (T:327, T:332), on
+    every channel of the graph; after choosing, it drops channels while nBytes < nc × nt ×
+    threadThreshold (enqueue.cc, the ring/tree channel tuning: nt = NCCL_LL_MAX_NTHREADS, the
+    threshold NCCL_LL_THREAD_THRESHOLD, × nRanks for rings, init.cc).  So a small LL collective
+    runs on ``used = clamp(nBytes / (nt × threshold), 1, C)`` of the communicator's ``C``
+    channels (the graph's ``nc`` doubled at connection, connect.cc:452, at most MAXCHANNELS),
+    each carrying ``f`` × half its NIC's graph speed (the two copies a connection makes of a
+    graph channel share it): the cap is ``min(llMaxBw, used × f × speed / 2)``.  Continuous in
+    the bytes, so that a larger buffer never runs faster, and growing with the NIC's speed.
+    Where NCCL's search also duplicates channels (ncclTopoDupChannels, from 25 GB/s a channel)
+    it halves each one's speed, so by its tuner's numbers a small collective on a 250 Gb/s NIC
+    would run slower than on a 200 Gb/s one; zionsim keeps the undivided speed there, so that
+    a faster link never slows a collective (issue 26's property); no latency case of
+    validation/cases.yaml has such a NIC (none duplicates at 200 Gb/s, nor Hopper's 8 × 400).
+
+    Across nodes only: there the graph's speed is the NIC's (:func:`graph_speed_GBps`); on one
+    node zionsim has no per-channel NVLink speed of NCCL's graph (the links carry the flows)
+    and keeps LL's total cap, as round 4 of issue 26 did (docs/validation.md)."""
+    cap = _ll_max(t, st)
+    if st.nodes <= 1:
+        return cap
+    ll = t["ll_channel_tuning"]
+    ranks = st.n if family == "ring" else 1
+    per_channel = ll["max_threads"] * ll["thread_threshold_bytes"] * ranks
+    total = float(min(ll["connect_duplication"] * nc, ll["max_channels"]))
+    used = min(total, max(1.0, st.nbytes / per_channel))
+    f = t["protocol_efficiency"][family]["LL"]
+    per_comm_channel = graph_speed_GBps(t, st) / ll["connect_duplication"]
+    return min(cap, used * f * per_comm_channel)
 
 
 def _ll_max(t: dict, st: Setting) -> float:
