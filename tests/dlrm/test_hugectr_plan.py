@@ -175,11 +175,15 @@ def test_auto_on_several_nodes_communicates_hierarchically(tiny_cluster):
         sum(
             w.tables[s.table].dim
             for s in plan.shards
-            if s.kind in ("TW", "RW") and len(s.ranks) < n and node in {x // g for x in s.ranks}
+            if s.kind in ("TW", "RW") and node in {x // g for x in s.ranks}
         )
         for node in range(n // g)
     ]
     assert np.allclose(np.asarray(lay.twrw_matrix)[0, 1], 64 * per_node[0] * cb)
+    # table 0, row-split over every GPU, reduces inside each node (TWRW), not over all GPUs
+    every = [s for s in plan.shards if s.kind == "RW" and len(s.ranks) == n]
+    assert every and lay.rw_bytes == 0
+    assert set(lay.twrw_rs) == set(range(n // g))
     flat = hugectr_plan(tiny_cluster, w, Settings(multi_node="auto", hierarchical="hier_auto"))
     assert not any(s.hierarchical for s in flat.shards)
     lay_flat = layout(w, flat, n, g)

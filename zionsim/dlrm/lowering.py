@@ -457,7 +457,8 @@ def _lower_embedding_fwd(o: _RankOps, node: int, local: int, e_args: dict, first
     ]
     rs = o.coll("twrw_reduce_scatter", ("twrw_rs", node), "reduce_scatter", "a2a", (e_fwd,))
     rs = rs or o.coll("hyb_intra_a2a", ("hyb_intra", node), "all_to_all", "a2a", (e_fwd,))
-    rs = rs or o.coll("hier_intra_a2a", ("hier_intra", node), "all_to_all", "a2a", (e_fwd,))
+    # HugeCTR's hierarchical TW/RW shards: their intra-node stage, after any TWRW one
+    rs = o.coll("hier_intra_a2a", ("hier_intra", node), "all_to_all", "a2a", (rs or e_fwd,)) or rs
     outs.append(o.coll("twrw_a2a", ("twrw_a2a", local), "all_to_all", "a2a", (rs or e_fwd,)))
     outs.append(ps_in)
     _lower_distributor(o, first)

@@ -327,7 +327,8 @@ def _add_row_shard(out: Layout, w: WorkloadSpec, s, n: int, g: int, zipf_alpha, 
     table on several whole nodes does so on each of them, and the receiver adds the nodes'
     partial sums (HugeCTR's hierarchical embedding, ``hugectr_plan.py``).  RW over a subset under
     hierarchical communication (``Shard.hierarchical``) sends the partial sums to the rail GPUs of
-    the member's node, which add them up and send each other node its part once."""
+    the member's node, which add them up and send each other node its part once; RW over every
+    GPU under it is TWRW on every node."""
     t, idx = w.tables[s.table], w.index_bytes
     B, G = w.batch_per_gpu, w.batch_per_gpu * n
     every = s.kind == "RW" and sorted(s.ranks) == list(range(n))
@@ -344,9 +345,9 @@ def _add_row_shard(out: Layout, w: WorkloadSpec, s, n: int, g: int, zipf_alpha, 
         # the node's partial sums are reduced on the rail GPU (dst_reduction), then cross once
         for node in sorted({int(r) // g for r in s.ranks}):
             out.twrw_matrix.add_to_row(node, B * t.dim * cb)
-    if every:
+    if every and not (s.hierarchical and n > g):
         out.rw_bytes += G * t.dim * cb
-    elif s.kind == "TWRW":
+    elif s.kind == "TWRW" or every:  # RW over every GPU, hierarchical: TWRW on every node
         for node in sorted({r // g for r in s.ranks}):
             out.twrw_rs[node] = out.twrw_rs.get(node, 0.0) + G * t.dim * cb
             out.twrw_matrix.add_to_row(node, B * t.dim * cb)
