@@ -227,3 +227,20 @@ def test_hierarchical_auto_adds_the_intra_node_stage_to_the_run():
     assert "pooled_a2a" not in names
     assert names.index("hier_intra_a2a") < names.index("twrw_a2a")
     assert names.index("twrw_a2a_bwd") < names.index("hier_intra_bwd")
+
+
+def test_hierarchical_flag_survives_a_plan_file(tiny_cluster):
+    """A saved HugeCTR multi-node auto plan reloads with its hierarchical exchange (not silently
+    flat); the flag on a sharding that does not use it is an InputError naming the field."""
+    from zionsim.dlrm.plan_file import plan_from_dict, plan_to_dict
+
+    w = load_workload("mlperf_dlrm_dcnv2", batch_per_gpu=64)
+    plan = hugectr_plan(tiny_cluster, w, Settings(multi_node="auto"))
+    n, g = len(tiny_cluster.gpus), tiny_cluster.spec.gpus_per_node
+    back = plan_from_dict(plan_to_dict(plan, w, n), w, n, g)
+    assert [s.hierarchical for s in back.shards] == [s.hierarchical for s in plan.shards]
+    data = plan_to_dict(plan, w, n)
+    dp = next(row for row in data["tables"] if row["sharding"] == "DP")
+    dp["hierarchical"] = True
+    with pytest.raises(InputError, match="hierarchical"):
+        plan_from_dict(data, w, n, g)
