@@ -593,10 +593,11 @@ def _lower_dense_update(o: _RankOps, e_bwd, d2h, grads_done, c_ar, buckets) -> N
     """One all-reduce per DDP bucket once its layers' gradients are done (DP tables' wait for
     the embedding backward, which computes them), then the dense optimizer step."""
     ars = []
+    stream = "a2a" if o.stack.one_communicator else "allreduce"  # stack.py item 8e
     for j, ((_, members), cid) in enumerate(zip(buckets[: len(c_ar)], c_ar, strict=True)):
         ready = tuple(grads_done.get(m, e_bwd) for m in members)
         ars.append(
-            o.b.op(o.r, f"allreduce{j}", "collective", "all_reduce", "allreduce", ready, coll=cid)
+            o.b.op(o.r, f"allreduce{j}", "collective", "all_reduce", stream, ready, coll=cid)
         )
     state = DENSE_OPTIMIZERS[o.w.optimizer["dense"]]
     tensors = 2 * (len(o.w.top_layers()) + len(o.w.bottom_layers()))  # weight, bias per layer
