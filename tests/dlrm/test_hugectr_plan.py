@@ -151,7 +151,7 @@ def test_split_tables_hold_hugectr_modulo_rows(tiny_cluster):
 
 
 def test_auto_on_several_nodes_communicates_hierarchically(tiny_cluster):
-    """v3.x/v4.x train.py picks CommunicationStrategy.Hierarchical on several nodes whatever the
+    """v3.1/v4.1 train.py picks CommunicationStrategy.Hierarchical on several nodes whatever the
     plan: under ``auto`` a table on one GPU first sends each other GPU of its node the vectors
     for that GPU's rail ((nodes)·B·d), then the rail's GPU sends each other node its samples'
     B·d once; nothing goes through the flat pooled all-to-all.  NVIDIA's v5.0 train.py

@@ -12,8 +12,8 @@ read from that code (the code here is written from this description, not copied)
    (``HugeCTR/embedding/hier_model_parallel_embedding.cpp``: lookups, each GPU's outputs sent
    to the GPU of the receiver's local index in its node and reduced there, then an all-to-all
    among the same-index GPUs of all nodes).  Which runs communicate so is ``train.py``'s
-   choice: ``CommunicationStrategy.Hierarchical if num_nodes > 1`` in v3.0-v4.1 and in HPE's,
-   ASUSTeK's and QCT's v5.0 copies, so also under ``auto`` (TW and RW shards with
+   choice: ``CommunicationStrategy.Hierarchical if num_nodes > 1`` in every v3.1 and v4.1 copy
+   and in HPE's, ASUSTeK's and QCT's v5.0 copies, so also under ``auto`` (TW and RW shards with
    ``Shard.hierarchical``); NVIDIA's own v5.0 ``train.py`` (and Dell's, GigaComputing's and
    Supermicro's B200 copies) adds ``and args.sharding_plan=='hier_auto'`` (setting
    ``hierarchical: hier_auto``).
@@ -56,7 +56,7 @@ from zionsim.dlrm.workload import EMBEDDING_OPTIMIZERS, WorkloadSpec
 MAX_SEARCH_ROUNDS = 20
 PLANS = ("auto", "hier_auto")
 #: when ``train.py`` picks ``CommunicationStrategy.Hierarchical``: on several nodes whatever
-#: the plan (v3.0-v4.1 and several v5.0 copies: ``Hierarchical if num_nodes > 1``), or only
+#: the plan (v3.1, v4.1 and several v5.0 copies: ``Hierarchical if num_nodes > 1``), or only
 #: with ``hier_auto`` (NVIDIA's own v5.0 train.py: ``... and args.sharding_plan=='hier_auto'``)
 HIERARCHICAL = ("multi_node", "hier_auto")
 
