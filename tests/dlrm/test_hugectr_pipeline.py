@@ -76,3 +76,17 @@ def test_gb200_nvl72_is_one_nvlink_domain_with_a_nic_per_gpu():
     assert spec.gpus_per_node == 72 and spec.scale_out.nics_per_node == 72
     assert spec.scale_up.kind == "nvswitch" and spec.scale_up.links_per_gpu == 18
     assert spec.pcie.switches == 18  # a tray: 4 GPUs and 4 NICs
+
+
+def test_all_reduce_runs_in_issue_order_with_the_exchanges_on_one_communicator():
+    """HugeCTR's all-to-alls and grouped all-reduce share one NCCL communicator, which runs its
+    kernels in issue order: with no data-parallel table (the all-reduce then waits for no
+    embedding work) it still starts only after this iteration's gradient all-to-all; a stack
+    without one_communicator lets it start beside the exchange."""
+    opts = {**BASE, "batch_per_gpu": 2048, "stack.planner.dp_sharding_threshold.auto": 0}
+    one = _ops(opts)
+    assert one.loc[(2, "allreduce0"), "stream"] == "a2a"
+    assert one.loc[(2, "allreduce0"), "start_s"] >= one.loc[(2, "grad_a2a"), "end_s"] - 1e-12
+    apart = _ops({**opts, "stack.one_communicator": False})
+    assert apart.loc[(2, "allreduce0"), "stream"] == "allreduce"
+    assert apart.loc[(2, "allreduce0"), "start_s"] < apart.loc[(2, "grad_a2a"), "end_s"]

@@ -11,7 +11,7 @@ from zionsim.dlrm.hugectr_plan import Problem, Settings, bucket_tables, hugectr_
 from zionsim.dlrm.planner import named_plan
 from zionsim.dlrm.sharding import layout
 from zionsim.dlrm.stack import load_stack
-from zionsim.dlrm.workload import load_workload
+from zionsim.dlrm.workload import DTYPE_BYTES, load_workload
 from zionsim.sim.run import run_point
 
 DCNV2 = load_workload("mlperf_dlrm_dcnv2")
@@ -148,3 +148,99 @@ def test_split_tables_hold_hugectr_modulo_rows(tiny_cluster):
         else:
             assert s.rows is None  # equal blocks, which both rules give
     assert any(s.rows is not None for s in split)
+
+
+def test_auto_on_several_nodes_communicates_hierarchically(tiny_cluster):
+    """v3.1/v4.1 train.py picks CommunicationStrategy.Hierarchical on several nodes whatever the
+    plan: under ``auto`` a table on one GPU first sends each other GPU of its node the vectors
+    for that GPU's rail ((nodes)·B·d), then the rail's GPU sends each other node its samples'
+    B·d once; nothing goes through the flat pooled all-to-all.  NVIDIA's v5.0 train.py
+    (``hierarchical: hier_auto``) keeps the flat exchange under ``auto``."""
+    w = load_workload("mlperf_dlrm_dcnv2", batch_per_gpu=64)
+    auto = Settings(multi_node="auto")
+    plan = hugectr_plan(tiny_cluster, w, auto)
+    assert plan.name == "hugectr_auto"
+    assert all(s.hierarchical for s in plan.shards if s.kind in ("TW", "RW"))
+    n, g = len(tiny_cluster.gpus), tiny_cluster.spec.gpus_per_node
+    lay = layout(w, plan, n, g)
+    assert not lay.pooled_matrix.any()
+    cb = DTYPE_BYTES[w.precision["communication"]]
+    mp = [s for s in plan.shards if s.kind == "TW"]
+    for r in range(n):
+        own = sum(w.tables[x.table].dim for x in mp if x.ranks[0] == r)
+        expect = (n // g) * 64 * own * cb + _rw_part(plan, w, r, n, g) * cb
+        assert lay.hier_intra[r] == pytest.approx(expect)
+    # across nodes: each node's rail GPU sends B·d per table part the node holds, once
+    per_node = [
+        sum(
+            w.tables[s.table].dim
+            for s in plan.shards
+            if s.kind in ("TW", "RW") and node in {x // g for x in s.ranks}
+        )
+        for node in range(n // g)
+    ]
+    assert np.allclose(np.asarray(lay.twrw_matrix)[0, 1], 64 * per_node[0] * cb)
+    # table 0, row-split over every GPU, reduces inside each node (TWRW), not over all GPUs
+    every = [s for s in plan.shards if s.kind == "RW" and len(s.ranks) == n]
+    assert every and lay.rw_bytes == 0
+    assert set(lay.twrw_rs) == set(range(n // g))
+    flat = hugectr_plan(tiny_cluster, w, Settings(multi_node="auto", hierarchical="hier_auto"))
+    assert not any(s.hierarchical for s in flat.shards)
+    lay_flat = layout(w, flat, n, g)
+    assert lay_flat.pooled_matrix.any() and not lay_flat.hier_intra.any()
+
+
+def _rw_part(plan, w, r, n, g):
+    """Intra-node bytes rank ``r`` sends for the row-split tables it holds a part of."""
+    return sum(
+        (n // g) * 64 * w.tables[s.table].dim
+        for s in plan.shards
+        if s.kind == "RW" and r in s.ranks and sorted(s.ranks) != list(range(n))
+    )
+
+
+def test_hierarchical_auto_adds_the_intra_node_stage_to_the_run():
+    """The 2-node auto run gets an intra-node all-to-all before the rail all-to-all, forward and
+    backward, and no flat pooled all-to-all."""
+    base = {
+        "topology": "dgx_h100",
+        "nodes": 2,
+        "gpus_per_node": 2,
+        "iterations": 2,
+        "workload": "mlperf_dlrm_dcnv2",
+        "batch_per_gpu": 64,
+        "stack": "hugectr",
+        "stack.planner.sharding_plan.multi_node": "auto",
+    }
+    from zionsim.dlrm.lowering import lower
+    from zionsim.dlrm.planner import named_plan as plan_of
+
+    res = run_point(base)
+    assert res.summary["plan"] == "hugectr_auto"
+    stack = load_stack("hugectr", {"planner.sharding_plan.multi_node": "auto"})
+    from zionsim.hardware.cluster import Cluster
+
+    c = Cluster.load("dgx_h100", nodes=2, gpus_per_node=2)
+    w = load_workload("mlperf_dlrm_dcnv2", batch_per_gpu=64)
+    names = [op.name for op in lower(w, plan_of("auto", c, w, stack), 4, True, 2, stack=stack).ops]
+    assert "hier_intra_a2a" in names and "hier_intra_bwd" in names and "twrw_a2a" in names
+    assert "pooled_a2a" not in names
+    assert names.index("hier_intra_a2a") < names.index("twrw_a2a")
+    assert names.index("twrw_a2a_bwd") < names.index("hier_intra_bwd")
+
+
+def test_hierarchical_flag_survives_a_plan_file(tiny_cluster):
+    """A saved HugeCTR multi-node auto plan reloads with its hierarchical exchange (not silently
+    flat); the flag on a sharding that does not use it is an InputError naming the field."""
+    from zionsim.dlrm.plan_file import plan_from_dict, plan_to_dict
+
+    w = load_workload("mlperf_dlrm_dcnv2", batch_per_gpu=64)
+    plan = hugectr_plan(tiny_cluster, w, Settings(multi_node="auto"))
+    n, g = len(tiny_cluster.gpus), tiny_cluster.spec.gpus_per_node
+    back = plan_from_dict(plan_to_dict(plan, w, n), w, n, g)
+    assert [s.hierarchical for s in back.shards] == [s.hierarchical for s in plan.shards]
+    data = plan_to_dict(plan, w, n)
+    dp = next(row for row in data["tables"] if row["sharding"] == "DP")
+    dp["hierarchical"] = True
+    with pytest.raises(InputError, match="hierarchical"):
+        plan_from_dict(data, w, n, g)

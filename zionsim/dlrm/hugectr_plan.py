@@ -9,9 +9,14 @@ read from that code (the code here is written from this description, not copied)
 1. **Buckets.**  ``auto``: one bucket per GPU.  ``hier_auto`` (several nodes only): one bucket
    per node, and every GPU of the node gets the node's table list; HugeCTR then splits each of
    those tables' rows over the node's GPUs and runs its ``Hierarchical`` communication
-   (``train.py``: ``CommunicationStrategy.Hierarchical`` when ``num_nodes > 1``;
-   ``HugeCTR/embedding/hier_model_parallel_embedding.cpp``: lookups, a reduction of the partial
-   sums inside the node, then an all-to-all among the same-index GPUs of all nodes).
+   (``HugeCTR/embedding/hier_model_parallel_embedding.cpp``: lookups, each GPU's outputs sent
+   to the GPU of the receiver's local index in its node and reduced there, then an all-to-all
+   among the same-index GPUs of all nodes).  Which runs communicate so is ``train.py``'s
+   choice: ``CommunicationStrategy.Hierarchical if num_nodes > 1`` in every v3.1 and v4.1 copy
+   and in HPE's, ASUSTeK's and QCT's v5.0 copies, so also under ``auto`` (TW and RW shards with
+   ``Shard.hierarchical``); NVIDIA's own v5.0 ``train.py`` (and Dell's, GigaComputing's and
+   Supermicro's B200 copies) adds ``and args.sharding_plan=='hier_auto'`` (setting
+   ``hierarchical: hier_auto``).
 2. **Data-parallel tables.**  A table whose rows and optimizer state (4 bytes per weight and per
    Adagrad accumulator: 8 bytes per element, 4 under SGD) take less than
    ``dp_sharding_threshold`` (GB) is replicated on every GPU.
@@ -50,6 +55,10 @@ from zionsim.dlrm.workload import EMBEDDING_OPTIMIZERS, WorkloadSpec
 #: ``sharding/planner.py``: ``Planner(max_search_iter=20)``
 MAX_SEARCH_ROUNDS = 20
 PLANS = ("auto", "hier_auto")
+#: when ``train.py`` picks ``CommunicationStrategy.Hierarchical``: on several nodes whatever
+#: the plan (v3.1, v4.1 and several v5.0 copies: ``Hierarchical if num_nodes > 1``), or only
+#: with ``hier_auto`` (NVIDIA's own v5.0 train.py: ``... and args.sharding_plan=='hier_auto'``)
+HIERARCHICAL = ("multi_node", "hier_auto")
 
 
 @dataclass(frozen=True)
@@ -67,6 +76,8 @@ class Settings:
     mem_comm_work_ratio: float = 4.0
     #: ``--memory_cap_for_embedding`` default 60 (GB) per GPU
     memory_cap_bytes: float = 60e9
+    #: when the embedding communicates hierarchically (:data:`HIERARCHICAL`)
+    hierarchical: str = "multi_node"
     #: the hybrid embedding's settings (``planner.hybrid``, used by ``plan: hugectr_hybrid``;
     #: None: NVIDIA's, ``hybrid.HybridSettings``)
     hybrid: object = None
@@ -87,6 +98,7 @@ class Settings:
             "dp_threshold_bytes": dict(self.dp_threshold_bytes),
             "mem_comm_work_ratio": self.mem_comm_work_ratio,
             "memory_cap_bytes": self.memory_cap_bytes,
+            "hierarchical": self.hierarchical,
             **({"hybrid": self.hybrid.to_dict()} if self.hybrid is not None else {}),
         }
 
@@ -104,6 +116,7 @@ def settings_from_fields(f: Fields) -> Settings:
             "dp_sharding_threshold",
             "mem_comm_work_ratio",
             "memory_cap_for_embedding",
+            "hierarchical",
             "hybrid",
         }
     )
@@ -127,6 +140,7 @@ def settings_from_fields(f: Fields) -> Settings:
             "mem_comm_work_ratio", "ratio", d.mem_comm_work_ratio, unit=False
         ),
         memory_cap_bytes=f.quantity("memory_cap_for_embedding", "bytes", d.memory_cap_bytes),
+        hierarchical=f.choice("hierarchical", HIERARCHICAL, d.hierarchical),
         hybrid=_hybrid(f),
     )
 
@@ -229,6 +243,7 @@ def hugectr_plan(cluster, w: WorkloadSpec, settings: Settings | None = None) -> 
     g = n // nodes
     kind = s.kind(nodes)
     by_node = kind == "hier_auto"
+    hier = nodes > 1 and (by_node or s.hierarchical == "multi_node")
     p = problem(w, nodes if by_node else n, g if by_node else 1, kind, s)
     dp, buckets = bucket_tables(p)
     holders: dict[int, list[int]] = {}
@@ -247,7 +262,12 @@ def hugectr_plan(cluster, w: WorkloadSpec, settings: Settings | None = None) -> 
         rows = None
         if kind_t in ("RW", "TWRW") and t.rows % len(ranks):
             rows = tuple(modulo_row_splits(t.rows, len(ranks)))
-        shards.append(Shard(t.index, kind_t, ranks[:1] if n == 1 else ranks, rows=rows))
+        shards.append(
+            Shard(
+                t.index, kind_t, ranks[:1] if n == 1 else ranks, rows=rows,
+                hierarchical=hier and kind_t in ("TW", "RW"),
+            )
+        )  # fmt: skip
     return Plan(f"hugectr_{kind}", tuple(shards))
 
 

@@ -222,7 +222,10 @@ def _lower(w, plan, ranks, fused, g, zipf_alpha, sync, stack) -> Trace:
         group = group_of.get(r)
         ar = c_ar.get(group, [])
         node, local = r // g, r % g
-        twrw = [c.get((k, node)) for k in ("twrw_rs", "twrw_ag", "hyb_intra", "hyb_intra_bwd")]
+        twrw = [
+            c.get((k, node))
+            for k in ("twrw_rs", "twrw_ag", "hyb_intra", "hyb_intra_bwd", "hier_intra", "hier_bwd")
+        ]
         twrw += [c.get((k, local)) for k in ("twrw_a2a", "twrw_a2a_bwd")]
         key = (tuple(ar), *twrw, sync_colls.get(r), *(row[r].tobytes() for row in rows))
         if SHARE_RANKS and key in blocks:
@@ -301,6 +304,13 @@ def _embedding_collectives(b: _Builder, lay, ranks: int, g: int, distributor=Fal
             size = g * lay.hyb_intra_bytes
             for key in ("hyb_intra", "hyb_intra_bwd"):
                 c[key, node] = b.collective("all_to_all", size, hm.copy(), members)
+    if lay.hier_intra is not None and lay.hier_intra.any():  # HugeCTR hierarchical TW/RW shards
+        for node in range(ranks // g):
+            members = np.arange(node * g, (node + 1) * g)
+            hm = OuterSum(row=lay.hier_intra[members].copy(), col=np.zeros(g))
+            size = float(lay.hier_intra[members].max()) * (g - 1)
+            c["hier_intra", node] = b.collective("all_to_all", size, hm, members)
+            c["hier_bwd", node] = b.collective("all_to_all", size, hm.T.copy(), members)
     if lay.twrw_matrix.any():
         tm = lay.twrw_matrix
         for j in range(g):
@@ -447,6 +457,8 @@ def _lower_embedding_fwd(o: _RankOps, node: int, local: int, e_args: dict, first
     ]
     rs = o.coll("twrw_reduce_scatter", ("twrw_rs", node), "reduce_scatter", "a2a", (e_fwd,))
     rs = rs or o.coll("hyb_intra_a2a", ("hyb_intra", node), "all_to_all", "a2a", (e_fwd,))
+    # HugeCTR's hierarchical TW/RW shards: their intra-node stage, after any TWRW one
+    rs = o.coll("hier_intra_a2a", ("hier_intra", node), "all_to_all", "a2a", (rs or e_fwd,)) or rs
     outs.append(o.coll("twrw_a2a", ("twrw_a2a", local), "all_to_all", "a2a", (rs or e_fwd,)))
     outs.append(ps_in)
     _lower_distributor(o, first)
@@ -520,6 +532,7 @@ def _lower_sparse_bwd(o: _RankOps, node, local, e_args, x, grads_done) -> tuple:
     hb = o.coll("hyb_intra_a2a_bwd", ("hyb_intra_bwd", node), "all_to_all", "a2a", (x,))
     tb = o.coll("twrw_a2a_bwd", ("twrw_a2a_bwd", local), "all_to_all", "a2a", (hb or x,))
     backs += [tb, o.coll("twrw_all_gather", ("twrw_ag", node), "all_gather", "a2a", (tb,))]
+    backs.append(o.coll("hier_intra_bwd", ("hier_bwd", node), "all_to_all", "a2a", (tb,)))
     if lay.hybrid:  # frequent rows' gradients: a local reduction of the output's gradient
         grads_done["dp_tables"] = x  # (hybrid_sparse_embedding.cu freq_backward), not the a2a's
     for i, (k, n) in reversed(list(enumerate(w.bottom_layers()))):
@@ -580,10 +593,11 @@ def _lower_dense_update(o: _RankOps, e_bwd, d2h, grads_done, c_ar, buckets) -> N
     """One all-reduce per DDP bucket once its layers' gradients are done (DP tables' wait for
     the embedding backward, which computes them), then the dense optimizer step."""
     ars = []
+    stream = "a2a" if o.stack.one_communicator else "allreduce"  # stack.py item 8e
     for j, ((_, members), cid) in enumerate(zip(buckets[: len(c_ar)], c_ar, strict=True)):
         ready = tuple(grads_done.get(m, e_bwd) for m in members)
         ars.append(
-            o.b.op(o.r, f"allreduce{j}", "collective", "all_reduce", "allreduce", ready, coll=cid)
+            o.b.op(o.r, f"allreduce{j}", "collective", "all_reduce", stream, ready, coll=cid)
         )
     state = DENSE_OPTIMIZERS[o.w.optimizer["dense"]]
     tensors = 2 * (len(o.w.top_layers()) + len(o.w.bottom_layers()))  # weight, bias per layer

@@ -27,6 +27,7 @@ ENTRY_KEYS = {
     "columns",
     "rows",
     "comm_precision",
+    "hierarchical",
 }
 
 
@@ -55,6 +56,8 @@ def _entry(sh: Shard, w: WorkloadSpec, gpus: int | None) -> dict:
         row["cache_fraction"] = sh.cache_fraction
     if sh.comm_precision is not None:
         row["comm_precision"] = sh.comm_precision
+    if sh.hierarchical and sh.kind in ("TW", "RW"):
+        row["hierarchical"] = True
     return row
 
 
@@ -101,6 +104,7 @@ _ONLY = (
     ("node", lambda kind, tier: kind in ("TWRW", "TWCW") and tier != "ps", "TWRW and TWCW"),
     ("ranks", lambda kind, tier: kind != "DP" and tier != "ps", "shardings other than DP"),
     ("server", lambda kind, tier: tier == "ps", "tier: ps"),
+    ("hierarchical", lambda kind, tier: kind in ("TW", "RW") and tier != "ps", "TW and RW"),
 )
 #: fields a ``tier: ps`` entry (the whole table on one parameter server) cannot have
 _NOT_PS = ("columns", "rows", "cache_fraction", "comm_precision")
@@ -153,7 +157,8 @@ def _entry_shard(e, t, gpus: int, g: int, servers: int | None) -> Shard:
     widths = _parts(e, "columns", kind in COLUMN_SHARDINGS, len(ranks), t.dim, 1, "columns")
     rows = _parts(e, "rows", kind in ROW_SHARDINGS, len(ranks), t.rows, 0, "rows")
     comm = e.choice("comm_precision", COMM_DTYPES, None) if "comm_precision" in e.data else None
-    return Shard(t.index, kind, ranks, tier, frac, -1, widths, rows, comm)
+    hier = e.flag("hierarchical", False)
+    return Shard(t.index, kind, ranks, tier, frac, -1, widths, rows, comm, hierarchical=hier)
 
 
 def _parts(e, key: str, applies: bool, k: int, total: int, least: int, what: str):

@@ -84,6 +84,10 @@ class Layout:
     #: stage (per direction), and the GPUs per node
     hyb_intra_bytes: float = 0.0
     hyb_gpus_per_node: int = 1
+    #: model-parallel TW/RW shards under HugeCTR's hierarchical communication
+    #: (``Shard.hierarchical``): bytes each rank sends to each other GPU of its node in the
+    #: intra-node stage, per direction (the stage across nodes is ``twrw_matrix``'s)
+    hier_intra: np.ndarray = None
     #: the plan has HYB shards: their frequent rows' gradients (the DP part of the all-reduce) are
     #: reduced from the output's gradient, before and apart from the infrequent exchange
     hybrid: bool = False
@@ -139,6 +143,7 @@ def _empty_layout(n: int, nodes: int, n_ps: int) -> Layout:
     )
     out.ps_dram_bytes = np.zeros(n_ps)
     out.unique_rows = np.zeros(n)
+    out.hier_intra = np.zeros(n)
     return out
 
 
@@ -204,9 +209,24 @@ def _add_gpu_shard(out: Layout, w: WorkloadSpec, s, n: int, g: int, zipf_alpha: 
             _serve(out, w, s, r, G * t.pooling, t.rows, d, zipf_alpha)
             out.out_bytes[r] += G * d * cb
             out.input_matrix.add_to_column(r, B * (t.pooling + 1) * idx)
-            out.pooled_matrix.add_to_row(r, B * d * cb)
+            if s.hierarchical and n > g:
+                _add_hier_output(out, r, n, g, B * d * cb)
+                out.twrw_matrix.add_to_row(r // g, B * d * cb)
+            else:
+                out.pooled_matrix.add_to_row(r, B * d * cb)
     else:
         _add_row_shard(out, w, s, n, g, zipf_alpha, cb)
+
+
+def _add_hier_output(out: Layout, r, n: int, g: int, per_rank: float) -> None:
+    """Rank ``r`` (or ranks) of a model-parallel shard under HugeCTR's hierarchical
+    communication sends each other GPU of its node the outputs for that GPU's rail, ``per_rank``
+    bytes for each of the ``n // g`` nodes' GPUs of that local index (``intra_forward``); the
+    rail's GPU then sends each other node its samples' vectors of every table in the node
+    (``hier_communicate``: the caller's ``twrw_matrix`` row).  Source:
+    NVIDIA-Merlin/HugeCTR HugeCTR/embedding/hier_model_parallel_embedding.cpp (commit 2f2016f),
+    ``HierModelParallelEmbedding::model_forward``/``network_forward`` and ``network_backward``."""
+    out.hier_intra[r] += (n // g) * per_rank
 
 
 def _add_hybrid_shard(out: Layout, w: WorkloadSpec, s, n: int, zipf_alpha, cb) -> None:
@@ -305,7 +325,10 @@ def _add_row_shard(out: Layout, w: WorkloadSpec, s, n: int, g: int, zipf_alpha, 
     pooled all-to-allv instead (the receiver adds them up; gradients come back the same way).
     TWRW reduce-scatters inside its node, then all-to-alls across nodes (module table); a TWRW
     table on several whole nodes does so on each of them, and the receiver adds the nodes'
-    partial sums (HugeCTR's hierarchical embedding, ``hugectr_plan.py``)."""
+    partial sums (HugeCTR's hierarchical embedding, ``hugectr_plan.py``).  RW over a subset under
+    hierarchical communication (``Shard.hierarchical``) sends the partial sums to the rail GPUs of
+    the member's node, which add them up and send each other node its part once; RW over every
+    GPU under it is TWRW on every node."""
     t, idx = w.tables[s.table], w.index_bytes
     B, G = w.batch_per_gpu, w.batch_per_gpu * n
     every = s.kind == "RW" and sorted(s.ranks) == list(range(n))
@@ -314,11 +337,17 @@ def _add_row_shard(out: Layout, w: WorkloadSpec, s, n: int, g: int, zipf_alpha, 
         _serve(out, w, s, r, G * t.pooling * share, rows, t.dim, zipf_alpha)
         out.out_bytes[r] += G * t.dim * cb
         out.input_matrix.add_to_column(r, B * (t.pooling * share + 1) * idx)
-        if s.kind == "RW" and not every:
+        if s.kind == "RW" and not every and s.hierarchical and n > g:
+            _add_hier_output(out, r, n, g, B * t.dim * cb)
+        elif s.kind == "RW" and not every:
             out.pooled_matrix.add_to_row(r, B * t.dim * cb)
-    if every:
+    if s.kind == "RW" and not every and s.hierarchical and n > g:
+        # the node's partial sums are reduced on the rail GPU (dst_reduction), then cross once
+        for node in sorted({int(r) // g for r in s.ranks}):
+            out.twrw_matrix.add_to_row(node, B * t.dim * cb)
+    if every and not (s.hierarchical and n > g):
         out.rw_bytes += G * t.dim * cb
-    elif s.kind == "TWRW":
+    elif s.kind == "TWRW" or every:  # RW over every GPU, hierarchical: TWRW on every node
         for node in sorted({r // g for r in s.ranks}):
             out.twrw_rs[node] = out.twrw_rs.get(node, 0.0) + G * t.dim * cb
             out.twrw_matrix.add_to_row(node, B * t.dim * cb)

@@ -70,6 +70,12 @@ TensorFlow + SOK.  A stack profile states, as data with sources, what differs be
    the previous one.  Without it the indices travel in one all-to-all at the iteration's start
    (TorchRec's input distribution).  YAML: ``data_distributor: {key_bytes: 4, host_sync: 5 us}``
    (``true``: the workload's index width, no host round trip; ``false``: none).
+8e. ``one_communicator`` — every NCCL operation of a rank goes through one communicator, and
+   NCCL runs a communicator's kernels in the order the host issued them (its launches wait on
+   the communicator's own stream): the dense all-reduce then runs on the embedding exchanges'
+   stream, after this iteration's gradient exchange, instead of beside it.  HugeCTR: the
+   embedding's all-to-alls and the grouped all-reduce both use the GPU resource's
+   ``get_nccl()``.
 9. ``grouped_allreduce`` — one all-reduce of every dense (and replicated-table) gradient once
    the backward has produced the last of them, instead of DDP's buckets during the backward.
 10b. ``trainer`` — what the stack trains on: ``gpu`` (default) or ``cpu``, a CPU trainer host
@@ -112,6 +118,7 @@ STACK_KEYS = {
     "iteration_join",
     "dense_waits_lookup",
     "data_distributor",
+    "one_communicator",
     "planner",
     "grouped_allreduce",
     "trainer",
@@ -170,6 +177,8 @@ class StackSpec:
     data_distributor: bool = False
     data_distributor_key_bytes: int = 0
     data_distributor_host_sync_s: float = 0.0
+    #: item 8e: the all-reduce in issue order with the embedding exchanges (one communicator)
+    one_communicator: bool = False
     grouped_allreduce: bool = False
     #: planner ``plan: auto`` runs, and its settings (a ``hugectr_plan.Settings`` for hugectr)
     planner: str = "greedy"
@@ -219,6 +228,7 @@ class StackSpec:
                 if self.data_distributor
                 else {}
             ),
+            **({"one_communicator": True} if self.one_communicator else {}),
             "grouped_allreduce": self.grouped_allreduce,
             "planner": self.planner,
             **(
@@ -325,6 +335,7 @@ def stack_from_dict(data: dict, file: str = "<stack>") -> StackSpec:
         data_distributor=ddl,
         data_distributor_key_bytes=key_bytes,
         data_distributor_host_sync_s=sync_s,
+        one_communicator=f.flag("one_communicator", False),
         grouped_allreduce=f.flag("grouped_allreduce", False),
         planner=planner,
         planner_settings=settings,
