@@ -67,6 +67,16 @@ Modelling assumptions:
     ``gemm`` there is measured and becomes the GPU's curve for every dtype (the built-in
     per-dtype curves are dropped: measure the dtype the workload runs); a
     ``gather_efficiency`` there is a measured one and replaces the latency bound.
+11. A ``dot`` interaction run by NVIDIA DeepLearningExamples' custom kernels
+    (``dot_based_interact``, a stack's ``interaction_kernel``) is priced by the kernel its
+    input runs (:func:`dot_interaction_time_s`): FP16, or FP32 on a GPU with TF32 tensor
+    cores, the WMMA kernels, priced as one GEMM over every sample's rows (as a ``gemm``
+    interaction); FP32 on a GPU without TF32 (Volta) the CUDA-core kernel, one sample per
+    128-thread block, which is bound by shared memory: its wavefronts (128-byte cycles of an
+    SM; n distinct addresses in one bank take n) are counted from the kernel's addressing
+    (:func:`dot_simt_wavefronts`) and served at ``shared_memory_bytes_per_clock`` per SM at
+    ``sm_clock_mhz``, against its HBM bytes (the larger of the two).  Latency, occupancy and
+    FMA issue are not modelled (the FMAs need half the cycles the loads take).
 """
 
 from __future__ import annotations
