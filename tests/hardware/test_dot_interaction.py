@@ -61,8 +61,15 @@ def test_volta_fp32_runs_the_cuda_core_kernel(gpus):
     assert 2 * (bwd - launch) == pytest.approx(8192 * 5616 / (80 * 1530e6), rel=1e-9)
 
 
-@pytest.mark.parametrize(("gpu", "dtype"), [("dgx_a100", "tf32"), ("dgx_a100", "fp32"),
-                                            ("dgx_a100", "fp16"), ("bigbasin", "fp16")])  # fmt: skip
+TENSOR_CORE = [
+    ("dgx_a100", "tf32"),
+    ("dgx_a100", "fp32"),
+    ("dgx_a100", "fp16"),
+    ("bigbasin", "fp16"),
+]
+
+
+@pytest.mark.parametrize(("gpu", "dtype"), TENSOR_CORE)
 def test_tensor_core_forms_keep_the_gemm_price(gpus, gpu, dtype):
     """FP16 inputs (WMMA FP16) and 32-bit inputs on a GPU with TF32 (WMMA TF32) keep the GEMM
     price of one GEMM over every sample's rows."""
