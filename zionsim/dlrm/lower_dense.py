@@ -65,17 +65,21 @@ def lower_sync(b, sync: SyncSpec, r: int, g: int, colls: dict, nbytes: float) ->
         )
 
 
-def interaction(b, w, r, B, dt, deps, phase):
-    """Interaction ops (forward, or backward at twice the forward work); returns the last op."""
+def interaction(b, w, r, B, dt, deps, phase, kernel="gemm"):
+    """Interaction ops (forward, or backward at twice the forward work); returns the last op.
+    A ``dot`` interaction's ops state the kernels that run it (the stack's
+    ``interaction_kernel``): ``gemm`` ops, or DLE's ``dot_based_interact`` forward / backward
+    kernel (``compute.DOT_KERNELS``), priced by ``compute.dot_interaction_time_s``."""
     d, n_feat = w.bottom_mlp[-1], len(w.tables) + 1
     name = f"interaction_{phase}"
     reps = 1 if phase == "fwd" else 2
     if w.interaction == "dot":
+        form = {} if kernel == "gemm" else {"kernel": f"{kernel}_{phase}"}
         x = None
         for i in range(reps):  # batched F×d · d×F products: B·F rows against F columns
             x = b.op(
                 r, f"{name}{i}", "gemm", "interaction", "compute", deps if i == 0 else (x,),
-                m=B * n_feat, n=n_feat, k=d, dtype=dt,
+                m=B * n_feat, n=n_feat, k=d, dtype=dt, **form,
             )  # fmt: skip
         return x
     width = w.interaction_input_width

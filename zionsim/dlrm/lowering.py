@@ -499,7 +499,9 @@ def _lower_dense_fwd(o: _RankOps, outs: list, lookup: int | None = None) -> int:
     for i, (k, n) in enumerate(w.bottom_layers()):
         deps = (lookup,) if i == 0 else ()
         last = o.gemm(f"bottom_fwd{i}", B, n, k, deps, o.stack.mlp_kernels[0], B * n)
-    x = lower_dense.interaction(o.b, w, o.r, B, o.dt, (last, *outs), "fwd")
+    x = lower_dense.interaction(
+        o.b, w, o.r, B, o.dt, (last, *outs), "fwd", o.stack.interaction_kernel
+    )
     for i, (k, n) in enumerate(w.top_layers()):
         x = o.gemm(f"top_fwd{i}", B, n, k, (x,), o.stack.mlp_kernels[0], B * n)
     return o.b.op(o.r, "loss", "memory", "interaction", "compute", (x,), nbytes=float(16 * B))
@@ -513,7 +515,7 @@ def _lower_top_bwd(o: _RankOps, x: int, grads_done: dict) -> int:
     for i, (k, n) in reversed(list(enumerate(w.top_layers()))):
         grads_done[f"top{i}"] = o.gemm(f"top_wgrad{i}", k, n, B, (x,))
         x = o.gemm(f"top_dgrad{i}", B, k, n, (x,), o.stack.mlp_kernels[1] - 1, B * n)
-    x = lower_dense.interaction(o.b, w, o.r, B, o.dt, (x,), "bwd")
+    x = lower_dense.interaction(o.b, w, o.r, B, o.dt, (x,), "bwd", o.stack.interaction_kernel)
     if w.interaction_params:
         grads_done["interaction"] = x
     return x

@@ -75,6 +75,8 @@ def _duration(gpu, kind: str, a, model) -> float:
             extra += compute.memory_time_s(gpu, a.eltwise_bytes, model) - compute.launch_overhead_s(
                 gpu, model
             )
+        if a.kernel != "gemm":
+            return compute.dot_interaction_time_s(gpu, a.m, a.n, a.k, a.dtype, a.kernel, model)
         return compute.gemm_time_s(gpu, a.m, a.n, a.k, a.dtype, model) + extra
     if kind == "memory":
         return compute.memory_time_s(gpu, a.nbytes, model) + extra

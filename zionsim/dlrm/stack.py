@@ -85,6 +85,12 @@ TensorFlow + SOK.  A stack profile states, as data with sources, what differs be
 10. ``planner`` — the sharding planner ``plan: auto`` means under this stack (``name``, one of
     ``planner.PLANNERS``; default ``greedy``) and its settings: ``hugectr`` is NVIDIA's MLPerf
     planner with the settings of its configurations (``hugectr_plan.py``).
+12. ``interaction_kernel`` — the kernels of a ``dot`` interaction: ``gemm`` (default: a batched
+    GEMM, priced as one GEMM over every sample's feature rows) or ``dot_based_interact``
+    (NVIDIA DeepLearningExamples' custom CUDA kernels, which its PyTorch and TensorFlow 2 DLRMs
+    and the SOK benchmark run: one forward and one backward kernel; FP16 and TF32 inputs on WMMA
+    tensor cores, priced as the GEMM; FP32 on a GPU without TF32, a CUDA-core kernel priced by
+    its shared-memory traffic, ``compute.dot_interaction_time_s``).
 
 The fitted fields (``host.per_step``, ``host.per_sample``, ``gpu_per_step``) are fitted per
 stack on the cases marked calibrated in ``validation/cases.yaml`` (two per-GPU batch sizes per
@@ -113,6 +119,7 @@ STACK_KEYS = {
     "gpu_per_step",
     "interference",
     "fused_embedding",
+    "interaction_kernel",
     "embedding_update",
     "embedding_stream",
     "iteration_join",
@@ -134,6 +141,8 @@ EMBEDDING_OPTIMIZERS = ("fused", "framework")
 EMBEDDING_GRADIENTS = ("kernel", "view")
 #: fields of a stack's ``data_distributor:`` mapping (item 8d)
 DISTRIBUTOR_KEYS = ("key_bytes", "host_sync")
+#: ``interaction_kernel`` values (item 12)
+INTERACTION_KERNELS = ("gemm", "dot_based_interact")
 HOST_KEYS = ("dispatch", "per_step", "per_sample", "overlap")
 #: ``precision.communication`` value: exchange in the dense math's 16-bit type under mixed precision
 FOLLOW_DENSE = "dense"
@@ -164,6 +173,10 @@ class StackSpec:
     compute_slowdown: float = 0.0
     comm_slowdown: float = 0.0
     fused_embedding: bool = True
+    #: the dot interaction's kernels (:data:`INTERACTION_KERNELS`): ``gemm``, a batched GEMM
+    #: priced as one GEMM over every sample's rows; ``dot_based_interact``, DeepLearningExamples'
+    #: custom kernels (item 12)
+    interaction_kernel: str = "gemm"
     #: ``embedding_update``: optimizer (EMBEDDING_OPTIMIZERS), gradient on one GPU and on several
     #: (EMBEDDING_GRADIENTS), the loss scaler's unscale of the values under mixed precision
     embedding_optimizer: str = "fused"
@@ -203,6 +216,11 @@ class StackSpec:
             "compute_slowdown": self.compute_slowdown,
             "comm_slowdown": self.comm_slowdown,
             "fused_embedding": self.fused_embedding,
+            **(
+                {"interaction_kernel": self.interaction_kernel}
+                if self.interaction_kernel != "gemm"
+                else {}
+            ),
             **(
                 {
                     "embedding_update": {
@@ -326,6 +344,7 @@ def stack_from_dict(data: dict, file: str = "<stack>") -> StackSpec:
         compute_slowdown=i.quantity("compute_slowdown", "fraction", 0.0, strict=False),
         comm_slowdown=i.quantity("comm_slowdown", "fraction", 0.0, strict=False),
         fused_embedding=f.flag("fused_embedding", True),
+        interaction_kernel=f.choice("interaction_kernel", INTERACTION_KERNELS, "gemm"),
         embedding_optimizer=e_opt,
         embedding_gradient=e_grad,
         amp_unscale=unscale,

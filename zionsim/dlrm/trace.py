@@ -54,7 +54,8 @@ PS_PARTS = {"ps_lookup": ("index", "gather", "pooled"), "ps_update": ("push", "u
 
 class GemmArgs(NamedTuple):
     """A GEMM: ``m x k @ k x n`` in ``dtype``; ``launches`` kernels (bias/activation kernels
-    when unfused) moving ``eltwise_bytes`` of activations beside it."""
+    when unfused) moving ``eltwise_bytes`` of activations beside it; ``kernel``: ``gemm`` (a
+    library GEMM) or the form of a custom kernel doing this work (``compute.DOT_KERNELS``)."""
 
     m: int
     n: int
@@ -62,6 +63,7 @@ class GemmArgs(NamedTuple):
     dtype: str
     launches: int = 1
     eltwise_bytes: float = 0.0
+    kernel: str = "gemm"
     measured_us: float | None = None
 
 

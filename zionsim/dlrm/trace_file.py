@@ -364,10 +364,11 @@ def _check_arg(where: str, name: str, value, err):
     """One op argument of its type and bound, as it is used: a whole number as an int (``2.0``
     would index a list as a float)."""
     from zionsim.dlrm.workload import EMBEDDING_OPTIMIZERS
+    from zionsim.hardware.compute import DOT_KERNELS
     from zionsim.hardware.topology import DTYPES
 
     choices = {"dtype": DTYPES, "optimizer": tuple(EMBEDDING_OPTIMIZERS),
-               "direction": TRANSFER_DIRECTIONS}  # fmt: skip
+               "direction": TRANSFER_DIRECTIONS, "kernel": ("gemm", *DOT_KERNELS)}  # fmt: skip
     if name in choices:
         if value not in choices[name]:
             raise err(where, f"unknown value {value!r}", ", ".join(choices[name]))

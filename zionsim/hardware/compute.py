@@ -67,6 +67,16 @@ Modelling assumptions:
     ``gemm`` there is measured and becomes the GPU's curve for every dtype (the built-in
     per-dtype curves are dropped: measure the dtype the workload runs); a
     ``gather_efficiency`` there is a measured one and replaces the latency bound.
+11. A ``dot`` interaction run by NVIDIA DeepLearningExamples' custom kernels
+    (``dot_based_interact``, a stack's ``interaction_kernel``) is priced by the kernel its
+    input runs (:func:`dot_interaction_time_s`): FP16, or FP32 on a GPU with TF32 tensor
+    cores, the WMMA kernels, priced as one GEMM over every sample's rows (as a ``gemm``
+    interaction); FP32 on a GPU without TF32 (Volta) the CUDA-core kernel, one sample per
+    128-thread block, which is bound by shared memory: its wavefronts (128-byte cycles of an
+    SM; n distinct addresses in one bank take n) are counted from the kernel's addressing
+    (:func:`dot_simt_wavefronts`) and served at ``shared_memory_bytes_per_clock`` per SM at
+    ``sm_clock_mhz``, against its HBM bytes (the larger of the two).  Latency, occupancy and
+    FMA issue are not modelled (the FMAs need half the cycles the loads take).
 """
 
 from __future__ import annotations
@@ -128,6 +138,10 @@ class ArchModel:
     #: ``(dtype, curve)`` of the dtypes fitted on their own measurements (assumption 2); every
     #: other dtype runs on ``gemm``
     gemm_dtype: tuple[tuple[str, GemmFit], ...] = ()
+    #: SM clock (Hz) and shared-memory bytes per clock per SM, for kernels priced by their
+    #: shared-memory wavefronts (assumption 11); 0 where the architecture states none
+    sm_clock_Hz: float = 0.0
+    shared_bytes_per_clock: float = 0.0
 
     def gemm_for(self, dtype: str) -> GemmFit:
         """The efficiency curve of GEMMs whose math runs in ``dtype``."""
@@ -273,6 +287,12 @@ def _arch(f: Fields, g: Fields, dtype_fits: tuple[tuple[str, GemmFit], ...] = ()
         ),
         gemm=_gemm_fit(g),
         gemm_dtype=dtype_fits,
+        sm_clock_Hz=(f.integer("sm_clock_mhz") * 1e6 if "sm_clock_mhz" in f.data else 0.0),
+        shared_bytes_per_clock=(
+            f.quantity("shared_memory_bytes_per_clock", "bytes", unit=False)
+            if "shared_memory_bytes_per_clock" in f.data
+            else 0.0
+        ),
     )
 
 
@@ -336,6 +356,96 @@ def gemm_time_s(
     compute = gemm_flops(m, n, k) / (peak_flops(gpu, dtype) * eff)
     memory = gemm_bytes(m, n, k, dtype) / (gpu.hbm_bw_Bps * a.stream_eff)
     return a.launch_s + max(compute, memory)
+
+
+#: DeepLearningExamples' FP32 dot-interaction kernels (``dot_based_interact_fp32_fwd.cu`` /
+#: ``_bwd.cu``, launchers ``dotBasedInteractF32Fwd`` / ``Bwd``): one sample per thread block of
+#: 128 threads (``kNumThreads``) [dle_interact]
+DOT_SIMT_THREADS = 128
+#: 32 shared-memory banks of 4 bytes (CUDA C++ Best Practices Guide, "Shared Memory"); a warp's
+#: 128-bit loads are served 8 threads at a time (4 requests per LDS.128, forum 77228), 32-bit
+#: loads 32 at a time
+SHARED_BANKS = 32
+#: DLE's dot-interaction kernel forms (``GemmArgs.kernel``): the forward kernel and the backward
+#: kernel, whose work the lowering writes as its two tensor-core-priced GEMMs
+DOT_KERNELS = ("dot_based_interact_fwd", "dot_based_interact_bwd")
+
+
+def dot_interaction_time_s(
+    gpu: GpuSpec, m: int, n: int, k: int, dtype: str, kernel: str, model: ComputeModel | None = None
+) -> float:
+    """Seconds of one op of DeepLearningExamples' custom dot interaction (``kernel`` one of
+    :data:`DOT_KERNELS`; ``m = samples x features``, ``n = features``, ``k = dim``; assumption
+    11).  A 16-bit input, or a 32-bit one on a GPU with TF32 tensor cores, runs the WMMA
+    tensor-core kernels, priced as the GEMM :func:`gemm_time_s` prices (unchanged); a 32-bit
+    input on a GPU without them (Volta) runs the CUDA-core FP32 kernel, priced by its
+    shared-memory wavefronts (:func:`dot_simt_wavefronts`) against its HBM bytes; the backward
+    kernel's time is split over the lowering's two backward ops."""
+    if kernel not in DOT_KERNELS:
+        raise InputError(
+            f"unknown GEMM kernel {kernel!r}",
+            field="kernel",
+            allowed="gemm, " + ", ".join(DOT_KERNELS),
+        )
+    if dtype not in ("fp32", "tf32") or math_dtype(gpu, "tf32") != "fp32":
+        return gemm_time_s(gpu, m, n, k, dtype, model)
+    a = _arch_of(gpu, model)
+    if not (a.sm_clock_Hz > 0 and a.shared_bytes_per_clock > 0):
+        raise InputError(
+            f"the {architecture(gpu)} architecture states no SM clock or shared-memory bandwidth",
+            field=f"architectures.{architecture(gpu)}.sm_clock_mhz",
+            allowed="sm_clock_mhz and shared_memory_bytes_per_clock in compute_model.yaml",
+        )
+    phase = "fwd" if kernel.endswith("fwd") else "bwd"
+    samples, features, dim = m // n, n, k
+    wavefronts = samples * dot_simt_wavefronts(features, dim, phase)
+    sms = gpu.sm_count or a.sm_count
+    shared_s = wavefronts * (SHARED_BANKS * 4 / a.shared_bytes_per_clock) / (sms * a.sm_clock_Hz)
+    pairs = features * (features - 1) // 2
+    out = -(-(pairs + dim) // 8) * 8  # the output row, padded to a multiple of 8
+    per_sample = features * dim + out if phase == "fwd" else 2 * features * dim + out + dim
+    hbm_s = samples * 4.0 * per_sample / (gpu.hbm_bw_Bps * a.stream_eff)
+    seconds = max(shared_s, hbm_s)
+    return a.launch_s + (seconds if phase == "fwd" else seconds / 2.0)
+
+
+@lru_cache(maxsize=64)
+def dot_simt_wavefronts(features: int, dim: int, phase: str) -> int:
+    """Shared-memory wavefronts (128-byte cycles of one SM) of one sample of DLE's FP32 dot
+    interaction, from its kernels' addressing [dle_interact].  Forward: thread ``t`` computes
+    pairs ``t, t + 128, ...`` of the strictly lower triangle (row-major), each a dot product of
+    two rows read from shared memory as float4s; the 8 threads a 128-bit load serves together
+    take one wavefront per distinct address in one bank (an n-way conflict takes n; one address
+    read by several threads is broadcast).  Rows ``dim`` floats apart start in the same bank
+    when ``4 dim`` is a multiple of 128 bytes, so distinct rows conflict.  Without float4
+    alignment (``dim`` not a multiple of 4) the kernel reads floats, 32 threads together.
+    Backward: thread ``t`` owns column ``t`` (and ``t + 128``...) and for every row sums the
+    other rows' elements times one upstream gradient: two 32-bit loads per term, consecutive
+    columns in distinct banks and the gradient broadcast, one wavefront each per warp."""
+    if phase == "bwd":
+        return -(-dim // 32) * features * (features - 1) * 2
+    pairs = [(r, c) for r in range(1, features) for c in range(r)]
+    vec = 4 if dim % 4 == 0 else 1
+    group = 32 // vec
+    per_load = 0
+    for base in range(0, len(pairs), DOT_SIMT_THREADS):
+        block = pairs[base : base + DOT_SIMT_THREADS]
+        for w in range(0, len(block), 32):
+            warp = block[w : w + 32]
+            for g in range(0, len(warp), group):
+                threads = warp[g : g + group]
+                for side in (0, 1):
+                    per_load += _bank_conflicts([p[side] * dim for p in threads], vec)
+    return per_load * (dim // vec)
+
+
+def _bank_conflicts(addresses: list[int], vec: int) -> int:
+    """Wavefronts of one shared-memory request: the most distinct ``vec``-word addresses that
+    fall in one bank (group), at least one."""
+    per_bank: dict[int, set[int]] = {}
+    for addr in addresses:
+        per_bank.setdefault((addr % SHARED_BANKS) // vec, set()).add(addr)
+    return max((len(v) for v in per_bank.values()), default=1)
 
 
 def math_dtype(gpu: GpuSpec, dtype: str) -> str:
