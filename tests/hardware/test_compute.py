@@ -240,3 +240,35 @@ def test_bad_input_names_the_field(a100, call, field):
     with pytest.raises(InputError) as err:
         call(a100)
     assert err.value.field == field
+
+
+def test_local_reduce_reads_the_gradient_at_its_width_and_streams_its_buffer(gpus):
+    """HugeCTR's local reduce (``grad_bytes``): each lookup's gradient is one random access of
+    ``grad_bytes`` (not of the row), and each distinct row adds ``2 x grad_bytes`` streamed (the
+    reduced gradient written, then read by the update); the row and state updates are as before.
+    """
+    h100 = gpus["dgx_h100"]
+    m = compute.load_compute_model()
+    a = m.for_gpu(h100)
+    lookups, rows, row, state, grad = 1e6, 3e5, 512.0, 512.0, 256.0
+    base = compute.embedding_backward_time_s(h100, lookups, row, 4, True, "adagrad", state, m, rows)
+    got = compute.embedding_backward_time_s(
+        h100, lookups, row, 4, True, "adagrad", state, m, rows, grad_bytes=grad
+    )
+    acc = compute.access_bytes
+    scattered = lookups * acc(grad, m) + rows * (2 * acc(row, m) + 2 * acc(state, m))
+    streamed = lookups * m.backward_index_bytes + rows * 2 * grad
+    want = m.backward_kernels * a.launch_s
+    want += (scattered / a.gather_eff + streamed / a.stream_eff) / h100.hbm_bw_Bps
+    assert got == pytest.approx(want, rel=1e-12)
+    # an FP16 gradient of an FP32 row saves more random bytes than its buffer streams
+    assert got < base
+    no_reuse = compute.embedding_backward_time_s(
+        h100, lookups, row, 4, True, "adagrad", state, m, lookups, grad_bytes=row
+    )
+    assert no_reuse > compute.embedding_backward_time_s(
+        h100, lookups, row, 4, True, "adagrad", state, m, lookups
+    )
+    with pytest.raises(InputError) as err:
+        compute.embedding_backward_time_s(h100, 1, 64, 1, True, "sgd", 0, m, None, grad_bytes=0)
+    assert err.value.field == "grad_bytes"

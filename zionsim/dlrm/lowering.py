@@ -547,6 +547,8 @@ def _lower_sparse_bwd(o: _RankOps, node, local, e_args, x, grads_done) -> tuple:
     if (framework or not e_args["fused"]) and n_look:
         deps, args = _sparse_gradient(o, e_args, deps)
         name, category = "emb_opt", "optimizer"
+    elif o.stack.local_reduce and n_look:  # stack.py item 7c
+        args = {**args, "grad_bytes": _exchange_row_bytes(w, e_args["row_bytes"])}
     e_bwd = o.b.op(
         o.r, name, "embedding_bwd", category, o.emb_stream, deps,
         optimizer=w.optimizer["embedding"],
@@ -554,6 +556,14 @@ def _lower_sparse_bwd(o: _RankOps, node, local, e_args, x, grads_done) -> tuple:
         unique_rows=float(lay.unique_rows[o.r]), **args,
     )  # fmt: skip
     return e_bwd, o.host("uvm_write", "d2h", (e_bwd,))
+
+
+def _exchange_row_bytes(w: WorkloadSpec, row: float) -> float:
+    """Bytes of a ``row``-byte embedding row's values in the communication precision (an INT8
+    row's 4 bytes of scale and bias dropped)."""
+    emb = w.precision["embedding"]
+    values = (row - (4 if emb == "int8" else 0)) / DTYPE_BYTES[emb]
+    return float(values * DTYPE_BYTES[w.precision["communication"]])
 
 
 def _sparse_gradient(o: _RankOps, e_args: dict, deps: tuple) -> tuple[tuple, dict]:

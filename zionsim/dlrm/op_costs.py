@@ -88,7 +88,7 @@ def _duration(gpu, kind: str, a, model) -> float:
         )
     return compute.embedding_backward_time_s(
         gpu, a.lookups, a.row_bytes, a.tables, a.fused, a.optimizer, a.state_bytes_per_row,
-        model, a.unique_rows,
+        model, a.unique_rows, a.grad_bytes,
     )  # fmt: skip
 
 

@@ -43,6 +43,13 @@ TensorFlow + SOK.  A stack profile states, as data with sources, what differs be
    output's gradient is the values, uncopied), per ``single_gpu`` / ``multi_gpu`` where a stack
    picks its embedding by GPU count; ``amp_unscale``: under mixed precision the loss scaler
    unscales the values in place before the step (a read and a write of every value).
+7c. ``local_reduce`` — the embedding backward is HugeCTR's embedding collection's: a local
+   reduce reads every lookup's pooled gradient from the exchange buffer in the communication
+   precision (FP16 under mixed precision: ``emb_type`` and ``wgrad_type`` are half,
+   ``model_compile.cpp``) and sums it per distinct key into a reduced-gradient buffer of that
+   precision, which the update kernel reads back (``compute.embedding_backward_time_s``,
+   ``grad_bytes``); without it the gradient is read at the row's width and reduced in the
+   fused backward kernel (FBGEMM's TBE).
 8. ``embedding_stream`` — the embedding lookups and updates run on a CUDA stream of their own
    (HugeCTR's model-parallel stream): they share the GPU with the dense stream one kernel at a
    time, but wait for no dense work, so the next iteration's lookups and their all-to-all run
@@ -121,6 +128,7 @@ STACK_KEYS = {
     "fused_embedding",
     "interaction_kernel",
     "embedding_update",
+    "local_reduce",
     "embedding_stream",
     "iteration_join",
     "dense_waits_lookup",
@@ -182,6 +190,8 @@ class StackSpec:
     embedding_optimizer: str = "fused"
     embedding_gradient: tuple[str, str] = ("view", "view")
     amp_unscale: bool = False
+    #: item 7c: HugeCTR's local reduce into a reduced-gradient buffer of the exchange precision
+    local_reduce: bool = False
     embedding_stream: bool = False
     iteration_join: bool = False
     dense_waits_lookup: bool = False
@@ -234,6 +244,7 @@ class StackSpec:
                 if self.embedding_optimizer != "fused"
                 else {}
             ),
+            **({"local_reduce": True} if self.local_reduce else {}),
             "embedding_stream": self.embedding_stream,
             **({"iteration_join": True} if self.iteration_join else {}),
             **({"dense_waits_lookup": True} if self.dense_waits_lookup else {}),
@@ -348,6 +359,7 @@ def stack_from_dict(data: dict, file: str = "<stack>") -> StackSpec:
         embedding_optimizer=e_opt,
         embedding_gradient=e_grad,
         amp_unscale=unscale,
+        local_reduce=f.flag("local_reduce", False),
         embedding_stream=f.flag("embedding_stream", False),
         iteration_join=f.flag("iteration_join", False),
         dense_waits_lookup=f.flag("dense_waits_lookup", False),

@@ -99,7 +99,8 @@ class EmbeddingFwdArgs(NamedTuple):
 
 class EmbeddingBwdArgs(NamedTuple):
     """Embedding backward and update under ``optimizer``; ``state_bytes_per_row`` of optimizer
-    state per row."""
+    state per row; ``grad_bytes``: each lookup's gradient as a local reduce reads it and the
+    reduced gradient it writes per distinct row (None: read at ``row_bytes``, no buffer)."""
 
     lookups: float
     row_bytes: float
@@ -109,6 +110,7 @@ class EmbeddingBwdArgs(NamedTuple):
     launches: int = 1
     unique_rows: float | None = None
     state_bytes_per_row: float = 4.0
+    grad_bytes: float | None = None
     measured_us: float | None = None
 
 

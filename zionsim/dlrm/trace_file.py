@@ -160,6 +160,7 @@ def _stack_from_meta(data: dict | None) -> StackSpec | None:
         "comm_slowdown": float(data.get("comm_slowdown", 0.0)),
         "fused_embedding": bool(data.get("fused_embedding", True)),
         **_embedding_update(data.get("embedding_update")),
+        "local_reduce": bool(data.get("local_reduce", False)),
         "embedding_stream": bool(data.get("embedding_stream", False)),
         "iteration_join": bool(data.get("iteration_join", False)),
         "dense_waits_lookup": bool(data.get("dense_waits_lookup", False)),
@@ -327,6 +328,7 @@ _NUMERIC_ARGS = {
     "nbytes": ("nbytes", "bytes", None),
     "eltwise_bytes": ("nbytes", "bytes", None),  # bias/activation kernels beside a GEMM
     "row_bytes": ("row_bytes", "bytes", None),
+    "grad_bytes": ("row_bytes", "bytes", None),
     "out_bytes": ("out_bytes", "bytes", None),
     "state_bytes_per_row": ("state_bytes_per_row", "bytes", None),
     "seconds": ("seconds", "time", None),

@@ -42,7 +42,12 @@ Modelling assumptions:
 7. Every lookup reaches HBM (no L2 reuse of hot rows): an upper bound for skewed access.  The
    backward pass reads each lookup's bag gradient but updates each distinct row once (FBGEMM
    sorts the indices and merges duplicates before the fused optimizer update); the caller gives
-   the expected distinct rows (``dlrm/cache.py``, Zipf-skewed accesses).
+   the expected distinct rows (``dlrm/cache.py``, Zipf-skewed accesses).  The bag gradient is
+   read at the row's width, except under HugeCTR's embedding collection (a stack's
+   ``local_reduce``): its local reduce reads each lookup's gradient from the exchange buffer in
+   the communication precision (FP16 under mixed precision) and writes one reduced gradient of
+   that precision per distinct key, which the optimizer's update kernel reads back
+   (``grad_bytes`` of :func:`embedding_backward_time_s`).
 8. Fused = FBGEMM's TBE: one forward kernel for all tables, one backward with the optimizer in
    it, no gradient materialised ("The backward operator is fused with optimizer. Thus, the
    embedding tables are updated during backward", FBGEMM TBE docs).  Native (``fused=False``)
@@ -559,6 +564,7 @@ def embedding_backward_time_s(
     state_bytes_per_row: float,
     model: ComputeModel | None = None,
     unique_rows: float | None = None,
+    grad_bytes: float | None = None,
 ) -> float:
     """Seconds of the embedding backward with the optimizer update (FBGEMM "exact" TBE).
 
@@ -569,6 +575,11 @@ def embedding_backward_time_s(
     setup.  Native (``fused=False``): the separate optimizer pass over the already materialised
     sparse gradients, :func:`embedding_optimizer_time_s` (the gradient itself is a memory
     kernel of :func:`embedding_gradient_bytes`).
+
+    ``grad_bytes`` (a stack's ``local_reduce``, HugeCTR's embedding collection): each lookup's
+    pooled gradient is read ``grad_bytes`` wide (the exchange's precision) and summed per
+    distinct row into a reduced-gradient buffer of that width, which the update then reads:
+    per distinct row ``grad_bytes`` streamed out and back in besides the row and state updates.
     """
     if not fused:
         return embedding_optimizer_time_s(
@@ -578,9 +589,14 @@ def embedding_backward_time_s(
     state = _checked_state(optimizer, state_bytes_per_row)
     a = m.for_gpu(gpu)
     rows = lookups if unique_rows is None else min(float(unique_rows), lookups)
-    scattered = lookups * access_bytes(row_bytes, m)
+    if grad_bytes is not None and not grad_bytes > 0:
+        raise InputError(f"must be > 0, got {grad_bytes!r}", field="grad_bytes")
+    grad = row_bytes if grad_bytes is None else float(grad_bytes)
+    scattered = lookups * access_bytes(grad, m)
     scattered += rows * (2 * access_bytes(row_bytes, m) + 2 * access_bytes(state, m))
     streamed = lookups * m.backward_index_bytes
+    if grad_bytes is not None:  # the reduced gradient written by the local reduce, read back
+        streamed += rows * 2 * grad
     return m.backward_kernels * a.launch_s + _transfer_s(gpu, a, scattered, streamed)
 
 
