@@ -267,6 +267,8 @@ class Shape:
         self.copies = {c: tuple(sorted(g)) for g in copies.values() for c in g}
         self.need = [len(c.ranks) for c in trace.collectives]
         self.dur = durations.tolist()  # read one at a time, often
+        #: the :class:`Bound` of this shape by compute slowdown (``estimate._bound``)
+        self.bounds: dict[float, Bound] = {}
 
 
 class FlatWalk(Walk):
@@ -464,3 +466,141 @@ def _ops_key(ops: list, durations: np.ndarray) -> tuple:
         )
         for op in ops
     )
+
+
+#: a plan is dropped by its :class:`Bound` only when the bound passes the best estimate so far
+#: by this factor: the walk's end times and the bound are float sums along the same chains of
+#: at most a few thousand terms, each within n·2⁻⁵³ of the exact sum relative to the largest
+#: partial sum (an end time of two iterations), far inside 10⁻⁷ of an iteration
+BOUND_MARGIN = 1.0 + 1e-7
+
+
+class Bound:
+    """A lower bound of a two-iteration walk's result (the second iteration's end minus the
+    first's), from its :class:`Shape` alone and NCCL's estimates of the collectives, without
+    walking: the planner drops a candidate whose bound already passes the best estimate so far.
+
+    Time points: each walked op's start ``A`` and end ``E``, and each collective's end ``C``.
+    What the walk guarantees (:meth:`FlatWalk._play`): an op starts no earlier than the end of
+    the op before it on its stream and of its dependencies; a compute or host op ends at least
+    its unslowed seconds after it starts (a wait for the GPU or a slowdown only add), a host
+    transfer its seconds (none when a sync round skips it); a collective ends its estimate after
+    its last walked member starts, and every member ends with it (a sync round that skips it
+    ends at its start).  Those are edges ``u -> v`` of weight ``w``: ``v >= u + w``.
+
+    Let ``end1`` be the first iteration's end: the latest end of any of its ops, the end of
+    some stream's last op.  In the first iteration's graph, stream ``x``'s last op is known to
+    end no later than stream ``s``'s when its end reaches ``s``'s along edges (``reach[s]``).
+    In the second iteration every op of stream ``s`` starts after ``s``'s last op of the first
+    has ended, hence after every such ``x``'s.  A time point reached from ops of streams whose
+    ``reach`` sets cover every walked stream is at or after ``end1``; the longest path of
+    weights from it to any op's end is then a lower bound of the result (the second iteration
+    ends after it).  :meth:`lower_s` is the largest such path."""
+
+    def __init__(self, sh: Shape, transfer_s: dict, slowdown: float):
+        n = sh.n_ops
+        walked = [i for ids in sh.streams for i in ids]
+        size = 2 * n + len(sh.need)  # A = 2i, E = 2i + 1, C = 2n + collective
+        # edges of both iterations' graphs as (to, weight, collective or -1, iterations: bit 0
+        # the first, bit 1 the second)
+        out: list[list | None] = [None] * size
+        nodes = []
+
+        def edge(u, v, w, cid=-1, its=3):
+            if out[u] is None:
+                out[u] = []
+            out[u].append((v, w, cid, its))
+
+        colls = set()
+        for ids in sh.streams:
+            prev = -1
+            for i in ids:
+                a, e = 2 * i, 2 * i + 1
+                nodes += (a, e)
+                if prev >= 0:
+                    edge(2 * prev + 1, a, 0.0)
+                for d in sh.deps[i]:
+                    edge(2 * d + 1, a, 0.0)
+                kd, ev = sh.kind[i], sh.every[i]
+                # iterations (bits) in which a sync round runs the op: iteration it when
+                # (it + 1) % every == 0
+                runs = 3 if ev is None else (ev == 1) | (2 * (2 % ev == 0))
+                if kd == _COLLECTIVE:
+                    c = 2 * n + sh.coll[i]
+                    colls.add(c)
+                    if runs:
+                        edge(a, c, 0.0, sh.coll[i], runs)
+                        edge(c, e, 0.0, -1, runs)
+                    if runs != 3:
+                        edge(a, e, 0.0, -1, 3 & ~runs)
+                elif kd == _TRANSFER:
+                    if runs:
+                        edge(a, e, transfer_s[i], -1, runs)
+                    if runs != 3:
+                        edge(a, e, 0.0, -1, 3 & ~runs)
+                else:
+                    d = sh.dur[i]
+                    edge(a, e, d * (1.0 + slowdown) if slowdown < 0 else d)
+                prev = i
+        nodes += sorted(colls)
+        # one topological order of the union of both graphs (Kahn)
+        indeg = [0] * size
+        for u in nodes:
+            for v, *_ in out[u] or ():
+                indeg[v] += 1
+        order = [u for u in nodes if not indeg[u]]
+        for u in order:  # grows while read
+            for v, *_ in out[u] or ():
+                indeg[v] -= 1
+                if not indeg[v]:
+                    order.append(v)
+        #: the bound's steps, the last time point first: (node, its edges of the second
+        #: iteration as (to, weight, collective or -1)); empty: no bound (0)
+        self.steps: list = []
+        self.size = size
+        if len(order) < len(nodes) or not walked:  # a cycle: the trace stalls; no bound
+            return
+        reach = [0] * size
+        for k, ids in enumerate(sh.streams):
+            reach[2 * ids[-1] + 1] = 1 << k
+        for u in order:
+            bits = reach[u]
+            if bits:
+                for v, _, _, its in out[u] or ():
+                    if its & 1:
+                        reach[v] |= bits
+        cover = [0] * size
+        for ids in sh.streams:
+            bits = reach[2 * ids[-1] + 1]
+            for i in ids:
+                cover[2 * i] = bits
+        full = (1 << len(sh.streams)) - 1
+        for u in order:
+            bits = cover[u]
+            if bits:
+                for v, _, _, its in out[u] or ():
+                    if its & 2:
+                        cover[v] |= bits
+        self.steps = [
+            (u, tuple((v, w, cid) for v, w, cid, its in out[u] or () if its & 2))
+            for u in reversed(order)
+            if cover[u] == full
+        ]
+
+    def lower_s(self, collective_s: Callable[[int], float]) -> float:
+        """The bound (seconds; 0 where none), NCCL's estimate of collective ``cid`` being
+        ``collective_s(cid)``."""
+        if not self.steps:
+            return 0.0
+        tail = [0.0] * self.size
+        best = 0.0
+        for u, edges in self.steps:
+            t = 0.0
+            for v, w, cid in edges:
+                x = (collective_s(cid) if cid >= 0 else w) + tail[v]
+                if x > t:
+                    t = x
+            tail[u] = t
+            if t > best:
+                best = t
+        return best
