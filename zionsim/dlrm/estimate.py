@@ -77,31 +77,20 @@ def host_time_s(stack: StackSpec, batch_per_gpu: int = 0) -> float:
     return prepare + stack.gpu_per_step_s
 
 
-def iteration_estimate(
-    cluster, w, plan, stack: StackSpec = BARE, sync=None, beat: float | None = None
-) -> Estimate | None:
+def iteration_estimate(cluster, w, plan, stack: StackSpec = BARE, sync=None) -> Estimate:
     """Estimated iteration seconds of workload ``w`` (the stack's precisions already applied, as
     ``apply_stack`` does) under ``plan`` on ``cluster``, as ``stack`` runs it, with dense sync
-    ``sync`` (a :class:`~zionsim.dlrm.sync.SyncSpec`; default: the workload's ``sync:``).
-    ``beat``: None instead, as soon as the walk shows the estimate is at least ``beat``
-    (:func:`evaluate`)."""
+    ``sync`` (a :class:`~zionsim.dlrm.sync.SyncSpec`; default: the workload's ``sync:``)."""
     g = cluster.spec.gpus_per_node
     sync = sync or sync_spec(base=w.sync)
     trace = lower(
         w, plan, len(cluster.gpus), stack.fused_embedding, g, w.zipf_alpha, sync, stack
     )  # fmt: skip
-    seconds = evaluate(cluster, trace, beat=beat)
-    return None if seconds is None else Estimate(seconds, host_time_s(stack, w.batch_per_gpu))
+    return Estimate(evaluate(cluster, trace), host_time_s(stack, w.batch_per_gpu))
 
 
-def evaluate(
-    cluster, trace: Trace, iterations: int = ITERATIONS, beat: float | None = None
-) -> float | None:
-    """Mean seconds of the iterations after the first, ``trace`` played as the module says.
-
-    ``beat`` (the planner's best so far): None, without walking, when a lower bound of the
-    result (``walks.Bound``, with two iterations, the flat walk and :data:`PRUNE`) shows it
-    would be at least ``beat``; else the result."""
+def evaluate(cluster, trace: Trace, iterations: int = ITERATIONS) -> float:
+    """Mean seconds of the iterations after the first, ``trace`` played as the module says."""
     stack = trace.stack or BARE
     durations = durations_of(cluster, trace, _compute_model(cluster, stack))
     transfer_s = transfer_seconds(cluster, trace)
@@ -113,10 +102,6 @@ def evaluate(
         walk = walks.Walk(
             cluster, trace, durations, stack.compute_slowdown, transfer_s, choose, CLASSES
         )
-    if FLAT and PRUNE and beat is not None and iterations == 2:
-        bound = _bound(shape, transfer_s, stack.compute_slowdown)
-        if bound.lower_s(walk._collective_s) >= beat * walks.BOUND_MARGIN:
-            return None
     ends = walk.run(iterations)
     return float(np.diff(ends).mean()) if len(ends) > 1 else float(ends[0])
 
@@ -132,10 +117,6 @@ REUSE = True
 KEEP_OPS = 200_000
 #: compute models kept (:func:`_compute_model`), at most
 KEEP_MODELS = 32
-#: skip the walk of a plan whose lower bound (``walks.Bound``) shows it cannot beat the best
-#: estimated so far (:func:`evaluate`'s ``beat``: the planner's choice is the same, tested);
-#: False: every candidate walked (the tests comparing the two)
-PRUNE = True
 #: play the walk on flat per-op lists (:class:`walks.FlatWalk`); False: the op-object walk
 #: (:class:`walks.Walk`, the tests comparing the two)
 FLAT = True
@@ -230,14 +211,6 @@ def _shape(trace: Trace, durations: np.ndarray, transfer_s: dict) -> walks.Shape
         shape = walks.Shape(trace, durations, transfer_s, CLASSES)
         _SHAPES.put(trace, extra, shape)
     return shape
-
-
-def _bound(shape: walks.Shape, transfer_s: dict, slowdown: float) -> walks.Bound:
-    """The :class:`walks.Bound` of ``shape`` (kept with it, by the slowdown: the shape's key
-    already holds the transfers' seconds)."""
-    if slowdown not in shape.bounds:
-        shape.bounds[slowdown] = walks.Bound(shape, transfer_s, slowdown)
-    return shape.bounds[slowdown]
 
 
 def choice_of(cluster, c) -> nccl.Choice:

@@ -284,23 +284,15 @@ def _by_shape(ctx: Context) -> Callable:
 def best_estimated(cluster, w: WorkloadSpec, plans: list[Plan], stack=None) -> Plan:
     """The plan of ``plans`` with the shortest estimated iteration under ``stack`` (the first of
     equals; a plan that overflows a GPU's HBM or a node's host DRAM is out unless all do, and a
-    single plan is returned without estimating it).
-
-    Plans are estimated in order, each told the best estimate so far: a walk that shows its plan
-    cannot beat it (an estimate at least as long, ``estimate.evaluate``'s ``beat``) stops there,
-    and that plan, after an equal or better one, is not the first of the shortest."""
+    single plan is returned without estimating it)."""
     if len(plans) == 1:
         return plans[0]
     stack = resolve_stack(stack)
     fits = [p for p in plans if _fits(cluster, w, p)] or plans[:1]
     if len(fits) == 1:
         return fits[0]
-    best, best_s = 0, None
-    for i, p in enumerate(fits):
-        est = iteration_estimate(cluster, w, p, stack, beat=best_s)
-        if est is not None and (best_s is None or est.iteration_s < best_s):
-            best, best_s = i, est.iteration_s
-    return fits[best]
+    times = [iteration_estimate(cluster, w, p, stack).iteration_s for p in fits]
+    return fits[int(np.argmin(times))]
 
 
 def _fits(cluster, w: WorkloadSpec, plan: Plan) -> bool:
