@@ -438,11 +438,14 @@ def rank_classes(
     routes, still each time)."""
     first: dict[tuple, int] = {}
     weight = [0] * len(by_rank)
-    known: dict[int, tuple] = {}  # a rank's key but for its transfers, by its ``alike`` rank
+    # a rank's key but for its transfers, by its ``alike`` rank, as the number of the first
+    # equal key (a key is a long tuple, and a tuple's hash is not kept: hashed once here)
+    known: dict[int, int] = {}
+    numbers: dict[tuple, int] = {}
     for rank, ops in enumerate(by_rank):
         src = alike[rank] if alike is not None else rank
         if src not in known:
-            known[src] = _ops_key(by_rank[src], durations)
+            known[src] = numbers.setdefault(_ops_key(by_rank[src], durations), len(numbers))
         moved = tuple(transfer_s[op.id] for op in ops if op.id in transfer_s) if transfer_s else ()
         weight[first.setdefault((known[src], moved), rank)] += 1
     return weight
@@ -450,17 +453,18 @@ def rank_classes(
 
 def _ops_key(ops: list, durations: np.ndarray) -> tuple:
     """What tells one rank's ops from another's, but for host transfers' seconds."""
-    pos = {op.id: i for i, op in enumerate(ops)}
+    pos = {op.id: i for i, op in enumerate(ops)}.__getitem__
+    seconds = durations[[op.id for op in ops]].tolist()  # Python floats, as float() gives
     return tuple(
         (
             op.name,
             op.kind,
             op.category,
             op.stream,
-            tuple(pos[d] for d in op.deps),
+            tuple(map(pos, op.deps)),
             op.args.get("coll"),
             op.args.get("every"),
-            float(durations[op.id]),
+            s,
         )
-        for op in ops
+        for op, s in zip(ops, seconds, strict=True)
     )
