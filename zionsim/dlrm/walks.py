@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable
+from functools import partial
 
 import numpy as np
 
@@ -49,7 +50,8 @@ def _walked(trace: Trace, durations: np.ndarray, transfer_s: dict, classes: bool
 class Walk:
     """Every rank's streams in time order: a heap of (ready time, op) with one head per stream.
     ``transfer_s``: seconds of each host transfer op; ``choose``: NCCL's choice for a
-    collective of the trace; ``classes``: walk one rank per class of alike ranks."""
+    collective of the trace; ``classes``: walk one rank per class of alike ranks; ``together``:
+    ``nccl.estimate_together_s`` on the cluster of choices that run at once (default: it)."""
 
     def __init__(
         self,
@@ -60,9 +62,11 @@ class Walk:
         transfer_s: dict,
         choose: Callable[[object], nccl.Choice],
         classes: bool = True,
+        together: Callable[[list], list[float]] | None = None,
     ):
         self.cluster, self.trace, self.dur, self.slow = cluster, trace, durations, slowdown
         self.transfer_s, self.choose = transfer_s, choose
+        self.together = together or partial(nccl.estimate_together_s, cluster)
         #: members of each rank's class (0: a rank another one stands for, not walked)
         self.weight, walked, self.streams = _walked(trace, durations, transfer_s, classes)
         self.stream_of = {i: k for k, ids in enumerate(self.streams) for i in ids}
@@ -207,7 +211,7 @@ class Walk:
             if key is not None:
                 self.coll_s[key] = self.coll_s[cid]
             return self.coll_s[cid]
-        times = nccl.estimate_together_s(self.cluster, [self._choice(c) for c in colls])
+        times = self.together([self._choice(c) for c in colls])
         self.coll_s.update(zip(group, times, strict=True))
         return self.coll_s[cid]
 
@@ -282,9 +286,11 @@ class FlatWalk(Walk):
         slowdown: float,
         transfer_s: dict,
         choose: Callable[[object], nccl.Choice],
+        together: Callable[[list], list[float]] | None = None,
     ):
         self.cluster, self.trace, self.slow = cluster, trace, slowdown
         self.transfer_s, self.choose = transfer_s, choose
+        self.together = together or partial(nccl.estimate_together_s, cluster)
         self.shape = shape
         self.weight = self.shape.weight
         self.copies = self.shape.copies
