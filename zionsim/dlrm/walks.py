@@ -262,6 +262,7 @@ class Shape:
             for i in ids:
                 self.then[i] = (k, *waiting.get(i, ()))
         self.walked_ops = np.sort([op.id for ops in walked for op in ops]).astype(np.int64)
+        self.walked_list = self.walked_ops.tolist()
         self.two = any(op.stream == "embedding" for op in trace.ops)
         copies: dict[str, set[int]] = {}
         for op in trace.ops:
@@ -301,8 +302,9 @@ class FlatWalk(Walk):
         sh, trace = self.shape, self.trace
         st = _State(sh, trace.ranks, iterations)
         self._play(st, _finisher(sh, st, iterations))
-        walked = sh.walked_ops
-        out = np.array(st.end).reshape(iterations, sh.n_ops)[:, walked]
+        walked, n, end = sh.walked_ops, sh.n_ops, st.end
+        ids = sh.walked_list
+        out = np.array([[end[it * n + i] for i in ids] for it in range(iterations)])
         if np.isnan(out).any():
             ops = trace.ops
             stuck = int(walked[np.flatnonzero(np.isnan(out))[0] % len(walked)])
@@ -425,8 +427,22 @@ def _finisher(sh: Shape, st: _State, iterations: int):
         free[k] = e
         in_coll[k] = False
         for s in then[i]:  # its own stream first (never queued or in a collective here)
-            if not queued[s] and not in_coll[s]:
-                push(s)
+            if not queued[s] and not in_coll[s]:  # push(s), inlined: the walk's busiest call
+                its = it_of[s]
+                if its >= iterations:
+                    continue
+                j = streams[s][step[s]]
+                base = its * n_ops
+                t = free[s]
+                for d in deps[j]:
+                    x = end[base + d]
+                    if x != x:  # NaN: not ended yet
+                        break
+                    if x > t:
+                        t = x
+                else:
+                    heappush(heap, (t, j + base, s))
+                    queued[s] = True
 
     for s in range(len(streams)):
         push(s)
