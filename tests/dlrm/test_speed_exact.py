@@ -8,6 +8,7 @@ import pytest
 
 from zionsim.dlrm import estimate, lowering
 from zionsim.dlrm.planner import Planner, parameter_servers, round_robin
+from zionsim.network import nccl
 from zionsim.sim.inputs import resolve_inputs
 from zionsim.sim.run import _build
 
@@ -60,6 +61,7 @@ def test_estimate_by_rank_class_equals_every_rank_walked(case, monkeypatch):
     fast = [estimate.iteration_estimate(cluster, w, p, stack, sync).iteration_s for p in plans]
     monkeypatch.setattr(estimate, "CLASSES", False)
     monkeypatch.setattr(estimate, "_CHOICES", {})
+    monkeypatch.setattr(estimate, "_TOGETHER", {})
     monkeypatch.setattr(estimate, "MEMO_CHOICES", 0)  # NCCL's choice made anew each time
     slow = [estimate.iteration_estimate(cluster, w, p, stack, sync).iteration_s for p in plans]
     assert fast == slow
@@ -121,3 +123,29 @@ def test_durations_of_copied_ranks_equal_their_own(case):
         fast = op_durations(cluster, trace, model)
         slow = op_durations(cluster, replace(trace, alike=None), model)
         assert fast.tolist() == slow.tolist()
+
+
+def test_estimates_of_copies_together_are_the_ones_made_anew(case, monkeypatch):
+    """``estimate.together_of`` remembers NCCL's estimate of copies that run at once per
+    cluster: every candidate estimated twice (the second time from the memo) equals the
+    estimate made with nothing remembered."""
+    inputs, cluster, plans = case
+    w, stack, sync = inputs.workload, inputs.stack, inputs.sync
+    monkeypatch.setattr(estimate, "_TOGETHER", {})
+    kept = [estimate.iteration_estimate(cluster, w, p, stack, sync).iteration_s for p in plans]
+    again = [estimate.iteration_estimate(cluster, w, p, stack, sync).iteration_s for p in plans]
+    monkeypatch.setattr(estimate, "REUSE", False)
+    monkeypatch.setattr(estimate, "_TOGETHER", {})
+    anew = [estimate.iteration_estimate(cluster, w, p, stack, sync).iteration_s for p in plans]
+    assert kept == again == anew
+
+
+def test_together_of_hands_out_its_own_list_and_checks_the_choices():
+    inputs, cluster, plans = _candidates({"workload": "mlperf_dlrm", "nodes": 2})
+    trace = _lower(inputs, cluster, plans[0])
+    choices = [estimate.choice_of(cluster, c) for c in trace.collectives[:2]]
+    first = estimate.together_of(cluster, choices)
+    first.append(-1.0)
+    assert estimate.together_of(cluster, choices) == nccl.estimate_together_s(cluster, choices)
+    other = [estimate.choice_of(cluster, c) for c in trace.collectives[:1]]
+    assert estimate.together_of(cluster, other) == nccl.estimate_together_s(cluster, other)
