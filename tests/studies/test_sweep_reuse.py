@@ -85,6 +85,28 @@ def test_reuse_order_groups_points_by_their_options_outside_topology():
     assert [p["point_id"] for p in sw.reuse_order(pts)] == ["a", "c", "b", "d"]
 
 
+def test_several_workers_get_each_group_of_points_as_one_task():
+    """With several workers, points that differ only in ``topology.*`` run in one task (one
+    worker lowers their plans), cut so that every worker gets several tasks; one worker gets
+    one point per task."""
+    pts = [{"point_id": f"{b}{x}", "topology.x": x, "b": b} for b in range(4) for x in range(3)]
+    ids = [[p["point_id"] for p in t] for t in sw.reuse_tasks(pts, 2)]
+    assert ids == [["00", "01"], ["02"], ["10", "11"], ["12"], ["20", "21"], ["22"],
+                   ["30", "31"], ["32"]]  # fmt: skip
+    assert [len(t) for t in sw.reuse_tasks(pts, 1)] == [1] * 12
+    assert [len(t) for t in sw.reuse_tasks(pts[:3], 2)] == [1, 1, 1]
+    flat = [p for t in sw.reuse_tasks(pts, 3) for p in t]
+    assert flat == sw.reuse_order(pts)
+
+
+def test_two_workers_give_what_each_point_gives_alone(tmp_path, monkeypatch):
+    """Each group of points (two NIC speeds) one task of one of two workers."""
+    monkeypatch.setattr(sw, "TASKS_PER_WORKER", 1)
+    pts = sw.points(sw.sweep_from_dict(SWEEP))
+    assert {len(t) for t in sw.reuse_tasks(pts, 2)} == {2}
+    test_a_reused_sweep_gives_what_each_point_gives_alone(tmp_path, monkeypatch, 2)
+
+
 def test_a_lean_point_has_the_summary_of_a_full_run():
     """A sweep point runs lean (no events table): its summary, the event count included, is
     a full run's."""
