@@ -149,3 +149,19 @@ def test_together_of_hands_out_its_own_list_and_checks_the_choices():
     assert estimate.together_of(cluster, choices) == nccl.estimate_together_s(cluster, choices)
     other = [estimate.choice_of(cluster, c) for c in trace.collectives[:1]]
     assert estimate.together_of(cluster, other) == nccl.estimate_together_s(cluster, other)
+
+
+def test_kept_fit_checks_are_the_checks(case, monkeypatch):
+    """``planner._fits_kept`` answers as ``_fits`` does (the second time from what it kept)."""
+    from zionsim.dlrm import planner
+
+    inputs, cluster, plans = case
+    w = inputs.workload
+    monkeypatch.setattr(planner, "_FITS", {})
+    spec = cluster.spec
+    given = (repr(w), len(cluster.gpus), spec.gpus_per_node, spec.gpu.hbm_bytes,
+             spec.host.dram_bytes, spec.host.sockets)  # fmt: skip
+    for p in plans:
+        assert planner._fits_kept(cluster, w, p, given) == planner._fits(cluster, w, p)
+        assert planner._fits_kept(cluster, w, p, given) == planner._fits(cluster, w, p)
+    assert len(planner._FITS) == len({(p.name, p.shards) for p in plans})
