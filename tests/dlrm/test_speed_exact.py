@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from zionsim.dlrm import estimate, lowering
+from zionsim.dlrm import estimate, lowering, walks
 from zionsim.dlrm.planner import Planner, parameter_servers, round_robin
 from zionsim.network import nccl
 from zionsim.sim.inputs import resolve_inputs
@@ -165,3 +165,63 @@ def test_kept_fit_checks_are_the_checks(case, monkeypatch):
         assert planner._fits_kept(cluster, w, p, given) == planner._fits(cluster, w, p)
         assert planner._fits_kept(cluster, w, p, given) == planner._fits(cluster, w, p)
     assert len(planner._FITS) == len({(p.name, p.shards) for p in plans})
+
+
+def _twrw(options: dict):
+    """The candidate plan with table-row-wise shards, its trace, op seconds and transfers."""
+    inputs, cluster, plans = _candidates(options)
+    plan = next(p for p in plans if any(s.kind == "TWRW" for s in p.shards))
+    trace = _lower(inputs, cluster, plan)
+    model = estimate._compute_model(cluster, trace.stack or estimate.BARE)
+    seconds = estimate.durations_of(cluster, trace, model)
+    return inputs, cluster, plan, trace, seconds, estimate.transfer_seconds(cluster, trace)
+
+
+def test_a_twrw_plan_walks_one_rank_for_alike_ranks_of_every_copy(monkeypatch):
+    """Ranks alike but for which node's reduce-scatter or which rail's all-to-all they join are
+    one class (``estimate.COPIES``): fewer ranks walked, the same estimate as classes within one
+    collective and as every rank walked."""
+    inputs, cluster, plan, trace, seconds, moved = _twrw({"workload": "mlperf_dlrm", "nodes": 4})
+    merged = walks.Shape(trace, seconds, moved, True, copies=True)
+    plain = walks.Shape(trace, seconds, moved, True)
+    assert merged.valid and merged.spans
+    assert sum(map(bool, merged.weight)) < sum(map(bool, plain.weight))
+    joined: dict[int, int] = {}  # a walked collective's members, as its walked ranks count them
+    for i in merged.walked_list:
+        if merged.coll[i] >= 0:
+            joined[merged.coll[i]] = joined.get(merged.coll[i], 0) + merged.joins[i]
+    assert joined and all(n == merged.need[c] for c, n in joined.items())
+    w, stack, sync = inputs.workload, inputs.stack, inputs.sync
+    fast = estimate.iteration_estimate(cluster, w, plan, stack, sync).iteration_s
+    monkeypatch.setattr(estimate, "COPIES", False)
+    within = estimate.iteration_estimate(cluster, w, plan, stack, sync).iteration_s
+    monkeypatch.setattr(estimate, "CLASSES", False)
+    every = estimate.iteration_estimate(cluster, w, plan, stack, sync).iteration_s
+    assert fast == within == every
+
+
+def test_copies_priced_apart_are_walked_apart(monkeypatch):
+    """On a cluster that prices one copy of a step apart from the others, the classes that span
+    copies do not hold: the walk falls back to classes within one collective (the same estimate
+    as without ``COPIES``)."""
+    inputs, cluster, plan, trace, seconds, moved = _twrw({"workload": "mlperf_dlrm", "nodes": 4})
+    real = estimate.together_of
+
+    def apart(cl, choices):  # the second copy of each step slower (one no class walks)
+        times = real(cl, choices)
+        return [*times[:1], *(t * 100 for t in times[1:2]), *times[2:]]
+
+    monkeypatch.setattr(estimate, "together_of", apart)
+    merged = walks.Shape(trace, seconds, moved, True, copies=True)
+    walk = walks.FlatWalk(
+        cluster, trace, merged, trace.stack.compute_slowdown, moved,
+        lambda c: estimate.choice_of(cluster, c), lambda ch: apart(cluster, ch),
+    )  # fmt: skip
+    assert merged.spans and not walk.copies_alike()
+    w, stack, sync = inputs.workload, inputs.stack, inputs.sync
+    fast = estimate.iteration_estimate(cluster, w, plan, stack, sync).iteration_s
+    monkeypatch.setattr(estimate, "COPIES", False)
+    within = estimate.iteration_estimate(cluster, w, plan, stack, sync).iteration_s
+    monkeypatch.setattr(estimate, "CLASSES", False)
+    every = estimate.iteration_estimate(cluster, w, plan, stack, sync).iteration_s
+    assert fast == within == every

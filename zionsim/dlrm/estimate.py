@@ -97,8 +97,16 @@ def evaluate(cluster, trace: Trace, iterations: int = ITERATIONS) -> float:
     choose, together = partial(choice_of, cluster), partial(together_of, cluster)
     slow = stack.compute_slowdown
     if FLAT:
-        shape = _shape(trace, durations, transfer_s)
-        walk = walks.FlatWalk(cluster, trace, shape, slow, transfer_s, choose, together)
+        walk = None
+        if COPIES and CLASSES:  # one rank for alike ranks of every copy, where that holds
+            shape = _shape(trace, durations, transfer_s, copies=True)
+            if shape.valid:
+                walk = walks.FlatWalk(cluster, trace, shape, slow, transfer_s, choose, together)
+                if not walk.copies_alike():
+                    walk = None
+        if walk is None:
+            shape = _shape(trace, durations, transfer_s)
+            walk = walks.FlatWalk(cluster, trace, shape, slow, transfer_s, choose, together)
     else:
         walk = walks.Walk(
             cluster, trace, durations, slow, transfer_s, choose, CLASSES, together
@@ -118,6 +126,11 @@ REUSE = True
 KEEP_OPS = 200_000
 #: compute models kept (:func:`_compute_model`), at most
 KEEP_MODELS = 32
+#: the flat walk's rank classes also span the copies of a step's collective (a TWRW table's
+#: reduce-scatter in each node, its all-to-all on each rail) where every copy is priced alike
+#: (``walks.Shape``'s ``copies``: one rank of a class for alike ranks of every node or rail);
+#: False: classes within one collective (the tests comparing the two)
+COPIES = True
 #: play the walk on flat per-op lists (:class:`walks.FlatWalk`); False: the op-object walk
 #: (:class:`walks.Walk`, the tests comparing the two)
 FLAT = True
@@ -203,13 +216,16 @@ def durations_of(cluster, trace: Trace, model) -> np.ndarray:
     return out
 
 
-def _shape(trace: Trace, durations: np.ndarray, transfer_s: dict) -> walks.Shape:
-    """The flat walk's :class:`walks.Shape` of ``trace``, kept while :data:`REUSE` (by the ops'
-    and transfers' seconds, by value)."""
-    extra = (durations.tobytes(), tuple(sorted(transfer_s.items())), CLASSES)
+def _shape(
+    trace: Trace, durations: np.ndarray, transfer_s: dict, copies: bool = False
+) -> walks.Shape:
+    """The flat walk's :class:`walks.Shape` of ``trace`` (with ``copies``: its classes spanning
+    collective copies), kept while :data:`REUSE` (by the ops' and transfers' seconds, by
+    value)."""
+    extra = (durations.tobytes(), tuple(sorted(transfer_s.items())), CLASSES, copies)
     shape = _SHAPES.get(trace, extra)
     if shape is None:
-        shape = walks.Shape(trace, durations, transfer_s, CLASSES)
+        shape = walks.Shape(trace, durations, transfer_s, CLASSES, copies)
         _SHAPES.put(trace, extra, shape)
     return shape
 
