@@ -249,12 +249,8 @@ class Shape:
         classes: bool,
         copies: bool = False,
     ):
-        named: dict[str, set[int]] = {}
-        for op in trace.ops:
-            if op.kind == "collective":
-                named.setdefault(op.name, set()).add(op.args["coll"])
         #: the collectives of the ops of each name: copies of one step that run at once
-        self.copies = {c: tuple(sorted(g)) for g in named.values() for c in g}
+        self.copies = _copies(trace)
         group_of = {c: g[0] for c, g in self.copies.items()} if copies else None
         self.weight, owner, walked, self.streams = _walked(
             trace, durations, transfer_s, classes, group_of
@@ -301,6 +297,11 @@ class Shape:
         #: copy's members are stood for by the walked ranks that join it
         self.spans: tuple = ()
         self.valid = True
+        self._join(trace, walked, owner, copies)
+
+    def _join(self, trace: Trace, walked: list, owner: list[int], copies: bool) -> None:
+        """``joins``, and with ``copies`` (classes that span collective copies) ``spans`` and
+        ``valid`` (``owner``: each rank's class's first rank)."""
         if not copies:
             for ops in walked:
                 for op in ops:
@@ -551,6 +552,15 @@ def _rank_classes(
         owner[rank] = first.setdefault((known[src], moved), rank)
         weight[owner[rank]] += 1
     return weight, owner
+
+
+def _copies(trace: Trace) -> dict[int, tuple[int, ...]]:
+    """Each collective's copies: the collectives of the ops of its ops' name."""
+    named: dict[str, set[int]] = {}
+    for op in trace.ops:
+        if op.kind == "collective":
+            named.setdefault(op.name, set()).add(op.args["coll"])
+    return {c: tuple(sorted(g)) for g in named.values() for c in g}
 
 
 def _split_by_copies(by_rank: list, owner: list[int], collectives: list) -> tuple:
