@@ -251,6 +251,7 @@ class Shape:
     ):
         #: the collectives of the ops of each name: copies of one step that run at once
         self.copies = _copies(trace)
+        copies = copies and any(len(g) > 1 for g in self.copies.values())  # else the same
         group_of = {c: g[0] for c, g in self.copies.items()} if copies else None
         self.weight, owner, walked, self.streams = _walked(
             trace, durations, transfer_s, classes, group_of
