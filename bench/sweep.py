@@ -14,8 +14,11 @@ before it called ``run_sweep`` (its interpreter start and imports, printed as
 ``parent_import_cpu_s``): the case's process and all its descendants are reaped before this
 script reads ``RUSAGE_CHILDREN`` (it makes itself the child subreaper, Linux's
 ``PR_SET_CHILD_SUBREAPER``, so that the fork server and the workers, orphaned when the case
-exits, are reaped here too).  ``points_per_cpu_min`` is ``60 * points / cpu_s``: the figure
-that holds on a loaded machine, where ``points_per_min`` (wall) does not.
+exits, are reaped here too).  The parent imports pandas and pyarrow, which it needs only to
+write the table, before its clock starts, as ``bench/run.py`` does: the sweep imports them
+lazily, once per sweep whatever its size (about 0.3 CPU s).  ``points_per_cpu_min`` is
+``60 * points / cpu_s``: the figure that holds on a loaded machine, where ``points_per_min``
+(wall) does not.
 ``peak_rss_MB`` is the parent's peak; ``tree_rss_MB`` is the peak of parent + workers together,
 sampled every 0.1 s.  One line per case: ``case=sweep64_workers<N> points=64 cpu_s=<c>
 points_per_cpu_min=<p> wall_s=<x> points_per_min=<y> ...``.
@@ -95,6 +98,9 @@ def _sample_peak(root: int, stop: threading.Event, peak: list[float]) -> None:
 
 def run_case(workers: int) -> str:
     import os
+
+    import pandas  # noqa: F401 - the parent's imports are left out (module docstring)
+    import pyarrow.parquet  # noqa: F401 - the table's parquet writer
 
     from zionsim.studies.sweep import points, run_sweep, sweep_from_dict
 

@@ -6,8 +6,9 @@ from dataclasses import replace
 
 import pytest
 
-from zionsim.dlrm import estimate, lowering
+from zionsim.dlrm import estimate, lowering, walks
 from zionsim.dlrm.planner import Planner, parameter_servers, round_robin
+from zionsim.network import nccl
 from zionsim.sim.inputs import resolve_inputs
 from zionsim.sim.run import _build
 
@@ -60,6 +61,7 @@ def test_estimate_by_rank_class_equals_every_rank_walked(case, monkeypatch):
     fast = [estimate.iteration_estimate(cluster, w, p, stack, sync).iteration_s for p in plans]
     monkeypatch.setattr(estimate, "CLASSES", False)
     monkeypatch.setattr(estimate, "_CHOICES", {})
+    monkeypatch.setattr(estimate, "_TOGETHER", {})
     monkeypatch.setattr(estimate, "MEMO_CHOICES", 0)  # NCCL's choice made anew each time
     slow = [estimate.iteration_estimate(cluster, w, p, stack, sync).iteration_s for p in plans]
     assert fast == slow
@@ -121,3 +123,105 @@ def test_durations_of_copied_ranks_equal_their_own(case):
         fast = op_durations(cluster, trace, model)
         slow = op_durations(cluster, replace(trace, alike=None), model)
         assert fast.tolist() == slow.tolist()
+
+
+def test_estimates_of_copies_together_are_the_ones_made_anew(case, monkeypatch):
+    """``estimate.together_of`` remembers NCCL's estimate of copies that run at once per
+    cluster: every candidate estimated twice (the second time from the memo) equals the
+    estimate made with nothing remembered."""
+    inputs, cluster, plans = case
+    w, stack, sync = inputs.workload, inputs.stack, inputs.sync
+    monkeypatch.setattr(estimate, "_TOGETHER", {})
+    kept = [estimate.iteration_estimate(cluster, w, p, stack, sync).iteration_s for p in plans]
+    again = [estimate.iteration_estimate(cluster, w, p, stack, sync).iteration_s for p in plans]
+    monkeypatch.setattr(estimate, "REUSE", False)
+    monkeypatch.setattr(estimate, "_TOGETHER", {})
+    anew = [estimate.iteration_estimate(cluster, w, p, stack, sync).iteration_s for p in plans]
+    assert kept == again == anew
+
+
+def test_together_of_hands_out_its_own_list_and_checks_the_choices():
+    inputs, cluster, plans = _candidates({"workload": "mlperf_dlrm", "nodes": 2})
+    trace = _lower(inputs, cluster, plans[0])
+    choices = [estimate.choice_of(cluster, c) for c in trace.collectives[:2]]
+    first = estimate.together_of(cluster, choices)
+    first.append(-1.0)
+    assert estimate.together_of(cluster, choices) == nccl.estimate_together_s(cluster, choices)
+    other = [estimate.choice_of(cluster, c) for c in trace.collectives[:1]]
+    assert estimate.together_of(cluster, other) == nccl.estimate_together_s(cluster, other)
+
+
+def test_kept_fit_checks_are_the_checks(case, monkeypatch):
+    """``planner._fits_kept`` answers as ``_fits`` does (the second time from what it kept)."""
+    from zionsim.dlrm import planner
+
+    inputs, cluster, plans = case
+    w = inputs.workload
+    monkeypatch.setattr(planner, "_FITS", {})
+    spec = cluster.spec
+    given = (repr(w), len(cluster.gpus), spec.gpus_per_node, spec.gpu.hbm_bytes,
+             spec.host.dram_bytes, spec.host.sockets)  # fmt: skip
+    for p in plans:
+        assert planner._fits_kept(cluster, w, p, given) == planner._fits(cluster, w, p)
+        assert planner._fits_kept(cluster, w, p, given) == planner._fits(cluster, w, p)
+    assert len(planner._FITS) == len({(p.name, p.shards) for p in plans})
+
+
+def _twrw(options: dict):
+    """The candidate plan with table-row-wise shards, its trace, op seconds and transfers."""
+    inputs, cluster, plans = _candidates(options)
+    plan = next(p for p in plans if any(s.kind == "TWRW" for s in p.shards))
+    trace = _lower(inputs, cluster, plan)
+    model = estimate._compute_model(cluster, trace.stack or estimate.BARE)
+    seconds = estimate.durations_of(cluster, trace, model)
+    return inputs, cluster, plan, trace, seconds, estimate.transfer_seconds(cluster, trace)
+
+
+def test_a_twrw_plan_walks_one_rank_for_alike_ranks_of_every_copy(monkeypatch):
+    """Ranks alike but for which node's reduce-scatter or which rail's all-to-all they join are
+    one class (``estimate.COPIES``): fewer ranks walked, the same estimate as classes within one
+    collective and as every rank walked."""
+    inputs, cluster, plan, trace, seconds, moved = _twrw({"workload": "mlperf_dlrm", "nodes": 4})
+    merged = walks.Shape(trace, seconds, moved, True, copies=True)
+    plain = walks.Shape(trace, seconds, moved, True)
+    assert merged.valid and merged.spans
+    assert sum(map(bool, merged.weight)) < sum(map(bool, plain.weight))
+    joined: dict[int, int] = {}  # a walked collective's members, as its walked ranks count them
+    for i in merged.walked_list:
+        if merged.coll[i] >= 0:
+            joined[merged.coll[i]] = joined.get(merged.coll[i], 0) + merged.joins[i]
+    assert joined and all(n == merged.need[c] for c, n in joined.items())
+    w, stack, sync = inputs.workload, inputs.stack, inputs.sync
+    fast = estimate.iteration_estimate(cluster, w, plan, stack, sync).iteration_s
+    monkeypatch.setattr(estimate, "COPIES", False)
+    within = estimate.iteration_estimate(cluster, w, plan, stack, sync).iteration_s
+    monkeypatch.setattr(estimate, "CLASSES", False)
+    every = estimate.iteration_estimate(cluster, w, plan, stack, sync).iteration_s
+    assert fast == within == every
+
+
+def test_copies_priced_apart_are_walked_apart(monkeypatch):
+    """On a cluster that prices one copy of a step apart from the others, the classes that span
+    copies do not hold: the walk falls back to classes within one collective (the same estimate
+    as without ``COPIES``)."""
+    inputs, cluster, plan, trace, seconds, moved = _twrw({"workload": "mlperf_dlrm", "nodes": 4})
+    real = estimate.together_of
+
+    def apart(cl, choices):  # the second copy of each step slower (one no class walks)
+        times = real(cl, choices)
+        return [*times[:1], *(t * 100 for t in times[1:2]), *times[2:]]
+
+    monkeypatch.setattr(estimate, "together_of", apart)
+    merged = walks.Shape(trace, seconds, moved, True, copies=True)
+    walk = walks.FlatWalk(
+        cluster, trace, merged, trace.stack.compute_slowdown, moved,
+        lambda c: estimate.choice_of(cluster, c), lambda ch: apart(cluster, ch),
+    )  # fmt: skip
+    assert merged.spans and not walk.copies_alike()
+    w, stack, sync = inputs.workload, inputs.stack, inputs.sync
+    fast = estimate.iteration_estimate(cluster, w, plan, stack, sync).iteration_s
+    monkeypatch.setattr(estimate, "COPIES", False)
+    within = estimate.iteration_estimate(cluster, w, plan, stack, sync).iteration_s
+    monkeypatch.setattr(estimate, "CLASSES", False)
+    every = estimate.iteration_estimate(cluster, w, plan, stack, sync).iteration_s
+    assert fast == within == every

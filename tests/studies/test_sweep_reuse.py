@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from zionsim.base import config
 from zionsim.dlrm import estimate, lowering
 from zionsim.io.files import to_json
 from zionsim.network import nccl
@@ -29,16 +30,20 @@ SWEEP = {
 
 def _alone(params: dict, monkeypatch) -> dict:
     """``params`` run on their own, the long way: no trace cache, no shared ranks, every rank
-    walked, NCCL's choices and schedules made anew, the run's analysis derived anew, the
-    cluster built for the point, every table built (not lean)."""
+    walked, NCCL's choices, schedules and estimates of copies together made anew, every input
+    file parsed anew, the run's analysis derived anew, the cluster built for the point, every
+    table built (not lean)."""
     monkeypatch.setattr(lowering, "_CACHE", lowering.OrderedDict())
     monkeypatch.setattr(lowering, "CACHE_OPS", 0)
     monkeypatch.setattr(lowering, "SHARE_RANKS", False)
     monkeypatch.setattr(estimate, "CLASSES", False)
     monkeypatch.setattr(estimate, "_CHOICES", {})
+    monkeypatch.setattr(estimate, "_TOGETHER", {})
     monkeypatch.setattr(estimate, "MEMO_CHOICES", 0)
     monkeypatch.setattr(nccl, "_SCHEDULES", {})
     monkeypatch.setattr(nccl, "MEMO_SCHEDULES", 0)
+    monkeypatch.setattr(config, "_PARSED", {})
+    monkeypatch.setattr(config, "KEEP_PARSED_CHARS", 0)  # every input file parsed anew
     monkeypatch.setattr(results, "_KEPT", [])
     monkeypatch.setattr(results, "KEEP_OPS", 0)
     figures = summary_row(run_point(params).summary)
@@ -78,6 +83,28 @@ def test_reuse_order_groups_points_by_their_options_outside_topology():
         {"point_id": "d", "topology.x": 2, "b": 2},
     ]
     assert [p["point_id"] for p in sw.reuse_order(pts)] == ["a", "c", "b", "d"]
+
+
+def test_several_workers_get_each_group_of_points_as_one_task():
+    """With several workers, points that differ only in ``topology.*`` run in one task (one
+    worker lowers their plans), cut so that every worker gets several tasks; one worker gets
+    one point per task."""
+    pts = [{"point_id": f"{b}{x}", "topology.x": x, "b": b} for b in range(4) for x in range(3)]
+    ids = [[p["point_id"] for p in t] for t in sw.reuse_tasks(pts, 2)]
+    assert ids == [["00", "01"], ["02"], ["10", "11"], ["12"], ["20", "21"], ["22"],
+                   ["30", "31"], ["32"]]  # fmt: skip
+    assert [len(t) for t in sw.reuse_tasks(pts, 1)] == [1] * 12
+    assert [len(t) for t in sw.reuse_tasks(pts[:3], 2)] == [1, 1, 1]
+    flat = [p for t in sw.reuse_tasks(pts, 3) for p in t]
+    assert flat == sw.reuse_order(pts)
+
+
+def test_two_workers_give_what_each_point_gives_alone(tmp_path, monkeypatch):
+    """Each group of points (two NIC speeds) one task of one of two workers."""
+    monkeypatch.setattr(sw, "TASKS_PER_WORKER", 1)
+    pts = sw.points(sw.sweep_from_dict(SWEEP))
+    assert {len(t) for t in sw.reuse_tasks(pts, 2)} == {2}
+    test_a_reused_sweep_gives_what_each_point_gives_alone(tmp_path, monkeypatch, 2)
 
 
 def test_a_lean_point_has_the_summary_of_a_full_run():
@@ -172,3 +199,16 @@ def test_the_analysis_of_equal_ops_is_derived_once(monkeypatch):
     again = simulate_inputs(resolve_inputs({**base, "topology.scale_out.nic_bw": "400Gbps"}))
     assert to_json(again.summary) == to_json(runs[1].summary)
     assert again.events.equals(runs[1].events)
+
+
+def test_a_parsed_input_file_is_handed_out_as_a_fresh_copy():
+    """``config.safe_load`` keeps each text's document: a caller that changes what it got (a
+    ``--set`` override, a sweep's ``workload.*`` key) changes nobody else's copy."""
+    text = "a: {b: [1, 2.5, x]}\nc: &k {d: 1}\ne: *k\n"
+    first = config.safe_load(text)
+    first["a"]["b"].append(3)
+    first["c"]["d"] = 2
+    again = config.safe_load(text)
+    assert again == {"a": {"b": [1, 2.5, "x"]}, "c": {"d": 1}, "e": {"d": 1}}
+    assert again is not first and again["a"] is not first["a"]
+    assert again["c"] is again["e"]  # an alias stays one object, as the parser gives it

@@ -94,14 +94,23 @@ def evaluate(cluster, trace: Trace, iterations: int = ITERATIONS) -> float:
     stack = trace.stack or BARE
     durations = durations_of(cluster, trace, _compute_model(cluster, stack))
     transfer_s = transfer_seconds(cluster, trace)
-    choose = partial(choice_of, cluster)
+    choose, together = partial(choice_of, cluster), partial(together_of, cluster)
+    slow = stack.compute_slowdown
     if FLAT:
-        shape = _shape(trace, durations, transfer_s)
-        walk = walks.FlatWalk(cluster, trace, shape, stack.compute_slowdown, transfer_s, choose)
+        walk = None
+        if COPIES and CLASSES:  # one rank for alike ranks of every copy, where that holds
+            shape = _shape(trace, durations, transfer_s, copies=True)
+            if shape.valid:
+                walk = walks.FlatWalk(cluster, trace, shape, slow, transfer_s, choose, together)
+                if not walk.copies_alike():
+                    walk = None
+        if walk is None:
+            shape = _shape(trace, durations, transfer_s)
+            walk = walks.FlatWalk(cluster, trace, shape, slow, transfer_s, choose, together)
     else:
         walk = walks.Walk(
-            cluster, trace, durations, stack.compute_slowdown, transfer_s, choose, CLASSES
-        )
+            cluster, trace, durations, slow, transfer_s, choose, CLASSES, together
+        )  # fmt: skip
     ends = walk.run(iterations)
     return float(np.diff(ends).mean()) if len(ends) > 1 else float(ends[0])
 
@@ -117,6 +126,11 @@ REUSE = True
 KEEP_OPS = 200_000
 #: compute models kept (:func:`_compute_model`), at most
 KEEP_MODELS = 32
+#: the flat walk's rank classes also span the copies of a step's collective (a TWRW table's
+#: reduce-scatter in each node, its all-to-all on each rail) where every copy is priced alike
+#: (``walks.Shape``'s ``copies``: one rank of a class for alike ranks of every node or rail);
+#: False: classes within one collective (the tests comparing the two)
+COPIES = True
 #: play the walk on flat per-op lists (:class:`walks.FlatWalk`); False: the op-object walk
 #: (:class:`walks.Walk`, the tests comparing the two)
 FLAT = True
@@ -202,13 +216,16 @@ def durations_of(cluster, trace: Trace, model) -> np.ndarray:
     return out
 
 
-def _shape(trace: Trace, durations: np.ndarray, transfer_s: dict) -> walks.Shape:
-    """The flat walk's :class:`walks.Shape` of ``trace``, kept while :data:`REUSE` (by the ops'
-    and transfers' seconds, by value)."""
-    extra = (durations.tobytes(), tuple(sorted(transfer_s.items())), CLASSES)
+def _shape(
+    trace: Trace, durations: np.ndarray, transfer_s: dict, copies: bool = False
+) -> walks.Shape:
+    """The flat walk's :class:`walks.Shape` of ``trace`` (with ``copies``: its classes spanning
+    collective copies), kept while :data:`REUSE` (by the ops' and transfers' seconds, by
+    value)."""
+    extra = (durations.tobytes(), tuple(sorted(transfer_s.items())), CLASSES, copies)
     shape = _SHAPES.get(trace, extra)
     if shape is None:
-        shape = walks.Shape(trace, durations, transfer_s, CLASSES)
+        shape = walks.Shape(trace, durations, transfer_s, CLASSES, copies)
         _SHAPES.put(trace, extra, shape)
     return shape
 
@@ -227,18 +244,40 @@ def choice_of(cluster, c) -> nccl.Choice:
     return memo[key]
 
 
-#: NCCL choices remembered per cluster (:meth:`walks.Walk._choice`), at most
+def together_of(cluster, choices: list) -> list[float]:
+    """``nccl.estimate_together_s`` of ``choices`` (copies of one step that run at once) on
+    ``cluster``, remembered per cluster for the very same choice objects (:func:`choice_of`
+    hands them out again) while :data:`REUSE`: every walk of a plan on the cluster prices the
+    same copies, and the candidate plans of a run share most of them."""
+    if not REUSE:
+        return nccl.estimate_together_s(cluster, choices)
+    memo = _choices_of(cluster, _TOGETHER)
+    key = tuple(map(id, choices))
+    hit = memo.get(key)
+    if hit is None or not all(map(operator.is_, hit[0], choices)):
+        if len(memo) >= MEMO_CHOICES:
+            memo.clear()
+        # the entry holds its choices, so no other object takes their identities meanwhile
+        hit = memo[key] = (list(choices), nccl.estimate_together_s(cluster, choices))
+    return list(hit[1])
+
+
+#: NCCL choices (and estimates of copies together) remembered per cluster
+#: (:meth:`walks.Walk._choice`), at most
 MEMO_CHOICES = 4096
 _CHOICES: dict[int, tuple[weakref.ref, dict]] = {}
+_TOGETHER: dict[int, tuple[weakref.ref, dict]] = {}
 
 
-def _choices_of(cluster) -> dict:
-    """The remembered NCCL choices of ``cluster`` (forgotten with it)."""
-    entry = _CHOICES.get(id(cluster))
+def _choices_of(cluster, registry: dict | None = None) -> dict:
+    """The remembered NCCL choices of ``cluster`` (forgotten with it), or what ``registry``
+    (:data:`_TOGETHER`) remembers of it."""
+    registry = _CHOICES if registry is None else registry
+    entry = registry.get(id(cluster))
     if entry is None or entry[0]() is not cluster:
-        for k in [k for k, (ref, _) in _CHOICES.items() if ref() is None]:
-            del _CHOICES[k]
-        entry = _CHOICES[id(cluster)] = (weakref.ref(cluster), {})
+        for k in [k for k, (ref, _) in registry.items() if ref() is None]:
+            del registry[k]
+        entry = registry[id(cluster)] = (weakref.ref(cluster), {})
     return entry[1]
 
 

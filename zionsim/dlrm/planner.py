@@ -288,11 +288,32 @@ def best_estimated(cluster, w: WorkloadSpec, plans: list[Plan], stack=None) -> P
     if len(plans) == 1:
         return plans[0]
     stack = resolve_stack(stack)
-    fits = [p for p in plans if _fits(cluster, w, p)] or plans[:1]
+    spec = cluster.spec
+    # all that _fits reads (a sweep's points on other NIC speeds check the same plans)
+    given = (repr(w), len(cluster.gpus), spec.gpus_per_node, spec.gpu.hbm_bytes,
+             spec.host.dram_bytes, spec.host.sockets)  # fmt: skip
+    fits = [p for p in plans if _fits_kept(cluster, w, p, given)] or plans[:1]
     if len(fits) == 1:
         return fits[0]
     times = [iteration_estimate(cluster, w, p, stack).iteration_s for p in fits]
     return fits[int(np.argmin(times))]
+
+
+#: :func:`_fits` answers kept (:func:`_fits_kept`), at most
+KEEP_FITS = 4096
+_FITS: dict[tuple, bool] = {}
+
+
+def _fits_kept(cluster, w: WorkloadSpec, plan: Plan, given: tuple) -> bool:
+    """:func:`_fits`, kept by ``given`` (the values it reads of ``cluster`` and ``w``) and the
+    plan (its name and shards)."""
+    key = (given, plan.name, plan.shards)
+    hit = _FITS.get(key)
+    if hit is None:
+        if len(_FITS) >= KEEP_FITS:
+            _FITS.clear()
+        hit = _FITS[key] = _fits(cluster, w, plan)
+    return hit
 
 
 def _fits(cluster, w: WorkloadSpec, plan: Plan) -> bool:

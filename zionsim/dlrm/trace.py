@@ -159,12 +159,18 @@ def op_args(op: Op):
     return OP_ARGS[op.kind](**op.args)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Op:
     """One op of a rank's iteration.  ``deps`` are ids of earlier ops on the same rank (the
     stream order adds the rest); ``args`` hold its work, not its duration: GEMM ``m, n, k,
     dtype``, ``nbytes`` of memory ops and transfers, lookups of embedding ops, ``coll`` (a
-    collective id) of collective ops."""
+    collective id) of collective ops.
+
+    An op is never changed once made (the lowering's cache and the planner's memos share op
+    objects among traces), but it is not a frozen dataclass: a frozen one's ``__init__`` sets
+    each field through ``object.__setattr__``, five times the cost of this one's plain slot
+    writes, and the lowering makes hundreds of thousands of ops per sweep (issue 29).  Like the
+    frozen form (whose hash failed on ``args``, a dict), it is unhashable."""
 
     id: int
     rank: int

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable
+from functools import partial
 
 import numpy as np
 
@@ -29,27 +30,33 @@ from zionsim.network import nccl
 NAN = float("nan")
 
 
-def _walked(trace: Trace, durations: np.ndarray, transfer_s: dict, classes: bool) -> tuple:
+def _walked(
+    trace: Trace, durations: np.ndarray, transfer_s: dict, classes: bool, group_of=None
+) -> tuple:
     """(members of each rank's class, 0 for a rank another one stands for — every rank its own
-    class unless ``classes``; the walked ranks' ops; their streams as op ids in program
-    order)."""
+    class unless ``classes``; each rank's class's first rank; the walked ranks' ops; their
+    streams as op ids in program order).  ``group_of``: :func:`rank_classes`'s."""
     by_rank = trace.by_rank()
-    weight = (
-        rank_classes(by_rank, durations, transfer_s, trace.alike) if classes else [1] * len(by_rank)
-    )
+    if classes:
+        weight, owner = _rank_classes(by_rank, durations, transfer_s, trace.alike, group_of)
+        if group_of is not None:
+            weight, owner = _split_by_copies(by_rank, owner, trace.collectives)
+    else:
+        weight, owner = [1] * len(by_rank), list(range(len(by_rank)))
     walked = [ops for ops, k in zip(by_rank, weight, strict=True) if k]
     streams = [
         [op.id for op in ops if op.stream == s]
         for ops in walked
         for s in dict.fromkeys(op.stream for op in ops)
     ]
-    return weight, walked, streams
+    return weight, owner, walked, streams
 
 
 class Walk:
     """Every rank's streams in time order: a heap of (ready time, op) with one head per stream.
     ``transfer_s``: seconds of each host transfer op; ``choose``: NCCL's choice for a
-    collective of the trace; ``classes``: walk one rank per class of alike ranks."""
+    collective of the trace; ``classes``: walk one rank per class of alike ranks; ``together``:
+    ``nccl.estimate_together_s`` on the cluster of choices that run at once (default: it)."""
 
     def __init__(
         self,
@@ -60,11 +67,13 @@ class Walk:
         transfer_s: dict,
         choose: Callable[[object], nccl.Choice],
         classes: bool = True,
+        together: Callable[[list], list[float]] | None = None,
     ):
         self.cluster, self.trace, self.dur, self.slow = cluster, trace, durations, slowdown
         self.transfer_s, self.choose = transfer_s, choose
+        self.together = together or partial(nccl.estimate_together_s, cluster)
         #: members of each rank's class (0: a rank another one stands for, not walked)
-        self.weight, walked, self.streams = _walked(trace, durations, transfer_s, classes)
+        self.weight, _, walked, self.streams = _walked(trace, durations, transfer_s, classes)
         self.stream_of = {i: k for k, ids in enumerate(self.streams) for i in ids}
         self.stream_ops = [[trace.ops[i] for i in ids] for ids in self.streams]
         self.dur = durations.tolist()  # read one at a time, often
@@ -207,7 +216,7 @@ class Walk:
             if key is not None:
                 self.coll_s[key] = self.coll_s[cid]
             return self.coll_s[cid]
-        times = nccl.estimate_together_s(self.cluster, [self._choice(c) for c in colls])
+        times = self.together([self._choice(c) for c in colls])
         self.coll_s.update(zip(group, times, strict=True))
         return self.coll_s[cid]
 
@@ -223,10 +232,30 @@ class Shape:
     """What a walk of one trace needs that its cluster's network does not change (given the
     ops' seconds and the host transfers' seconds, which decide the rank classes): the walked
     streams as op ids, and per op id its kind, rank, dependencies, collective and sync period
-    (None: not a sync op) as flat lists."""
+    (None: not a sync op) as flat lists.
 
-    def __init__(self, trace: Trace, durations: np.ndarray, transfer_s: dict, classes: bool):
-        self.weight, walked, self.streams = _walked(trace, durations, transfer_s, classes)
+    ``copies``: ranks alike but for which copy of a step's collective they join (the copies of
+    one name: a TWRW table's reduce-scatter in each node, its all-to-all on each rail) are one
+    class too, so that one rank stands for alike ranks of every node or rail.  That holds only
+    where each walked copy's members are all stood for by the ranks that join it (``valid``;
+    else use the shape without), and only on a cluster that prices every copy of each step in
+    ``spans`` alike (the walk checks: :meth:`FlatWalk.copies_alike`)."""
+
+    def __init__(
+        self,
+        trace: Trace,
+        durations: np.ndarray,
+        transfer_s: dict,
+        classes: bool,
+        copies: bool = False,
+    ):
+        #: the collectives of the ops of each name: copies of one step that run at once
+        self.copies = _copies(trace)
+        copies = copies and any(len(g) > 1 for g in self.copies.values())  # else the same
+        group_of = {c: g[0] for c, g in self.copies.items()} if copies else None
+        self.weight, owner, walked, self.streams = _walked(
+            trace, durations, transfer_s, classes, group_of
+        )
         n = self.n_ops = len(trace.ops)
         self.stream_of = [-1] * n
         for k, ids in enumerate(self.streams):
@@ -258,15 +287,47 @@ class Shape:
             for i in ids:
                 self.then[i] = (k, *waiting.get(i, ()))
         self.walked_ops = np.sort([op.id for ops in walked for op in ops]).astype(np.int64)
+        self.walked_list = self.walked_ops.tolist()
         self.two = any(op.stream == "embedding" for op in trace.ops)
-        copies: dict[str, set[int]] = {}
-        for op in trace.ops:
-            if op.kind == "collective":
-                copies.setdefault(op.name, set()).add(op.args["coll"])
-        #: the collectives of the ops of each name: copies of one step that run at once
-        self.copies = {c: tuple(sorted(g)) for g in copies.values() for c in g}
         self.need = [len(c.ranks) for c in trace.collectives]
         self.dur = durations.tolist()  # read one at a time, often
+        #: per collective op of a walked rank, the members of its rank's class that join its
+        #: collective (the class's members, unless ``copies``)
+        self.joins = [0] * n
+        #: the copies of each step that a class spans (``copies``), and whether every walked
+        #: copy's members are stood for by the walked ranks that join it
+        self.spans: tuple = ()
+        self.valid = True
+        self._join(trace, walked, owner, copies)
+
+    def _join(self, trace: Trace, walked: list, owner: list[int], copies: bool) -> None:
+        """``joins``, and with ``copies`` (classes that span collective copies) ``spans`` and
+        ``valid`` (``owner``: each rank's class's first rank)."""
+        if not copies:
+            for ops in walked:
+                for op in ops:
+                    if op.kind == "collective":
+                        self.joins[op.id] = self.weight[op.rank]
+            return
+        joining: dict[int, list[int]] = {}
+        for ops in walked:
+            for op in ops:
+                if op.kind == "collective":
+                    joining.setdefault(op.args["coll"], []).append(op.id)
+        spans = set()
+        for cid, ids in joining.items():
+            count: dict[int, int] = {}
+            for m in trace.collectives[cid].ranks.tolist():
+                count[owner[m]] = count.get(owner[m], 0) + 1
+            reps = {self.rank[i] for i in ids}
+            if not reps.issuperset(count) or len(reps) != len(ids):
+                self.valid = False
+                return
+            for i in ids:
+                self.joins[i] = count[self.rank[i]]
+                if count[self.rank[i]] != self.weight[self.rank[i]]:  # its class spans copies
+                    spans.add(self.copies[cid])
+        self.spans = tuple(sorted(spans))
 
 
 class FlatWalk(Walk):
@@ -282,21 +343,33 @@ class FlatWalk(Walk):
         slowdown: float,
         transfer_s: dict,
         choose: Callable[[object], nccl.Choice],
+        together: Callable[[list], list[float]] | None = None,
     ):
         self.cluster, self.trace, self.slow = cluster, trace, slowdown
         self.transfer_s, self.choose = transfer_s, choose
+        self.together = together or partial(nccl.estimate_together_s, cluster)
         self.shape = shape
         self.weight = self.shape.weight
         self.copies = self.shape.copies
         self.coll_s: dict = {}
+
+    def copies_alike(self) -> bool:
+        """Whether every copy of each step the shape's classes span is priced alike on this
+        cluster (a :class:`Shape` with ``copies`` holds only then)."""
+        for group in self.shape.spans:
+            times = {self._collective_s(c) for c in group}
+            if len(times) > 1:
+                return False
+        return True
 
     def run(self, iterations: int) -> np.ndarray:
         """End time of each iteration (latest end of any of its ops)."""
         sh, trace = self.shape, self.trace
         st = _State(sh, trace.ranks, iterations)
         self._play(st, _finisher(sh, st, iterations))
-        walked = sh.walked_ops
-        out = np.array(st.end).reshape(iterations, sh.n_ops)[:, walked]
+        walked, n, end = sh.walked_ops, sh.n_ops, st.end
+        ids = sh.walked_list
+        out = np.array([[end[it * n + i] for i in ids] for it in range(iterations)])
         if np.isnan(out).any():
             ops = trace.ops
             stuck = int(walked[np.flatnonzero(np.isnan(out))[0] % len(walked)])
@@ -359,7 +432,7 @@ class FlatWalk(Walk):
         cid = sh.coll[i]
         members = st.arrived.setdefault((it, cid), [0])
         members.append((i, t))
-        members[0] += sh.weight[r]
+        members[0] += sh.joins[i]
         if members[0] < sh.need[cid]:
             return
         e = max(a for _, a in members[1:]) + self._collective_s(cid)
@@ -419,8 +492,22 @@ def _finisher(sh: Shape, st: _State, iterations: int):
         free[k] = e
         in_coll[k] = False
         for s in then[i]:  # its own stream first (never queued or in a collective here)
-            if not queued[s] and not in_coll[s]:
-                push(s)
+            if not queued[s] and not in_coll[s]:  # push(s), inlined: the walk's busiest call
+                its = it_of[s]
+                if its >= iterations:
+                    continue
+                j = streams[s][step[s]]
+                base = its * n_ops
+                t = free[s]
+                for d in deps[j]:
+                    x = end[base + d]
+                    if x != x:  # NaN: not ended yet
+                        break
+                    if x > t:
+                        t = x
+                else:
+                    heappush(heap, (t, j + base, s))
+                    queued[s] = True
 
     for s in range(len(streams)):
         push(s)
@@ -430,37 +517,94 @@ def _finisher(sh: Shape, st: _State, iterations: int):
 def rank_classes(
     by_rank: list, durations: np.ndarray, transfer_s: dict, alike: tuple | None = None
 ) -> list[int]:
+    """Per rank, the members of its class when it is the class's first rank, else 0
+    (:func:`_rank_classes`)."""
+    return _rank_classes(by_rank, durations, transfer_s, alike)[0]
+
+
+def _rank_classes(
+    by_rank: list,
+    durations: np.ndarray,
+    transfer_s: dict,
+    alike: tuple | None = None,
+    group_of: dict | None = None,
+) -> tuple[list[int], list[int]]:
     """Per rank, the members of its class when it is the class's first rank, else 0: ranks are
     alike when their ops match op for op in name, kind, category, stream, dependencies (as
     positions in the rank's own sequence), collective, sync period and seconds (module
     docstring).  ``alike`` (``Trace.alike``): ranks the lowering knows to have equal ops, whose
     ops are then compared once (their host transfers' seconds, which depend on the rank's own
-    routes, still each time)."""
+    routes, still each time).  ``group_of``: a collective as the first of its copies (ranks
+    alike but for which copy they join are alike, :class:`Shape`'s ``copies``).  Also each
+    rank's class's first rank."""
     first: dict[tuple, int] = {}
     weight = [0] * len(by_rank)
-    known: dict[int, tuple] = {}  # a rank's key but for its transfers, by its ``alike`` rank
+    owner = [0] * len(by_rank)
+    # a rank's key but for its transfers, by its ``alike`` rank, as the number of the first
+    # equal key (a key is a long tuple, and a tuple's hash is not kept: hashed once here)
+    known: dict[int, int] = {}
+    numbers: dict[tuple, int] = {}
     for rank, ops in enumerate(by_rank):
         src = alike[rank] if alike is not None else rank
         if src not in known:
-            known[src] = _ops_key(by_rank[src], durations)
+            key = _ops_key(by_rank[src], durations, group_of)
+            known[src] = numbers.setdefault(key, len(numbers))
         moved = tuple(transfer_s[op.id] for op in ops if op.id in transfer_s) if transfer_s else ()
-        weight[first.setdefault((known[src], moved), rank)] += 1
-    return weight
+        owner[rank] = first.setdefault((known[src], moved), rank)
+        weight[owner[rank]] += 1
+    return weight, owner
 
 
-def _ops_key(ops: list, durations: np.ndarray) -> tuple:
-    """What tells one rank's ops from another's, but for host transfers' seconds."""
-    pos = {op.id: i for i, op in enumerate(ops)}
+def _copies(trace: Trace) -> dict[int, tuple[int, ...]]:
+    """Each collective's copies: the collectives of the ops of its ops' name."""
+    named: dict[str, set[int]] = {}
+    for op in trace.ops:
+        if op.kind == "collective":
+            named.setdefault(op.name, set()).add(op.args["coll"])
+    return {c: tuple(sorted(g)) for g in named.values() for c in g}
+
+
+def _split_by_copies(by_rank: list, owner: list[int], collectives: list) -> tuple:
+    """Classes of ranks alike but for which copy of a collective they join (``owner``: each
+    rank's class's first rank), split until the members of a class join, op for op, copies
+    whose members fall into the same classes (a copy shared with another class's ranks on one
+    rail, alone on another, tells them apart); (members of each rank's class, 0 for a rank
+    another one stands for; each rank's class's first rank)."""
+    joined = [[op.args["coll"] for op in ops if op.kind == "collective"] for ops in by_rank]
+    members = {c: collectives[c].ranks.tolist() for cs in joined for c in cs}
+    while True:
+        numbers: dict[tuple, int] = {}
+        comp = {
+            c: numbers.setdefault(tuple(sorted(owner[m] for m in ms)), len(numbers))
+            for c, ms in members.items()
+        }
+        first: dict[tuple, int] = {}
+        split = [first.setdefault((owner[r], *map(comp.get, cs)), r) for r, cs in enumerate(joined)]
+        if len(first) == len(set(owner)):
+            break
+        owner = split
+    weight = [0] * len(owner)
+    for o in owner:
+        weight[o] += 1
+    return weight, owner
+
+
+def _ops_key(ops: list, durations: np.ndarray, group_of: dict | None = None) -> tuple:
+    """What tells one rank's ops from another's, but for host transfers' seconds (and, with
+    ``group_of``, for which copy of a collective it joins)."""
+    pos = {op.id: i for i, op in enumerate(ops)}.__getitem__
+    seconds = durations[[op.id for op in ops]].tolist()  # Python floats, as float() gives
+    coll = (lambda c: c) if group_of is None else (lambda c: c if c is None else group_of[c])
     return tuple(
         (
             op.name,
             op.kind,
             op.category,
             op.stream,
-            tuple(pos[d] for d in op.deps),
-            op.args.get("coll"),
+            tuple(map(pos, op.deps)),
+            coll(op.args.get("coll")),
             op.args.get("every"),
-            float(durations[op.id]),
+            s,
         )
-        for op in ops
+        for op, s in zip(ops, seconds, strict=True)
     )

@@ -25,7 +25,9 @@ cluster.  Assumptions and choices:
    planner's own caches (``dlrm/lowering.py``, ``dlrm/estimate.py``), the lowered traces of plans
    it met before (points that differ only in the cluster's rates lower the same plans).  A local
    pool is handed the points grouped by their options outside ``topology.*`` (grid order kept
-   otherwise) so that such points follow one another.  Every reuse is of values equal to what
+   otherwise) so that such points follow one another; with several workers each such group is
+   one task (cut in pieces so that every worker gets several), so one worker lowers its plans
+   and writes its point files when the task ends.  Every reuse is of values equal to what
    the point would build alone, so its record is the one a lone run gives (tested).
 
 This module reads and writes files (the point files and the table); the simulation stays pure.
@@ -374,15 +376,56 @@ def _beside_cluster(point: dict) -> dict:
     return {k: v for k, v in point.items() if k != "point_id" and not k.startswith("topology.")}
 
 
+#: with several local workers, each gets at least about this many tasks (:func:`reuse_tasks`)
+TASKS_PER_WORKER = 4
+
+
+def reuse_tasks(todo: list[dict], workers: int) -> list[list[dict]]:
+    """The points in :func:`reuse_order`, cut into the tasks of a local pool: one point each
+    with one worker; with several, each run of points with the same options outside
+    ``topology.*`` is one task (in pieces of at most ``len(todo) / (workers ·``
+    :data:`TASKS_PER_WORKER` ``)`` points, so that every worker gets several), so that one
+    worker lowers their candidate plans and the others do not lower them again."""
+    if workers <= 1:
+        return [[p] for p in reuse_order(todo)]
+    most = max(1, -(-len(todo) // (workers * TASKS_PER_WORKER)))
+    tasks: list[list[dict]] = []
+    last = None
+    for p in reuse_order(todo):
+        key = canonical(_beside_cluster(p))
+        if key != last or len(tasks[-1]) >= most:
+            tasks.append([])
+        tasks[-1].append(p)
+        last = key
+    return tasks
+
+
+def run_points(points: list[dict], max_memory_bytes: float | str | None = None) -> list[dict]:
+    """:func:`run_one` of each of ``points`` in turn (one task of a local pool)."""
+    return [run_one(p, max_memory_bytes) for p in points]
+
+
 def _run_local(todo: list[dict], workers: int, run: _Run, limit) -> None:
-    """Run ``todo`` in a local pool whose workers die with this process (``studies/pool.py``)."""
+    """Run ``todo`` in a local pool whose workers die with this process (``studies/pool.py``),
+    as :func:`reuse_tasks` cuts it."""
     from concurrent.futures import as_completed
 
     from zionsim.studies.pool import local_pool
 
     with local_pool(workers) as pool:
-        pending = {pool.submit(run_one, p, limit): p for p in reuse_order(todo)}
-        _drain(pending, workers, as_completed, run)
+        pending = {pool.submit(run_points, t, limit): t for t in reuse_tasks(todo, workers)}
+        run.bar.running(min(workers, len(todo)))
+        left = len(todo)
+        for fut in as_completed(list(pending)):
+            task = pending.pop(fut)
+            try:
+                records = fut.result()
+            except Exception as exc:  # the worker died (killed, out of memory)
+                records = [_failed(p, exc) for p in task]
+            for record in records:
+                _finish(record, run)
+            left -= len(task)
+            run.bar.running(min(workers, left))
 
 
 #: seconds a Dask sweep waits for a live worker (at the start, or after the last one left)
@@ -455,28 +498,25 @@ def _finish(record: dict, run: _Run) -> None:
     run.bar.finished(record["status"] == "ok")
 
 
-def _drain(pending: dict, slots: int, as_completed, run: _Run) -> None:
-    """Seal and write each point's file atomically as its future finishes (parent side)."""
-    run.bar.running(min(slots, len(pending)))
-    for fut in as_completed(list(pending)):
-        _finish(_result(fut, pending.pop(fut)), run)
-        run.bar.running(min(slots, len(pending)))
-
-
 def _result(fut, point: dict) -> dict:
     """The future's record, or an error record if the worker itself failed (crash, kill)."""
     try:
         return fut.result()
     except Exception as exc:  # the worker died (killed, out of memory) or could not unpickle
-        params = {k: v for k, v in point.items() if k != "point_id"}
-        return {
-            "point_id": point["point_id"],
-            "parameters": params,
-            "figures": {},
-            "status": "error",
-            "error": _describe(exc),
-            "sim_wall_s": None,
-        }
+        return _failed(point, exc)
+
+
+def _failed(point: dict, exc: BaseException) -> dict:
+    """The error record of ``point`` whose worker failed with ``exc``."""
+    params = {k: v for k, v in point.items() if k != "point_id"}
+    return {
+        "point_id": point["point_id"],
+        "parameters": params,
+        "figures": {},
+        "status": "error",
+        "error": _describe(exc),
+        "sim_wall_s": None,
+    }
 
 
 def combine(out_dir: str | Path, ids: Iterable[str] | None = None) -> pd.DataFrame:
