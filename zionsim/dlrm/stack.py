@@ -43,6 +43,13 @@ TensorFlow + SOK.  A stack profile states, as data with sources, what differs be
    output's gradient is the values, uncopied), per ``single_gpu`` / ``multi_gpu`` where a stack
    picks its embedding by GPU count; ``amp_unscale``: under mixed precision the loss scaler
    unscales the values in place before the step (a read and a write of every value).
+7c. ``key_dedup`` — the framework deduplicates each GPU's keys before the model-parallel
+   embedding's exchange and lookup, and expands the vectors back after it (the SOK DLRM
+   benchmark's ``--compress``: ``tf.unique`` over the GPU's keys, the SOK lookup and its
+   all-to-alls of the distinct keys only, then ``tf.gather`` back; its gradient a segment sum
+   over the duplicates).  A run option of that benchmark, so a case states it (``stack.key_dedup:
+   true``); the distinct keys per GPU and table are ``cache.unique_rows`` of the workload's
+   Zipf skew, and ``lowering.py`` prices the dedup kernels (``_lower_dedup``).
 8. ``embedding_stream`` — the embedding lookups and updates run on a CUDA stream of their own
    (HugeCTR's model-parallel stream): they share the GPU with the dense stream one kernel at a
    time, but wait for no dense work, so the next iteration's lookups and their all-to-all run
@@ -121,6 +128,7 @@ STACK_KEYS = {
     "fused_embedding",
     "interaction_kernel",
     "embedding_update",
+    "key_dedup",
     "embedding_stream",
     "iteration_join",
     "dense_waits_lookup",
@@ -182,6 +190,8 @@ class StackSpec:
     embedding_optimizer: str = "fused"
     embedding_gradient: tuple[str, str] = ("view", "view")
     amp_unscale: bool = False
+    #: item 7c: keys deduplicated per GPU before the model-parallel exchange (SOK --compress)
+    key_dedup: bool = False
     embedding_stream: bool = False
     iteration_join: bool = False
     dense_waits_lookup: bool = False
@@ -234,6 +244,7 @@ class StackSpec:
                 if self.embedding_optimizer != "fused"
                 else {}
             ),
+            **({"key_dedup": True} if self.key_dedup else {}),
             "embedding_stream": self.embedding_stream,
             **({"iteration_join": True} if self.iteration_join else {}),
             **({"dense_waits_lookup": True} if self.dense_waits_lookup else {}),
@@ -348,6 +359,7 @@ def stack_from_dict(data: dict, file: str = "<stack>") -> StackSpec:
         embedding_optimizer=e_opt,
         embedding_gradient=e_grad,
         amp_unscale=unscale,
+        key_dedup=f.flag("key_dedup", False),
         embedding_stream=f.flag("embedding_stream", False),
         iteration_join=f.flag("iteration_join", False),
         dense_waits_lookup=f.flag("dense_waits_lookup", False),
