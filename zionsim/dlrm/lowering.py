@@ -203,14 +203,9 @@ def _remember(key: tuple, trace: Trace) -> None:
 
 def _lower(w, plan, ranks, fused, g, zipf_alpha, sync, stack) -> Trace:
     """:func:`lower` without the cache."""
-    lay = layout(w, plan, ranks, g, zipf_alpha)
-    dedup = None
-    if stack.key_dedup:
-        lay, dedup = deduplicated(w, plan, lay, ranks, g, zipf_alpha)
+    lay, dedup = _layout_of(w, plan, ranks, g, zipf_alpha, stack)
     b = _Builder(ranks, stack.host_dispatch_s)
-    c = _embedding_collectives(b, lay, ranks, g, stack.data_distributor)
-    if dedup is not None and dedup.keys > 0:
-        c["dedup"] = dedup
+    c = {**_embedding_collectives(b, lay, ranks, g, stack.data_distributor), **dedup}
     if stack.data_distributor:
         _distributor_collectives(b, c, lay, w, plan, stack.data_distributor_key_bytes)
     buckets = lower_dense.buckets(w, lay.dp_params, stack.grouped_allreduce)
@@ -266,6 +261,16 @@ def _lower(w, plan, ranks, fused, g, zipf_alpha, sync, stack) -> Trace:
     background = sync_colls if sync.is_shadow else {}
     sync_of = TraceSync(sync, background, sync_bytes)
     return Trace(ranks, b.ops, b.colls, meta, stack, sync_of, tuple(alike))
+
+
+def _layout_of(w, plan, ranks, g, zipf_alpha, stack) -> tuple:
+    """The plan's layout, and ``{"dedup": KeyDedup}`` where the stack deduplicates keys and
+    the ranks have keys to deduplicate (else ``{}``), to join the trace's collectives ``c``."""
+    lay = layout(w, plan, ranks, g, zipf_alpha)
+    if not stack.key_dedup:
+        return lay, {}
+    lay, dedup = deduplicated(w, plan, lay, ranks, g, zipf_alpha)
+    return lay, ({"dedup": dedup} if dedup.keys > 0 else {})
 
 
 def _rank_rows(lay, ranks: int) -> list[np.ndarray]:
