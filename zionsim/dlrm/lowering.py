@@ -7,6 +7,9 @@ buckets, sync rounds) is added by ``lower_dense.py``.
 The iteration, per rank (streams: ``compute``, ``a2a`` and ``allreduce``, each in order):
 
 1. ``input_a2a`` — sparse indices and lengths to the table owners (all-to-allv);
+   (with key deduplication, ``stack.py`` item 7d, after ``key_unique``, and of the distinct
+   keys only; ``emb_expand`` gathers every key's vector back before the interaction and
+   ``emb_expand_bwd`` sums the gradients of duplicates before ``grad_a2a``: ``deduplicated``);
 2. ``emb_fwd`` — pooled lookups of the local tables for the global batch (TW) or local batch (DP);
 3. ``pooled_a2a`` — pooled embeddings back to the samples' ranks; bottom MLP runs meanwhile;
 4. interaction (dot / concat / DCN), top MLP, loss;
@@ -29,10 +32,13 @@ from __future__ import annotations
 
 import sys
 from collections import OrderedDict
+from dataclasses import dataclass, replace
 
 import numpy as np
 
+from zionsim.base.errors import InputError
 from zionsim.dlrm import lower_dense
+from zionsim.dlrm.cache import unique_rows
 from zionsim.dlrm.plan import Plan
 from zionsim.dlrm.sharding import layout
 from zionsim.dlrm.stack import BARE, StackSpec
@@ -197,9 +203,9 @@ def _remember(key: tuple, trace: Trace) -> None:
 
 def _lower(w, plan, ranks, fused, g, zipf_alpha, sync, stack) -> Trace:
     """:func:`lower` without the cache."""
-    lay = layout(w, plan, ranks, g, zipf_alpha)
+    lay, dedup = _layout_of(w, plan, ranks, g, zipf_alpha, stack)
     b = _Builder(ranks, stack.host_dispatch_s)
-    c = _embedding_collectives(b, lay, ranks, g, stack.data_distributor)
+    c = {**_embedding_collectives(b, lay, ranks, g, stack.data_distributor), **dedup}
     if stack.data_distributor:
         _distributor_collectives(b, c, lay, w, plan, stack.data_distributor_key_bytes)
     buckets = lower_dense.buckets(w, lay.dp_params, stack.grouped_allreduce)
@@ -257,6 +263,16 @@ def _lower(w, plan, ranks, fused, g, zipf_alpha, sync, stack) -> Trace:
     return Trace(ranks, b.ops, b.colls, meta, stack, sync_of, tuple(alike))
 
 
+def _layout_of(w, plan, ranks, g, zipf_alpha, stack) -> tuple:
+    """The plan's layout, and ``{"dedup": KeyDedup}`` where the stack deduplicates keys and
+    the ranks have keys to deduplicate (else ``{}``), to join the trace's collectives ``c``."""
+    lay = layout(w, plan, ranks, g, zipf_alpha)
+    if not stack.key_dedup:
+        return lay, {}
+    lay, dedup = deduplicated(w, plan, lay, ranks, g, zipf_alpha)
+    return lay, ({"dedup": dedup} if dedup.keys > 0 else {})
+
+
 def _rank_rows(lay, ranks: int) -> list[np.ndarray]:
     """Every per-rank array of the layout (first axis: the ranks; the n×n byte matrices are
     not arrays and reach a rank's ops only through its collectives): with its dense group's,
@@ -266,6 +282,105 @@ def _rank_rows(lay, ranks: int) -> list[np.ndarray]:
         for v in vars(lay).values()
         if isinstance(v, np.ndarray) and v.ndim and v.shape[0] == ranks
     ]
+
+
+#: bytes ``tf.unique`` moves per key on the GPU, for int64 keys and int32 indices (TensorFlow's
+#: ``UniqueOpGPU``, tensorflow/core/kernels/unique_op_gpu.cu.h, which SOK ships as
+#: sparse_operation_kit/kit_cc/framework/compat/kernels/unique.cu): ``RangeInit`` writes the
+#: indices (4); ``cub::DeviceRadixSort::SortPairs`` on all 64 key bits, onesweep with 8-bit
+#: digits (cub dispatch_radix_sort.cuh ``Policy800``: ``ONESWEEP`` for keys of 4 bytes or more,
+#: ``ONESWEEP_RADIX_BITS = 8``): a histogram pass reads the keys (8), then 8 passes each read
+#: and write key and index (8 x 24); the inclusive sum of segment starts reads the sorted keys
+#: and writes an id (12); ``ExtractFirstOccurrenceIndices`` reads the ids (4);
+#: ``LookupAndScatterUniqueIds`` reads index, id and inverse permutation and writes the output
+#: index (16)
+UNIQUE_BYTES_PER_KEY = 4 + 8 + 8 * 24 + 12 + 4 + 16
+#: and per distinct key: its first occurrence read and written (8), the onesweep sort of those
+#: 32-bit indices with their permutation (histogram 4, 4 passes x 16) and
+#: ``GatherOutputsAndInvertPermutation`` (reads 4 + 8 + 4, writes 8 + 4)
+UNIQUE_BYTES_PER_DISTINCT = 8 + (4 + 4 * 16) + 28
+#: kernels of one ``tf.unique``: RangeInit, the 64-bit sort (histogram, exclusive sum, 8
+#: passes), the scan (cub DeviceScan: init and scan kernels), the extraction, the 32-bit sort
+#: (histogram, exclusive sum, 4 passes), the gather and the scatter
+UNIQUE_KERNELS = 1 + 10 + 2 + 1 + 6 + 1 + 1
+#: index bytes of ``tf.unique``'s ``idx`` output (int32, its default ``out_idx``), read by the
+#: ``tf.gather`` that expands the vectors and by the segment sum of their gradient
+DEDUP_INDEX_BYTES = 4
+
+
+@dataclass(frozen=True)
+class KeyDedup:
+    """One rank's key deduplication (``stack.py`` item 7d): the keys of its local batch that
+    enter the model-parallel exchange, the expected distinct ones among them, and the bytes of
+    their vectors (every key's, the distinct keys')."""
+
+    keys: float
+    distinct: float
+    vector_bytes: float
+    distinct_vector_bytes: float
+
+
+def deduplicated(w: WorkloadSpec, plan: Plan, lay, ranks: int, g: int, zipf_alpha: float):
+    """The layout when every rank deduplicates its local batch's keys before the model-parallel
+    exchange (SOK's ``--compress``, ``stack.py`` item 7d), and the rank's :class:`KeyDedup`.
+
+    A rank's ``B·L`` keys of table ``t`` hold ``u_t = unique_rows(rows, B·L, zipf_alpha)``
+    distinct ones (``cache.py``: independent Zipf draws); only those are sent to the owner(s),
+    looked up there and their vectors sent back, so the shard's index bytes, lookups, lookup
+    output and exchanged vectors (forward and gradient, over every exchange its kind has) scale
+    by ``u_t / (B·L)``.  The sums of the other shards stay: each shard's share is taken from the
+    layout of that shard alone.  Data-parallel shards exchange nothing and stay as they are.
+    The index all-to-all's per-sample length is scaled too (SOK sends only keys).  The distinct
+    rows each owner updates do not change (the same rows, now fewer times)."""
+    B = w.batch_per_gpu
+    out = replace(
+        lay,
+        input_matrix=lay.input_matrix.copy(),
+        pooled_matrix=lay.pooled_matrix.copy(),
+        twrw_rs=dict(lay.twrw_rs),
+        twrw_matrix=lay.twrw_matrix.copy(),
+        hier_intra=lay.hier_intra.copy(),
+    )
+    keys = distinct = vec = distinct_vec = 0.0
+    for s in plan.shards:
+        if s.kind == "DP" and s.tier != "ps":
+            continue
+        t = w.tables[s.table]
+        if s.tier == "ps" or s.kind == "HYB":
+            raise InputError(
+                f"key deduplication is modelled in front of a GPU all-to-all embedding; table "
+                f"{t.name!r} is {'on a parameter server' if s.tier == 'ps' else 'a HYB shard'}",
+                field="stack.key_dedup",
+                allowed="false, or a plan of DP, TW, CW, TWCW, RW and TWRW shards",
+            )
+        if t.pooling != 1:
+            raise InputError(
+                f"key deduplication (SOK --compress before its all-to-all dense embedding) "
+                f"applies to one-hot tables; table {t.name!r} has pooling {t.pooling}",
+                field="stack.key_dedup",
+                allowed="false, or a workload whose model-parallel tables have pooling 1",
+            )
+        draws = B * t.pooling
+        u = unique_rows(t.rows, draws, zipf_alpha)
+        _scale_shard(out, layout(w, Plan(plan.name, (s,)), ranks, g, zipf_alpha), 1 - u / draws)
+        row = t.dim * DTYPE_BYTES[s.comm_precision or w.precision["communication"]]
+        keys, distinct = keys + draws, distinct + u
+        vec, distinct_vec = vec + draws * row, distinct_vec + u * row
+    return out, KeyDedup(keys, distinct, vec, distinct_vec)
+
+
+def _scale_shard(out, part, cut: float) -> None:
+    """Take ``cut`` of one shard's layout ``part`` off ``out``'s work and exchanges (new arrays
+    for every array changed: ``out`` shares no array with the layout it was copied from)."""
+    for name in ("lookups", "lookup_bytes", "state_bytes", "out_bytes", "hier_intra"):
+        setattr(out, name, getattr(out, name) - cut * getattr(part, name))
+    for m in ("input_matrix", "pooled_matrix", "twrw_matrix"):
+        mine, theirs = getattr(out, m), getattr(part, m)
+        mine.row, mine.col = mine.row - cut * theirs.row, mine.col - cut * theirs.col
+    out.rw_bytes -= cut * part.rw_bytes
+    for node, size in part.twrw_rs.items():
+        out.twrw_rs[node] -= cut * size
+    out.hyb_intra_bytes -= cut * part.hyb_intra_bytes
 
 
 def model_figures(w: WorkloadSpec) -> dict:
@@ -430,7 +545,7 @@ def _lower_rank(b, w, r, node, local, lay, fused, c, c_ar, buckets, stack=BARE, 
         "row_bytes": float(lay.lookup_bytes[r] / n_look) if n_look else 0.0,
     }
     outs = _lower_embedding_fwd(o, node, local, e_args, first)
-    x = _lower_dense_fwd(o, outs[1:], outs[0] if stack.dense_waits_lookup else None)
+    x = _lower_dense_fwd(o, outs[1:], outs[0] if stack.dense_waits_lookup else None, outs[0])
     grads_done: dict[str, int] = {}
     x = _lower_top_bwd(o, x, grads_done)
     e_bwd, d2h = _lower_sparse_bwd(o, node, local, e_args, x, grads_done)
@@ -444,7 +559,9 @@ def _lower_embedding_fwd(o: _RankOps, node: int, local: int, e_args: dict, first
     ps_in = o.ps(
         "ps_lookup", (), index=o.lay.ps_index, gather=o.lay.ps_gather, pooled=o.lay.ps_pooled
     )
-    a_in = o.coll("input_a2a", "in", "all_to_all", "a2a")
+    dedup = o.c.get("dedup")
+    uniq = _lower_unique(o, dedup, first) if dedup is not None else None
+    a_in = o.coll("input_a2a", "in", "all_to_all", "a2a", (uniq,))
     h2d = o.host("uvm_read", "h2d", (a_in,))
     e_fwd = o.b.op(
         o.r, "emb_fwd", "embedding_fwd", "embedding", o.emb_stream, (a_in, h2d, first),
@@ -463,6 +580,17 @@ def _lower_embedding_fwd(o: _RankOps, node: int, local: int, e_args: dict, first
     outs.append(ps_in)
     _lower_distributor(o, first)
     return outs
+
+
+def _lower_unique(o: _RankOps, dedup: KeyDedup, first=None) -> int:
+    """``tf.unique`` over the rank's keys before the model-parallel exchange (``stack.py`` item
+    7d): a memory op of :data:`UNIQUE_BYTES_PER_KEY` per key and
+    :data:`UNIQUE_BYTES_PER_DISTINCT` per distinct key, :data:`UNIQUE_KERNELS` kernels.  Its
+    copy of the distinct count to the host (the op finishes in a host callback) is not
+    priced."""
+    nbytes = dedup.keys * UNIQUE_BYTES_PER_KEY + dedup.distinct * UNIQUE_BYTES_PER_DISTINCT
+    return o.b.op(o.r, "key_unique", "memory", "embedding", o.emb_stream, (first,),
+                  nbytes=float(nbytes), launches=UNIQUE_KERNELS)  # fmt: skip
 
 
 def _lower_distributor(o: _RankOps, first=None) -> None:
@@ -491,14 +619,23 @@ def _lower_distributor(o: _RankOps, first=None) -> None:
     o.coll("ddl_keys", "ddl_keys", "all_to_all", "a2a", (sync or cnt,))
 
 
-def _lower_dense_fwd(o: _RankOps, outs: list, lookup: int | None = None) -> int:
+def _lower_dense_fwd(o: _RankOps, outs: list, lookup: int | None = None, emb=None) -> int:
     """Bottom MLP (after the embedding ``lookup`` where the stack says so), interaction (after
-    the embedding outputs ``outs``), top MLP and the loss; returns the loss op."""
+    the embedding outputs ``outs``: the exchanges, then the parameter-server lookup; under key
+    deduplication after ``emb_expand``, which waits for the exchanges, or for the lookup ``emb``
+    where nothing is exchanged), top MLP and the loss; returns the loss op."""
     w, B = o.w, o.w.batch_per_gpu
     last = None
     for i, (k, n) in enumerate(w.bottom_layers()):
         deps = (lookup,) if i == 0 else ()
         last = o.gemm(f"bottom_fwd{i}", B, n, k, deps, o.stack.mlp_kernels[0], B * n)
+    dedup = o.c.get("dedup")
+    if dedup is not None:  # every key's vector gathered back from the distinct keys' ones
+        nbytes = dedup.keys * DEDUP_INDEX_BYTES + 2 * dedup.vector_bytes
+        got = tuple(x for x in outs[:-1] if x is not None) or (emb,)
+        expand = o.b.op(o.r, "emb_expand", "memory", "embedding", "compute", got,
+                        nbytes=float(nbytes))  # fmt: skip
+        outs = [expand, outs[-1]]
     x = lower_dense.interaction(
         o.b, w, o.r, B, o.dt, (last, *outs), "fwd", o.stack.interaction_kernel
     )
@@ -527,12 +664,18 @@ def _lower_sparse_bwd(o: _RankOps, node, local, e_args, x, grads_done) -> tuple:
     (emb_bwd op, UVM write op or None)."""
     w, B, lay = o.w, o.w.batch_per_gpu, o.lay
     o.ps("ps_update", (x,), push=lay.ps_pooled, update=lay.ps_update)
+    dedup, ready = o.c.get("dedup"), x
+    if dedup is not None:  # tf.gather's gradient: SOK's unsorted_segment_sum (zero, then add)
+        nbytes = dedup.distinct_vector_bytes + dedup.keys * DEDUP_INDEX_BYTES
+        nbytes += 2 * dedup.vector_bytes
+        ready = o.b.op(o.r, "emb_expand_bwd", "memory", "embedding", "compute", (x,),
+                       nbytes=float(nbytes), launches=2)  # fmt: skip
     backs = [
-        o.coll("grad_a2a", "grad", "all_to_all", "a2a", (x,)),
-        o.coll("rw_all_gather", "ag", "all_gather", "a2a", (x,)),
+        o.coll("grad_a2a", "grad", "all_to_all", "a2a", (ready,)),
+        o.coll("rw_all_gather", "ag", "all_gather", "a2a", (ready,)),
     ]
-    hb = o.coll("hyb_intra_a2a_bwd", ("hyb_intra_bwd", node), "all_to_all", "a2a", (x,))
-    tb = o.coll("twrw_a2a_bwd", ("twrw_a2a_bwd", local), "all_to_all", "a2a", (hb or x,))
+    hb = o.coll("hyb_intra_a2a_bwd", ("hyb_intra_bwd", node), "all_to_all", "a2a", (ready,))
+    tb = o.coll("twrw_a2a_bwd", ("twrw_a2a_bwd", local), "all_to_all", "a2a", (hb or ready,))
     backs += [tb, o.coll("twrw_all_gather", ("twrw_ag", node), "all_gather", "a2a", (tb,))]
     backs.append(o.coll("hier_intra_bwd", ("hier_bwd", node), "all_to_all", "a2a", (tb,)))
     if lay.hybrid:  # frequent rows' gradients: a local reduction of the output's gradient

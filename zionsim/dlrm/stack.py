@@ -50,6 +50,13 @@ TensorFlow + SOK.  A stack profile states, as data with sources, what differs be
    precision, which the update kernel reads back (``compute.embedding_backward_time_s``,
    ``grad_bytes``); without it the gradient is read at the row's width and reduced in the
    fused backward kernel (FBGEMM's TBE).
+7d. ``key_dedup`` — the framework deduplicates each GPU's keys before the model-parallel
+   embedding's exchange and lookup, and expands the vectors back after it (the SOK DLRM
+   benchmark's ``--compress``: ``tf.unique`` over the GPU's keys, the SOK lookup and its
+   all-to-alls of the distinct keys only, then ``tf.gather`` back; its gradient a segment sum
+   over the duplicates).  A run option of that benchmark, so a case states it (``stack.key_dedup:
+   true``); the distinct keys per GPU and table are ``cache.unique_rows`` of the workload's
+   Zipf skew, and ``lowering.py`` prices the dedup kernels (``_lower_dedup``).
 8. ``embedding_stream`` — the embedding lookups and updates run on a CUDA stream of their own
    (HugeCTR's model-parallel stream): they share the GPU with the dense stream one kernel at a
    time, but wait for no dense work, so the next iteration's lookups and their all-to-all run
@@ -129,6 +136,7 @@ STACK_KEYS = {
     "interaction_kernel",
     "embedding_update",
     "local_reduce",
+    "key_dedup",
     "embedding_stream",
     "iteration_join",
     "dense_waits_lookup",
@@ -192,6 +200,8 @@ class StackSpec:
     amp_unscale: bool = False
     #: item 7c: HugeCTR's local reduce into a reduced-gradient buffer of the exchange precision
     local_reduce: bool = False
+    #: item 7d: keys deduplicated per GPU before the model-parallel exchange (SOK --compress)
+    key_dedup: bool = False
     embedding_stream: bool = False
     iteration_join: bool = False
     dense_waits_lookup: bool = False
@@ -245,6 +255,7 @@ class StackSpec:
                 else {}
             ),
             **({"local_reduce": True} if self.local_reduce else {}),
+            **({"key_dedup": True} if self.key_dedup else {}),
             "embedding_stream": self.embedding_stream,
             **({"iteration_join": True} if self.iteration_join else {}),
             **({"dense_waits_lookup": True} if self.dense_waits_lookup else {}),
@@ -360,6 +371,7 @@ def stack_from_dict(data: dict, file: str = "<stack>") -> StackSpec:
         embedding_gradient=e_grad,
         amp_unscale=unscale,
         local_reduce=f.flag("local_reduce", False),
+        key_dedup=f.flag("key_dedup", False),
         embedding_stream=f.flag("embedding_stream", False),
         iteration_join=f.flag("iteration_join", False),
         dense_waits_lookup=f.flag("dense_waits_lookup", False),
