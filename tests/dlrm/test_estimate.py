@@ -88,6 +88,35 @@ def test_estimate_counts_the_stack_host_time():
     assert full.iteration_s == pytest.approx(run, rel=0.2)
 
 
+@pytest.mark.parametrize("field", ["host_overlap", "iteration_join"])
+def test_a_step_that_waits_for_the_previous_one_waits_in_the_estimate_too(field):
+    """A host that does not run ahead (``host.overlap: false``) or streams joined every
+    iteration (``iteration_join``) start a step only once the previous one has ended on the GPU,
+    in the engine and in the planner's walk.  With 3 ms of host work per step and a host that
+    waits, the estimate is the host work plus the GPU's, as simulated, not the larger of the two
+    (the walk had let the host run ahead, so two plans of different GPU time tied on the host
+    and the choice between them turned on the last bit of host.per_step); HugeCTR's next
+    lookups wait for this step's end."""
+    from dataclasses import replace
+
+    from zionsim.dlrm.planner import named_plan
+
+    c = Cluster.load("dgx_a100", nodes=1)
+    if field == "iteration_join":
+        st, workload = resolve_stack("hugectr"), "mlperf_dlrm_dcnv2"
+        assert st.iteration_join and st.embedding_stream
+    else:
+        st = replace(resolve_stack("tensorflow_sok"), host_per_step_s=3e-3, host_overlap=False)
+        workload = "mlperf_dlrm"
+    w = apply_stack(load_workload(workload, batch_per_gpu=2048), st)
+    p = named_plan("greedy" if field == "host_overlap" else "auto", c, w, st)
+    est = iteration_estimate(c, w, p, st).iteration_s
+    sim = simulate_run(c, w, p, iterations=3, warmup=1, stack=st).summary["iteration_time_s"]
+    if field == "host_overlap":
+        assert est > 3e-3 * 1.2
+    assert est == pytest.approx(sim, rel=0.02)
+
+
 def test_planner_returns_the_candidate_it_estimates_fastest():
     """Of every candidate plan the greedy planner makes (DCNv2 on 2 nodes splits tables, so
     there are several), it returns one its estimate ranks fastest."""

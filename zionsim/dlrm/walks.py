@@ -52,6 +52,28 @@ def _walked(
     return weight, owner, walked, streams
 
 
+def _gates(trace: Trace, streams: list[list[int]]) -> dict[int, int]:
+    """Per first op of a stream that starts a step only once the rank's previous step has ended
+    on its GPU, the rank's last compute-stream op: the engine's ``host_waits`` (a stack whose
+    host does not run ahead, ``host.overlap: false``) for the host stream and ``emb_waits``
+    (``iteration_join``) for the embedding stream.  The walk holds such a stream's iteration
+    ``it`` until that op of iteration ``it - 1`` has ended, as the engine does."""
+    stack = trace.stack
+    waits = {
+        "host": stack is not None and not stack.host_overlap,
+        "embedding": stack is not None and stack.iteration_join,
+    }
+    if not any(waits.values()):
+        return {}
+    ops = trace.ops
+    last = {ops[ids[0]].rank: ids[-1] for ids in streams if ops[ids[0]].stream == "compute"}
+    return {
+        ids[0]: last[ops[ids[0]].rank]
+        for ids in streams
+        if waits.get(ops[ids[0]].stream) and ops[ids[0]].rank in last
+    }
+
+
 class Walk:
     """Every rank's streams in time order: a heap of (ready time, op) with one head per stream.
     ``transfer_s``: seconds of each host transfer op; ``choose``: NCCL's choice for a
@@ -85,6 +107,10 @@ class Walk:
                 for d in op.deps:
                     if self.stream_of[d] != self.stream_of[op.id]:
                         self.waiting.setdefault(d, set()).add(self.stream_of[op.id])
+        #: a gated stream's first op: the op of the previous iteration it waits for
+        self.gate = _gates(trace, self.streams)
+        for first, last in self.gate.items():
+            self.waiting.setdefault(last, set()).add(self.stream_of[first])
         self.walked_ops = np.sort([op.id for ops in walked for op in ops]).astype(np.int64)
         two = any(op.stream == "embedding" for op in trace.ops)
         self.gpu_free = [0.0] * trace.ranks if two else None
@@ -136,6 +162,12 @@ class Walk:
         for d in op.deps:
             e = end[base + d]
             if e != e:  # NaN: not ended yet
+                return
+            if e > t:
+                t = e
+        if it and op.id in self.gate:  # the rank's previous step must have ended on its GPU
+            e = end[base - self.n_ops + self.gate[op.id]]
+            if e != e:
                 return
             if e > t:
                 t = e
@@ -281,6 +313,12 @@ class Shape:
                 for d in op.deps:
                     if self.stream_of[d] != self.stream_of[i]:
                         waiting.setdefault(d, set()).add(self.stream_of[i])
+        #: per op, the op of the previous iteration its stream waits for before it (-1: none;
+        #: :func:`_gates`)
+        self.gate = [-1] * n
+        for first, last in _gates(trace, self.streams).items():
+            self.gate[first] = last
+            waiting.setdefault(last, set()).add(self.stream_of[first])
         #: per op, its stream and the streams (other than its own) with an op that waits for it
         self.then: list = [None] * n
         for k, ids in enumerate(self.streams):
@@ -466,6 +504,7 @@ def _finisher(sh: Shape, st: _State, iterations: int):
     """``finish(op, iteration, end)``: :meth:`Walk._finish` with its pushes
     (:meth:`Walk._push`) inlined; every stream's first op is pushed here."""
     n_ops, streams, deps, stream_of, then = sh.n_ops, sh.streams, sh.deps, sh.stream_of, sh.then
+    gate = sh.gate
     end, step, it_of, free = st.end, st.step, st.it_of, st.free
     queued, in_coll = st.queued, st.in_coll
     heap, heappush = st.heap, heapq.heappush
@@ -480,6 +519,13 @@ def _finisher(sh: Shape, st: _State, iterations: int):
         for d in deps[j]:
             x = end[base + d]
             if x != x:  # NaN: not ended yet
+                return
+            if x > t:
+                t = x
+        g = gate[j]
+        if g >= 0 and it:  # Walk._push: the rank's previous step must have ended on its GPU
+            x = end[base - n_ops + g]
+            if x != x:
                 return
             if x > t:
                 t = x
@@ -506,6 +552,13 @@ def _finisher(sh: Shape, st: _State, iterations: int):
                     if x > t:
                         t = x
                 else:
+                    g = gate[j]
+                    if g >= 0 and its:  # the gate of push(s)
+                        x = end[base - n_ops + g]
+                        if x != x:
+                            continue
+                        if x > t:
+                            t = x
                     heappush(heap, (t, j + base, s))
                     queued[s] = True
 
