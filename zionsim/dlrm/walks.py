@@ -502,34 +502,26 @@ class _State:
 
 def _finisher(sh: Shape, st: _State, iterations: int):
     """``finish(op, iteration, end)``: :meth:`Walk._finish` with its pushes
-    (:meth:`Walk._push`) inlined; every stream's first op is pushed here."""
+    (:meth:`Walk._push`, the gate included) inlined; every stream's first op is pushed here."""
     n_ops, streams, deps, stream_of, then = sh.n_ops, sh.streams, sh.deps, sh.stream_of, sh.then
     gate = sh.gate
     end, step, it_of, free = st.end, st.step, st.it_of, st.free
     queued, in_coll = st.queued, st.in_coll
     heap, heappush = st.heap, heapq.heappush
 
-    def push(s: int) -> None:
-        it = it_of[s]
-        if it >= iterations:
+    def push_first(s: int) -> None:
+        """Queue stream ``s``'s first op (iteration 0: no gate, ``finish`` pushes the rest)."""
+        if not iterations:
             return
-        j = streams[s][step[s]]
-        base = it * n_ops
+        j = streams[s][0]
         t = free[s]
         for d in deps[j]:
-            x = end[base + d]
+            x = end[d]
             if x != x:  # NaN: not ended yet
                 return
             if x > t:
                 t = x
-        g = gate[j]
-        if g >= 0 and it:  # Walk._push: the rank's previous step must have ended on its GPU
-            x = end[base - n_ops + g]
-            if x != x:
-                return
-            if x > t:
-                t = x
-        heappush(heap, (t, j + base, s))
+        heappush(heap, (t, j, s))
         queued[s] = True
 
     def finish(i: int, it: int, e: float) -> None:
@@ -538,7 +530,7 @@ def _finisher(sh: Shape, st: _State, iterations: int):
         free[k] = e
         in_coll[k] = False
         for s in then[i]:  # its own stream first (never queued or in a collective here)
-            if not queued[s] and not in_coll[s]:  # push(s), inlined: the walk's busiest call
+            if not queued[s] and not in_coll[s]:  # Walk._push, inlined: the walk's busiest call
                 its = it_of[s]
                 if its >= iterations:
                     continue
@@ -553,7 +545,7 @@ def _finisher(sh: Shape, st: _State, iterations: int):
                         t = x
                 else:
                     g = gate[j]
-                    if g >= 0 and its:  # the gate of push(s)
+                    if g >= 0 and its:  # Walk._push: the rank's previous step has ended
                         x = end[base - n_ops + g]
                         if x != x:
                             continue
@@ -563,7 +555,7 @@ def _finisher(sh: Shape, st: _State, iterations: int):
                     queued[s] = True
 
     for s in range(len(streams)):
-        push(s)
+        push_first(s)
     return finish
 
 
