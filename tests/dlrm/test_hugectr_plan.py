@@ -110,17 +110,21 @@ def test_stack_selects_planner_for_auto(tiny_cluster):
     assert named_plan("auto", tiny_cluster, w, load_stack("torchrec")).name == "greedy"
 
 
+#: a small 2-node HugeCTR DLRM-DCNv2 run (2 GPUs a node, 64 samples per GPU)
+TWO_NODES_HUGECTR = {
+    "topology": "dgx_h100",
+    "nodes": 2,
+    "gpus_per_node": 2,
+    "iterations": 2,
+    "workload": "mlperf_dlrm_dcnv2",
+    "batch_per_gpu": 64,
+    "stack": "hugectr",
+}
+
+
 def test_stack_override_of_planner_settings_reaches_the_run():
     """A run option ``stack.planner.sharding_plan.multi_node: auto`` plans GPUs as buckets."""
-    base = {
-        "topology": "dgx_h100",
-        "nodes": 2,
-        "gpus_per_node": 2,
-        "iterations": 2,
-        "workload": "mlperf_dlrm_dcnv2",
-        "batch_per_gpu": 64,
-        "stack": "hugectr",
-    }
+    base = dict(TWO_NODES_HUGECTR)
     assert run_point(base).summary["plan"] == "hugectr_hier_auto"
     over = run_point({**base, "stack.planner.sharding_plan.multi_node": "auto"})
     assert over.summary["plan"] == "hugectr_auto"
@@ -202,16 +206,7 @@ def _rw_part(plan, w, r, n, g):
 def test_hierarchical_auto_adds_the_intra_node_stage_to_the_run():
     """The 2-node auto run gets an intra-node all-to-all before the rail all-to-all, forward and
     backward, and no flat pooled all-to-all."""
-    base = {
-        "topology": "dgx_h100",
-        "nodes": 2,
-        "gpus_per_node": 2,
-        "iterations": 2,
-        "workload": "mlperf_dlrm_dcnv2",
-        "batch_per_gpu": 64,
-        "stack": "hugectr",
-        "stack.planner.sharding_plan.multi_node": "auto",
-    }
+    base = {**TWO_NODES_HUGECTR, "stack.planner.sharding_plan.multi_node": "auto"}
     from zionsim.dlrm.lowering import lower
     from zionsim.dlrm.planner import named_plan as plan_of
 

@@ -191,13 +191,7 @@ def test_a_twrw_plan_walks_one_rank_for_alike_ranks_of_every_copy(monkeypatch):
         if merged.coll[i] >= 0:
             joined[merged.coll[i]] = joined.get(merged.coll[i], 0) + merged.joins[i]
     assert joined and all(n == merged.need[c] for c, n in joined.items())
-    w, stack, sync = inputs.workload, inputs.stack, inputs.sync
-    fast = estimate.iteration_estimate(cluster, w, plan, stack, sync).iteration_s
-    monkeypatch.setattr(estimate, "COPIES", False)
-    within = estimate.iteration_estimate(cluster, w, plan, stack, sync).iteration_s
-    monkeypatch.setattr(estimate, "CLASSES", False)
-    every = estimate.iteration_estimate(cluster, w, plan, stack, sync).iteration_s
-    assert fast == within == every
+    assert len(set(_three_walks(monkeypatch, inputs, cluster, plan))) == 1
 
 
 def test_copies_priced_apart_are_walked_apart(monkeypatch):
@@ -218,10 +212,15 @@ def test_copies_priced_apart_are_walked_apart(monkeypatch):
         lambda c: estimate.choice_of(cluster, c), lambda ch: apart(cluster, ch),
     )  # fmt: skip
     assert merged.spans and not walk.copies_alike()
+    assert len(set(_three_walks(monkeypatch, inputs, cluster, plan))) == 1
+
+
+def _three_walks(monkeypatch, inputs, cluster, plan) -> tuple[float, float, float]:
+    """The estimate with classes that span collective copies, with classes within one
+    collective (``COPIES`` off) and with every rank walked (``CLASSES`` off too)."""
     w, stack, sync = inputs.workload, inputs.stack, inputs.sync
-    fast = estimate.iteration_estimate(cluster, w, plan, stack, sync).iteration_s
-    monkeypatch.setattr(estimate, "COPIES", False)
-    within = estimate.iteration_estimate(cluster, w, plan, stack, sync).iteration_s
-    monkeypatch.setattr(estimate, "CLASSES", False)
-    every = estimate.iteration_estimate(cluster, w, plan, stack, sync).iteration_s
-    assert fast == within == every
+    out = [estimate.iteration_estimate(cluster, w, plan, stack, sync).iteration_s]
+    for switch in ("COPIES", "CLASSES"):
+        monkeypatch.setattr(estimate, switch, False)
+        out.append(estimate.iteration_estimate(cluster, w, plan, stack, sync).iteration_s)
+    return tuple(out)
