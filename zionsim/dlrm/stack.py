@@ -324,6 +324,19 @@ def load_stack(
     return stack_from_dict(data, file)
 
 
+#: the stack's yes/no fields (each a ``StackSpec`` field of the same name) and their defaults
+FLAGS = (
+    ("fused_embedding", True),
+    ("local_reduce", False),
+    ("key_dedup", False),
+    ("embedding_stream", False),
+    ("iteration_join", False),
+    ("dense_waits_lookup", False),
+    ("one_communicator", False),
+    ("grouped_allreduce", False),
+)
+
+
 def stack_from_dict(data: dict, file: str = "<stack>") -> StackSpec:
     """Validate a stack mapping; every error names the file and the field."""
     from zionsim.dlrm.workload import COMM_DTYPES, DENSE_DTYPES, EMBEDDING_DTYPES
@@ -365,25 +378,18 @@ def stack_from_dict(data: dict, file: str = "<stack>") -> StackSpec:
         gpu_per_step_s=f.quantity("gpu_per_step", "time", 0.0, strict=False),
         compute_slowdown=i.quantity("compute_slowdown", "fraction", 0.0, strict=False),
         comm_slowdown=i.quantity("comm_slowdown", "fraction", 0.0, strict=False),
-        fused_embedding=f.flag("fused_embedding", True),
         interaction_kernel=f.choice("interaction_kernel", INTERACTION_KERNELS, "gemm"),
         embedding_optimizer=e_opt,
         embedding_gradient=e_grad,
         amp_unscale=unscale,
-        local_reduce=f.flag("local_reduce", False),
-        key_dedup=f.flag("key_dedup", False),
-        embedding_stream=f.flag("embedding_stream", False),
-        iteration_join=f.flag("iteration_join", False),
-        dense_waits_lookup=f.flag("dense_waits_lookup", False),
         data_distributor=ddl,
         data_distributor_key_bytes=key_bytes,
         data_distributor_host_sync_s=sync_s,
-        one_communicator=f.flag("one_communicator", False),
-        grouped_allreduce=f.flag("grouped_allreduce", False),
         planner=planner,
         planner_settings=settings,
         trainer=f.choice("trainer", TRAINER_KINDS, "gpu"),
         file=file,
+        **{key: f.flag(key, default) for key, default in FLAGS},
     )
 
 

@@ -313,17 +313,7 @@ class Shape:
                 for d in op.deps:
                     if self.stream_of[d] != self.stream_of[i]:
                         waiting.setdefault(d, set()).add(self.stream_of[i])
-        #: per op, the op of the previous iteration its stream waits for before it (-1: none;
-        #: :func:`_gates`)
-        self.gate = [-1] * n
-        for first, last in _gates(trace, self.streams).items():
-            self.gate[first] = last
-            waiting.setdefault(last, set()).add(self.stream_of[first])
-        #: per op, its stream and the streams (other than its own) with an op that waits for it
-        self.then: list = [None] * n
-        for k, ids in enumerate(self.streams):
-            for i in ids:
-                self.then[i] = (k, *waiting.get(i, ()))
+        self._link(trace, waiting)
         self.walked_ops = np.sort([op.id for ops in walked for op in ops]).astype(np.int64)
         self.walked_list = self.walked_ops.tolist()
         self.two = any(op.stream == "embedding" for op in trace.ops)
@@ -337,6 +327,22 @@ class Shape:
         self.spans: tuple = ()
         self.valid = True
         self._join(trace, walked, owner, copies)
+
+    def _link(self, trace: Trace, waiting: dict[int, set[int]]) -> None:
+        """``gate`` and ``then``, from ``waiting`` (per op, the other streams with an op that
+        depends on it), to which the gated streams are added."""
+        n = self.n_ops
+        #: per op, the op of the previous iteration its stream waits for before it (-1: none;
+        #: :func:`_gates`)
+        self.gate = [-1] * n
+        for first, last in _gates(trace, self.streams).items():
+            self.gate[first] = last
+            waiting.setdefault(last, set()).add(self.stream_of[first])
+        #: per op, its stream and the streams (other than its own) with an op that waits for it
+        self.then: list = [None] * n
+        for k, ids in enumerate(self.streams):
+            for i in ids:
+                self.then[i] = (k, *waiting.get(i, ()))
 
     def _join(self, trace: Trace, walked: list, owner: list[int], copies: bool) -> None:
         """``joins``, and with ``copies`` (classes that span collective copies) ``spans`` and
