@@ -138,3 +138,19 @@ def test_row_split_options_cost_the_largest_ceiling_block(two_nodes):
     per_row = estimate(ctx, t, Option(0, "TW", 1)).part_bytes / t.rows
     for kind, k, rows in (("RW", 16, 2_492_776), ("TWRW", 8, 4_985_551)):
         assert estimate(ctx, t, Option(0, kind, k)).part_bytes == pytest.approx(rows * per_row)
+
+
+def test_fit_check_counts_the_parameter_servers_the_run_counts():
+    """The planner's fit check reads the front-end network's service hosts, as the run does: a
+    parameter-server plan over Zion's 16 servers fits (the check had counted its 8 CPU sockets
+    as servers and refused it), and one needing more servers than the fabric has does not."""
+    from zionsim.dlrm.planner import _fits, named_plan
+
+    c = Cluster.load("zion", nodes=1)
+    w = load_workload("mlperf_dlrm", batch_per_gpu=1024)
+    plan = named_plan("ps", c, w)
+    assert c.spec.front_end.servers > c.spec.host.sockets
+    assert _fits(c, w, plan)
+    simulate_run(c, w, plan, iterations=2)  # the run accepts it too
+    few = Cluster.load("zion", nodes=1, overrides={"front_end.servers": 4})
+    assert not _fits(few, w, plan)

@@ -290,8 +290,10 @@ def best_estimated(cluster, w: WorkloadSpec, plans: list[Plan], stack=None) -> P
     stack = resolve_stack(stack)
     spec = cluster.spec
     # all that _fits reads (a sweep's points on other NIC speeds check the same plans)
+    fe = spec.front_end
     given = (repr(w), len(cluster.gpus), spec.gpus_per_node, spec.gpu.hbm_bytes,
-             spec.host.dram_bytes, spec.host.sockets)  # fmt: skip
+             spec.host.dram_bytes, fe.servers if fe else 0,
+             fe.server_dram_bytes if fe else 0.0)  # fmt: skip
     fits = [p for p in plans if _fits_kept(cluster, w, p, given)] or plans[:1]
     if len(fits) == 1:
         return fits[0]
@@ -322,9 +324,10 @@ def _fits(cluster, w: WorkloadSpec, plan: Plan) -> bool:
     mem = memory_by_rank(w, plan, n, spec.gpus_per_node, w.zipf_alpha)
     try:
         check_fits(mem, spec.gpu.hbm_bytes, [str(r) for r in range(n)])
+        fe = spec.front_end  # the parameter servers, as the run checks them (sim/run.py)
         check_host_fits(
             mem["host_dram"], spec.host.dram_bytes, spec.gpus_per_node, mem["ps_dram"],
-            spec.host.sockets,
+            fe.servers if fe else 0, fe.server_dram_bytes if fe else 0.0,
         )  # fmt: skip
     except CapacityError:
         return False
