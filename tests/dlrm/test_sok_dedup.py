@@ -1,5 +1,5 @@
 """SOK's ``--compress``: keys deduplicated per GPU before the model-parallel exchange
-(``stack.key_dedup``, zionsim/dlrm/stack.py item 7c; zionsim/dlrm/lowering.py ``deduplicated``)."""
+(``stack.key_dedup``, zionsim/dlrm/stack.py item 7d; zionsim/dlrm/dedup.py ``deduplicated``)."""
 
 from __future__ import annotations
 
@@ -10,13 +10,14 @@ import pytest
 from zionsim.base.errors import InputError
 from zionsim.dlrm import lowering
 from zionsim.dlrm.cache import unique_rows
-from zionsim.dlrm.lowering import (
+from zionsim.dlrm.dedup import (
     DEDUP_INDEX_BYTES,
     UNIQUE_BYTES_PER_DISTINCT,
     UNIQUE_BYTES_PER_KEY,
     UNIQUE_KERNELS,
-    lower,
+    deduplicated,
 )
+from zionsim.dlrm.lowering import lower
 from zionsim.dlrm.plan import Plan, Shard
 from zionsim.dlrm.stack import load_stack, stack_from_dict
 from zionsim.dlrm.workload import workload_from_dict
@@ -153,7 +154,7 @@ def test_row_wise_shards_shrink_their_reduce_scatter_too():
     plan = Plan("rw", (Shard(0, "TW", (0,)), Shard(1, "RW", (0, 1))))
     w = _workload()
     base = lowering.layout(w, plan, 2, 2)
-    lay, d = lowering.deduplicated(w, plan, base, 2, 2, 1.0)
+    lay, d = deduplicated(w, plan, base, 2, 2, 1.0)
     share = _distinct(TABLES[1][0]) / B
     assert lay.rw_bytes == pytest.approx(base.rw_bytes * share)
     assert d.keys == 2 * B and d.distinct == pytest.approx(
@@ -169,10 +170,10 @@ def test_multi_hot_and_unsupported_shards_are_refused():
         _trace(True, TW, _workload(pooling=3))
     ps = Plan("ps", (Shard(0, "TW", (0,)), Shard(1, "TW", (1,), tier="ps", server=0)))
     with pytest.raises(InputError, match="parameter server"):
-        lowering.deduplicated(_workload(), ps, lowering.layout(_workload(), TW, 2, 2), 2, 2, 1.0)
+        deduplicated(_workload(), ps, lowering.layout(_workload(), TW, 2, 2), 2, 2, 1.0)
     hyb = dataclasses.replace(TW, shards=(TW.shards[0], Shard(1, "HYB", (0, 1))))
     with pytest.raises(InputError, match="HYB"):
-        lowering.deduplicated(_workload(), hyb, lowering.layout(_workload(), TW, 2, 2), 2, 2, 1.0)
+        deduplicated(_workload(), hyb, lowering.layout(_workload(), TW, 2, 2), 2, 2, 1.0)
 
 
 def test_sok_fp32_cases_state_compress_and_amp_cases_do_not():
