@@ -9,7 +9,7 @@ Two walks give the same iteration times to the bit (``tests/sim/test_fast_paths.
   per-op lists of a :class:`Shape` (kind, rank, dependencies, collective, sync period), which a
   sweep keeps per lowered trace for the next walk of it (``estimate.REUSE``).
 
-Both walk one rank per class of alike ranks (:func:`rank_classes`) unless told not to.  What
+Both walk one rank per class of alike ranks (``rank_classes.py``) unless told not to.  What
 they price with — host transfers' seconds, NCCL's choice for a collective — and the settings and
 per-trace memos (a :class:`Shape` kept for the next walk of the same trace) come from
 ``estimate``, which calls them.
@@ -24,6 +24,7 @@ from functools import partial
 import numpy as np
 
 from zionsim.base.errors import InputError
+from zionsim.dlrm.rank_classes import collective_copies, rank_classes, split_by_copies
 from zionsim.dlrm.trace import Trace
 from zionsim.network import nccl
 
@@ -35,12 +36,12 @@ def _walked(
 ) -> tuple:
     """(members of each rank's class, 0 for a rank another one stands for — every rank its own
     class unless ``classes``; each rank's class's first rank; the walked ranks' ops; their
-    streams as op ids in program order).  ``group_of``: :func:`rank_classes`'s."""
+    streams as op ids in program order).  ``group_of``: as ``rank_classes.rank_classes``."""
     by_rank = trace.by_rank()
     if classes:
-        weight, owner = _rank_classes(by_rank, durations, transfer_s, trace.alike, group_of)
+        weight, owner = rank_classes(by_rank, durations, transfer_s, trace.alike, group_of)
         if group_of is not None:
-            weight, owner = _split_by_copies(by_rank, owner, trace.collectives)
+            weight, owner = split_by_copies(by_rank, owner, trace.collectives)
     else:
         weight, owner = [1] * len(by_rank), list(range(len(by_rank)))
     walked = [ops for ops, k in zip(by_rank, weight, strict=True) if k]
@@ -282,7 +283,7 @@ class Shape:
         copies: bool = False,
     ):
         #: the collectives of the ops of each name: copies of one step that run at once
-        self.copies = _copies(trace)
+        self.copies = collective_copies(trace)
         copies = copies and any(len(g) > 1 for g in self.copies.values())  # else the same
         group_of = {c: g[0] for c, g in self.copies.items()} if copies else None
         self.weight, owner, walked, self.streams = _walked(
@@ -563,99 +564,3 @@ def _finisher(sh: Shape, st: _State, iterations: int):
     for s in range(len(streams)):
         push_first(s)
     return finish
-
-
-def rank_classes(
-    by_rank: list, durations: np.ndarray, transfer_s: dict, alike: tuple | None = None
-) -> list[int]:
-    """Per rank, the members of its class when it is the class's first rank, else 0
-    (:func:`_rank_classes`)."""
-    return _rank_classes(by_rank, durations, transfer_s, alike)[0]
-
-
-def _rank_classes(
-    by_rank: list,
-    durations: np.ndarray,
-    transfer_s: dict,
-    alike: tuple | None = None,
-    group_of: dict | None = None,
-) -> tuple[list[int], list[int]]:
-    """Per rank, the members of its class when it is the class's first rank, else 0: ranks are
-    alike when their ops match op for op in name, kind, category, stream, dependencies (as
-    positions in the rank's own sequence), collective, sync period and seconds (module
-    docstring).  ``alike`` (``Trace.alike``): ranks the lowering knows to have equal ops, whose
-    ops are then compared once (their host transfers' seconds, which depend on the rank's own
-    routes, still each time).  ``group_of``: a collective as the first of its copies (ranks
-    alike but for which copy they join are alike, :class:`Shape`'s ``copies``).  Also each
-    rank's class's first rank."""
-    first: dict[tuple, int] = {}
-    weight = [0] * len(by_rank)
-    owner = [0] * len(by_rank)
-    # a rank's key but for its transfers, by its ``alike`` rank, as the number of the first
-    # equal key (a key is a long tuple, and a tuple's hash is not kept: hashed once here)
-    known: dict[int, int] = {}
-    numbers: dict[tuple, int] = {}
-    for rank, ops in enumerate(by_rank):
-        src = alike[rank] if alike is not None else rank
-        if src not in known:
-            key = _ops_key(by_rank[src], durations, group_of)
-            known[src] = numbers.setdefault(key, len(numbers))
-        moved = tuple(transfer_s[op.id] for op in ops if op.id in transfer_s) if transfer_s else ()
-        owner[rank] = first.setdefault((known[src], moved), rank)
-        weight[owner[rank]] += 1
-    return weight, owner
-
-
-def _copies(trace: Trace) -> dict[int, tuple[int, ...]]:
-    """Each collective's copies: the collectives of the ops of its ops' name."""
-    named: dict[str, set[int]] = {}
-    for op in trace.ops:
-        if op.kind == "collective":
-            named.setdefault(op.name, set()).add(op.args["coll"])
-    return {c: tuple(sorted(g)) for g in named.values() for c in g}
-
-
-def _split_by_copies(by_rank: list, owner: list[int], collectives: list) -> tuple:
-    """Classes of ranks alike but for which copy of a collective they join (``owner``: each
-    rank's class's first rank), split until the members of a class join, op for op, copies
-    whose members fall into the same classes (a copy shared with another class's ranks on one
-    rail, alone on another, tells them apart); (members of each rank's class, 0 for a rank
-    another one stands for; each rank's class's first rank)."""
-    joined = [[op.args["coll"] for op in ops if op.kind == "collective"] for ops in by_rank]
-    members = {c: collectives[c].ranks.tolist() for cs in joined for c in cs}
-    while True:
-        numbers: dict[tuple, int] = {}
-        comp = {
-            c: numbers.setdefault(tuple(sorted(owner[m] for m in ms)), len(numbers))
-            for c, ms in members.items()
-        }
-        first: dict[tuple, int] = {}
-        split = [first.setdefault((owner[r], *map(comp.get, cs)), r) for r, cs in enumerate(joined)]
-        if len(first) == len(set(owner)):
-            break
-        owner = split
-    weight = [0] * len(owner)
-    for o in owner:
-        weight[o] += 1
-    return weight, owner
-
-
-def _ops_key(ops: list, durations: np.ndarray, group_of: dict | None = None) -> tuple:
-    """What tells one rank's ops from another's, but for host transfers' seconds (and, with
-    ``group_of``, for which copy of a collective it joins)."""
-    pos = {op.id: i for i, op in enumerate(ops)}.__getitem__
-    seconds = durations[[op.id for op in ops]].tolist()  # Python floats, as float() gives
-    coll = (lambda c: c) if group_of is None else (lambda c: c if c is None else group_of[c])
-    return tuple(
-        (
-            op.name,
-            op.kind,
-            op.category,
-            op.stream,
-            tuple(map(pos, op.deps)),
-            coll(op.args.get("coll")),
-            op.args.get("every"),
-            s,
-        )
-        for op, s in zip(ops, seconds, strict=True)
-    )
