@@ -37,13 +37,13 @@ work again).
 from __future__ import annotations
 
 import operator
-import weakref
 from collections import OrderedDict
 from dataclasses import dataclass
 from functools import partial
 
 import numpy as np
 
+from zionsim.base.kept import Registry, kept_for
 from zionsim.dlrm import walks
 from zionsim.dlrm.lowering import lower
 from zionsim.dlrm.op_costs import op_durations, stack_compute_model, transfer_flows
@@ -265,20 +265,14 @@ def together_of(cluster, choices: list) -> list[float]:
 #: NCCL choices (and estimates of copies together) remembered per cluster
 #: (:meth:`walks.Walk._choice`), at most
 MEMO_CHOICES = 4096
-_CHOICES: dict[int, tuple[weakref.ref, dict]] = {}
-_TOGETHER: dict[int, tuple[weakref.ref, dict]] = {}
+_CHOICES: Registry = {}
+_TOGETHER: Registry = {}
 
 
 def _choices_of(cluster, registry: dict | None = None) -> dict:
     """The remembered NCCL choices of ``cluster`` (forgotten with it), or what ``registry``
     (:data:`_TOGETHER`) remembers of it."""
-    registry = _CHOICES if registry is None else registry
-    entry = registry.get(id(cluster))
-    if entry is None or entry[0]() is not cluster:
-        for k in [k for k, (ref, _) in registry.items() if ref() is None]:
-            del registry[k]
-        entry = registry[id(cluster)] = (weakref.ref(cluster), {})
-    return entry[1]
+    return kept_for(_CHOICES if registry is None else registry, cluster)
 
 
 def transfer_seconds(cluster, trace: Trace) -> dict[int, float]:

@@ -19,13 +19,13 @@ representative and stream, counted for every member of its class.
 
 from __future__ import annotations
 
-import weakref
 from dataclasses import dataclass, field
 
 import numpy as np
 import simpy
 
 from zionsim.base.errors import InputError
+from zionsim.base.kept import Registry, kept_for
 from zionsim.dlrm.op_costs import (  # noqa: F401 - op_durations is imported from here too
     op_durations,
     stack_compute_model,
@@ -483,16 +483,11 @@ def prepare_collective(cluster, trace: Trace, cid: int, model, cache: dict) -> n
 
 #: prepared collectives (built-in model, no byte matrix) kept per cluster, at most; 0: none
 KEEP_PREPARED = 1024
-_PREPARED: dict[int, tuple[weakref.ref, dict]] = {}
+_PREPARED: Registry = {}
 
 
 def _prepared_of(cluster) -> dict:
     """The prepared collectives kept for ``cluster`` (forgotten with it)."""
     if KEEP_PREPARED <= 0:
         return {}
-    entry = _PREPARED.get(id(cluster))
-    if entry is None or entry[0]() is not cluster:
-        for k in [k for k, (ref, _) in _PREPARED.items() if ref() is None]:
-            del _PREPARED[k]
-        entry = _PREPARED[id(cluster)] = (weakref.ref(cluster), {})
-    return entry[1]
+    return kept_for(_PREPARED, cluster)
