@@ -1,0 +1,98 @@
+"""One GPU driving one NIC (issue 26, item 2) and NCCL's latency at two nodes (round 3 (b)).
+
+The public figures live in ``zionsim/data/reference/nccl_one_gpu_one_nic.csv``, split into
+calibrated and held-out rows before any comparison; these tests hold the split to the project's
+rule and tie the rows to the validation cases that use them.  The latency tests pin what
+docs/validation.md says of the small-size cases at two nodes: zionsim gives NCCL's own latency
+formula there (src/graph/tuning.cc at 5067397c), so the residual of those held-out cases is what
+NCCL's tuner itself does not model.
+"""
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+import zionsim
+from zionsim.hardware.cluster import Cluster
+from zionsim.hardware.topology import load_topology
+from zionsim.network import nccl
+from zionsim.network.simulate import simulate_collective
+
+ROOT = Path(zionsim.__file__).resolve().parent.parent
+CSV = ROOT / "zionsim/data/reference/nccl_one_gpu_one_nic.csv"
+CASES = ROOT / "validation/cases.yaml"
+#: GPUs the project may fit on (docs/validation.md): A100/H100 generation, <= 8 nodes
+FITTABLE = ("A100", "A800", "H100", "H800")
+
+
+def _rows() -> pd.DataFrame:
+    return pd.read_csv(CSV, comment="#", dtype={"case": str})
+
+
+def _cases() -> dict:
+    data = yaml.safe_load(CASES.read_text())
+    return {c["id"]: c for c in data["cases"]}
+
+
+def test_every_row_has_a_source_and_a_split():
+    rows = _rows()
+    assert len(rows) >= 8
+    assert rows["url"].str.startswith("https://").all()
+    assert set(rows["split"]) <= {"calibrated", "held_out"}
+    assert set(rows["kind"]) <= {"measured", "stated"}
+    assert (rows["value"] > 0).all()
+
+
+def test_no_calibrated_row_outside_the_fit_generation():
+    rows = _rows()
+    cal = rows[rows["split"] == "calibrated"]
+    assert cal["gpu"].map(lambda g: g.startswith(FITTABLE)).all()
+    assert not rows[rows["gpu"].str.contains("H200|B200|GB200")]["split"].eq("calibrated").any()
+
+
+def test_rows_match_their_validation_cases():
+    rows, cases = _rows(), _cases()
+    named = rows.dropna(subset=["case"])
+    assert len(named) >= 5
+    for _, r in named.iterrows():
+        case = cases[r["case"]]  # KeyError: the row names a case that does not exist
+        assert case["calibrated"] == (r["split"] == "calibrated"), r["case"]
+        want = r["value"]
+        assert case["measured"]["value"] == pytest.approx(want, rel=1e-3), r["case"]
+
+
+def _two_nodes(gpus_per_node: int, **overrides) -> Cluster:
+    return Cluster.build(
+        load_topology("dgx_a100", nodes=2, gpus_per_node=gpus_per_node, overrides=overrides)
+    )
+
+
+def test_one_nic_per_node_case_runs_at_one_nic():
+    """nccl 1048: 2 x 8 A100 with one HDR NIC selected per node reach one NIC's rate; the
+    model gives the NIC's line rate x the InfiniBand efficiency of dgx_a100 (24 GB/s)."""
+    c = _two_nodes(8, **{"scale_out.nics_per_node": 1})
+    r = simulate_collective(c, "all_reduce", 4 * 2**30)
+    assert r.busbw_GBps == pytest.approx(24.0, rel=0.02)
+
+
+def test_two_single_gpu_nodes_latency_is_nccl_formula():
+    """2 x 1 A100, 8 B all_reduce: ring LL, NCCL's baseLat 6.6 us + 2 network steps at the tree's
+    net latency 5.0 us (ppn = 1, tuning.cc since 2.23.4) = 16.6 us; nccl-tests 150 measured 19.9."""
+    c = _two_nodes(1)
+    ch = nccl.choose(c, "all_reduce", c.gpus, 8.0)
+    assert (ch.schedule.algorithm, ch.protocol) == ("ring", "LL")
+    st = nccl.setting(c, ch.schedule)
+    lat = nccl.latency_s(nccl.cluster_model(c), st, "ring", "LL")
+    assert lat == pytest.approx((6.6 + 2 * 5.0) * 1e-6, rel=1e-9)
+
+
+def test_two_node_ring_latency_is_nccl_formula():
+    """2 x 8 A100 forced ring, LL: 6.6 + 28 intra steps at max(NVLink 0.6, AMD net post 2.0) +
+    2 network steps at 2.7 = 68.0 us; nccl 812 measured 93.1 (an observed worst case)."""
+    c = _two_nodes(8)
+    ch = nccl.choose(c, "all_reduce", c.gpus, 8.0, algorithm="ring", protocol="LL")
+    st = nccl.setting(c, ch.schedule)
+    lat = nccl.latency_s(nccl.cluster_model(c), st, "ring", "LL")
+    assert lat == pytest.approx((6.6 + 28 * 2.0 + 2 * 2.7) * 1e-6, rel=1e-9)
