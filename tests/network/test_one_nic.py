@@ -8,8 +8,10 @@ formula there (src/graph/tuning.cc at 5067397c), so the residual of those held-o
 NCCL's tuner itself does not model.
 """
 
+from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 import yaml
@@ -17,7 +19,7 @@ import yaml
 import zionsim
 from zionsim.hardware.cluster import Cluster
 from zionsim.hardware.topology import load_topology
-from zionsim.network import nccl
+from zionsim.network import nccl, nccl_wire
 from zionsim.network.simulate import simulate_collective
 
 ROOT = Path(zionsim.__file__).resolve().parent.parent
@@ -96,3 +98,65 @@ def test_two_node_ring_latency_is_nccl_formula():
     st = nccl.setting(c, ch.schedule)
     lat = nccl.latency_s(nccl.cluster_model(c), st, "ring", "LL")
     assert lat == pytest.approx((6.6 + 28 * 2.0 + 2 * 2.7) * 1e-6, rel=1e-9)
+
+
+def _h100_two_by_one(attach: str) -> Cluster:
+    overrides = {
+        "scale_out.nic_attach": attach,
+        "scale_out.kind": "roce",
+        "scale_out.nics_per_node": 1,
+    }
+    return Cluster.build(load_topology("dgx_h100", nodes=2, gpus_per_node=1, overrides=overrides))
+
+
+@pytest.mark.parametrize("op", ["all_reduce", "send_recv", "all_gather", "all_to_all"])
+def test_nic_on_the_cpu_runs_at_the_host_staged_rate(op):
+    """GPUDirect RDMA off (the NIC is not behind the GPU's PCIe switch): NCCL stages through
+    host memory, at the maintainers' 16 GB/s for that path (nccl 412); the CCI-MOC 2 x 1 H100
+    runs with "GDR 0" measure 15.1 (all_reduce) and 14.0 (sendrecv) GB/s.  With the NIC next
+    to the GPU the same 400 Gb/s NIC runs near its line rate."""
+    size = 2**30
+    staged = simulate_collective(_h100_two_by_one("host"), op, size)
+    assert staged.busbw_GBps == pytest.approx(16.0, rel=0.01)
+    direct = simulate_collective(_h100_two_by_one("pcie_switch"), op, size)
+    assert direct.busbw_GBps > 40.0
+
+
+def test_host_staged_cap_is_shared_by_a_gpus_network_flows():
+    """The rate is a GPU's, in each direction: two flows leaving one GPU share it."""
+    c = _h100_two_by_one("host")
+    model = nccl.cluster_model(c)
+    ch = nccl.choose(c, "all_reduce", c.gpus, 2.0**30, algorithm="ring", protocol="Simple")
+    st = nccl.setting(c, ch.schedule)
+    phase, routes = ch.schedule.phases[0], ch.routes[0]
+    one = nccl_wire.host_staged_cap(c, model.table, st, "Simple", phase, routes)
+    assert np.isfinite(one).any()
+    assert np.nanmin(one) == pytest.approx(16e9)
+    doubled = replace(phase, src=np.repeat(phase.src[:1], len(phase.src)))
+    two = nccl_wire.host_staged_cap(c, model.table, st, "Simple", doubled, routes)
+    assert two[np.isfinite(two)].max() <= 8e9 * (1 + 1e-12)
+
+
+def test_ll_does_not_overtake_simple_through_host_memory():
+    """LL's network buffers are host memory too: with GPUDirect off its 16-byte lines (8 bytes
+    of payload) go through the same 16 GB/s path, so the automatic choice at 1 GiB is not an LL
+    ring running above the staged rate (it was, at 23.9 GB/s, before LL shared the cap)."""
+    r = simulate_collective(_h100_two_by_one("host"), "all_reduce", 2**30)
+    assert r.protocol != "LL"
+    assert r.busbw_GBps <= 16.0 * (1 + 1e-9)
+
+
+def test_one_gpu_per_node_has_no_nvls():
+    """ncclNvlsInit leaves NVLS off where a node's topology has fewer than 2 GPUs (nvls.cc:262),
+    so the tuner never offers NVLS or NVLSTree to one GPU per node."""
+    for attach in ("pcie_switch", "host"):
+        c = _h100_two_by_one(attach)
+        for size in (2.0**10, 2.0**20, 2.0**30):
+            ch = nccl.choose(c, "all_reduce", c.gpus, size)
+            assert ch.schedule.algorithm not in ("nvls", "nvls_tree")
+        run = simulate_collective(c, "all_reduce", 2**30)
+        assert run.algorithm not in ("nvls", "nvls_tree")
+    two = Cluster.build(load_topology("dgx_h100", nodes=2))
+    sizes = (2.0**26, 2.0**30)
+    algs = {nccl.choose(two, "all_reduce", two.gpus, s).schedule.algorithm for s in sizes}
+    assert "nvls_tree" in algs  # 8 GPUs per node still get NVLSTree

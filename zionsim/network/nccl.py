@@ -193,9 +193,12 @@ def choose(
     model = cluster_model(cluster, model)
     if op not in ALGORITHMS:
         raise InputError(f"unknown collective {op!r}", field="--op", allowed=", ".join(ALGORITHMS))
-    n_nodes = len(np.unique(cluster.node_of(np.asarray(ranks))))
+    _, per_node = np.unique(cluster.node_of(np.asarray(ranks)), return_counts=True)
+    n_nodes, local = len(per_node), int(per_node.min()) if len(per_node) else 0
     candidates = (
-        [algorithm] if algorithm else [a for a in AUTO[op] if _available(cluster, a, n_nodes)]
+        [algorithm]
+        if algorithm
+        else [a for a in AUTO[op] if _available(cluster, a, n_nodes, local)]
     )
     best, best_s = None, np.inf
     for alg in candidates:
@@ -337,10 +340,13 @@ def _largest_pair(sched: Schedule, matrix=None) -> float:
     return float(m.max()) if m.size else 0.0
 
 
-def _available(cluster, algorithm: str, n_nodes: int) -> bool:
+def _available(cluster, algorithm: str, n_nodes: int, local: int = 2) -> bool:
     """NCCL's algorithm conditions (enqueue.cc:2000-2008, tuning.cc:501-509): NVLS needs an
     NVSwitch of generation ≥ 3, a Hopper or later GPU (search.cc, ncclTopoCompute: no NVLS
-    graph below sm90) and, across nodes, CollNet (SHARP); NVLSTree needs more than one node;
+    graph below sm90), at least 2 GPUs of the communicator on a node (``local``, the fewest on
+    any of its nodes: ncclNvlsInit leaves NVLS off for a node topology of fewer than 2 GPUs,
+    src/transport/nvls.cc:262 at 5067397c, so one GPU per node never runs NVLS or NVLSTree)
+    and, across nodes, CollNet (SHARP); NVLSTree needs more than one node;
     CollNet Direct needs SHARP (``collectives.sharp``), an NVSwitch system (T:508-509) and 2 or
     more nodes (NCCL_COLLNET_NODE_THRESHOLD, init.cc:857,1469-1476)."""
     su = cluster.spec.scale_up
@@ -348,6 +354,7 @@ def _available(cluster, algorithm: str, n_nodes: int) -> bool:
         su.kind == "nvswitch"
         and su.nvswitch_generation >= 3
         and generation(cluster) in NVLS_GENERATIONS
+        and local >= 2
     )
     if algorithm == "collnet_direct":
         return cluster.spec.collective_sharp and su.kind == "nvswitch" and n_nodes > 1

