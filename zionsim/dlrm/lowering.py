@@ -211,8 +211,6 @@ def _lower(w, plan, ranks, fused, g, zipf_alpha, sync, stack) -> Trace:
     lay, dedup = _layout_of(w, plan, ranks, g, zipf_alpha, stack)
     b = _Builder(ranks, stack.host_dispatch_s)
     c = {**_embedding_collectives(b, lay, ranks, g, stack.data_distributor), **dedup}
-    if stack.hierarchical_reduction:
-        _hier_reduction_bytes(c, lay, ranks, g)
     if stack.data_distributor:
         _distributor_collectives(b, c, lay, w, plan, stack.data_distributor_key_bytes)
     buckets = lower_dense.buckets(w, lay.dp_params, stack.grouped_allreduce)
@@ -271,13 +269,16 @@ def _lower(w, plan, ranks, fused, g, zipf_alpha, sync, stack) -> Trace:
 
 
 def _layout_of(w, plan, ranks, g, zipf_alpha, stack) -> tuple:
-    """The plan's layout, and ``{"dedup": KeyDedup}`` where the stack deduplicates keys and
-    the ranks have keys to deduplicate (else ``{}``), to join the trace's collectives ``c``."""
-    lay = layout(w, plan, ranks, g, zipf_alpha)
-    if not stack.key_dedup:
-        return lay, {}
-    lay, dedup = deduplicated(w, plan, lay, ranks, g, zipf_alpha)
-    return lay, ({"dedup": dedup} if dedup.keys > 0 else {})
+    """The plan's layout, and what joins the trace's collectives ``c``: ``{"dedup": KeyDedup}``
+    where the stack deduplicates keys and the ranks have keys to deduplicate, and HugeCTR's
+    hierarchical reduction bytes where the stack reduces so (:func:`_hier_reduction_bytes`)."""
+    lay, extra = layout(w, plan, ranks, g, zipf_alpha), {}
+    if stack.key_dedup:
+        lay, dedup = deduplicated(w, plan, lay, ranks, g, zipf_alpha)
+        extra = {"dedup": dedup} if dedup.keys > 0 else {}
+    if stack.hierarchical_reduction:
+        extra.update(_hier_reduction_bytes(lay, ranks, g))
+    return lay, extra
 
 
 def _rank_rows(lay, ranks: int) -> list[np.ndarray]:
@@ -345,10 +346,11 @@ def _embedding_collectives(b: _Builder, lay, ranks: int, g: int, distributor=Fal
     return c
 
 
-def _hier_reduction_bytes(c: dict, lay, ranks: int, g: int) -> None:
+def _hier_reduction_bytes(lay, ranks: int, g: int) -> dict:
     """Bytes HugeCTR's ``dst_reduction`` moves per rank (``stack.py`` item 8f), as
-    ``c["hier_red_bytes"]`` where some rank has any: after the intra-node stage a rank reads
-    every partial output its node's GPUs wrote for its rail and writes the reduced outputs once.
+    ``{"hier_red_bytes": array}`` where some rank has any (else ``{}``): after the intra-node
+    stage a rank reads every partial output its node's GPUs wrote for its rail and writes the
+    reduced outputs once.
     A TWRW node (every table row-split over the node's ``g`` GPUs) of reduce-scatter size ``S``
     (the global batch's outputs of the node's tables): ``S`` read (``g`` partials of ``S / g``),
     ``S / g`` written.  Hierarchical TW/RW shards: the rank reads what its node's holders wrote
@@ -364,8 +366,7 @@ def _hier_reduction_bytes(c: dict, lay, ranks: int, g: int) -> None:
     if lay.hier_intra is not None and lay.hier_intra.any():
         per_node = lay.hier_intra.reshape(ranks // g, g).sum(axis=1)
         nbytes += 2.0 * np.repeat(per_node, g)
-    if nbytes.any():
-        c["hier_red_bytes"] = nbytes
+    return {"hier_red_bytes": nbytes} if nbytes.any() else {}
 
 
 def _distributor_collectives(
