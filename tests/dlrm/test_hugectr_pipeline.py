@@ -187,3 +187,17 @@ def test_hierarchical_reduction_survives_a_trace_file():
     s = load_stack("hugectr")
     assert _stack_from_meta(s.to_dict()).hierarchical_reduction
     assert not _stack_from_meta(load_stack("torchrec").to_dict()).hierarchical_reduction
+
+
+def test_hierarchical_reduction_of_table_wise_shards_reads_and_writes_what_arrives():
+    """Under ``auto`` on several nodes (TW/RW shards exchanged hierarchically) a rank's
+    reduction reads what its node's holders wrote to it and writes as much: twice the node's
+    per-peer intra-node bytes (plus any TWRW node's share)."""
+    trace, lay, g = _lowered({"planner.sharding_plan.multi_node": "auto"})
+    assert lay.hier_intra is not None and lay.hier_intra.any()
+    for r in range(trace.ranks):
+        node = r // g
+        want = 2.0 * lay.hier_intra[node * g : (node + 1) * g].sum()
+        want += lay.twrw_rs.get(node, 0.0) * (1 + 1 / g)
+        got = [op for op in trace.ops if op.rank == r and op.name == "hier_dst_reduction"]
+        assert len(got) == 1 and got[0].args["nbytes"] == pytest.approx(want)
