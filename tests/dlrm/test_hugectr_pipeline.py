@@ -127,3 +127,77 @@ def test_local_reduce_must_be_a_flag():
     with pytest.raises(InputError) as err:
         stack_from_dict({"name": "x", "local_reduce": "yes"}, "x.yaml")
     assert "local_reduce" in str(err.value.field)
+
+
+TWO_NODES = {**BASE, "nodes": 2, "gpus_per_node": 2, "batch_per_gpu": 64, "iterations": 2}
+
+
+def _lowered(stack_overrides: dict | None = None):
+    """The 2-node (2 GPUs each) HugeCTR iteration of TWO_NODES as lowered, its layout and the
+    GPUs per node."""
+    from zionsim.dlrm.lowering import lower
+    from zionsim.dlrm.planner import named_plan
+    from zionsim.dlrm.sharding import layout
+    from zionsim.dlrm.stack import apply_stack
+    from zionsim.dlrm.workload import load_workload
+    from zionsim.hardware.cluster import Cluster
+
+    c = Cluster.load("dgx_h100", nodes=2, gpus_per_node=2)
+    stack = load_stack("hugectr", stack_overrides or {})
+    w = apply_stack(load_workload("mlperf_dlrm_dcnv2", batch_per_gpu=64), stack)
+    plan = named_plan("auto", c, w, stack)
+    return lower(w, plan, 4, True, 2, stack=stack), layout(w, plan, 4, 2), 2
+
+
+def test_hierarchical_reduction_reads_every_partial_of_the_node():
+    """HugeCTR's hierarchical exchange (stack ``hierarchical_reduction``, HugeCTR
+    ``IntraModelForward::dst_reduction``): after the node's reduce-scatter-sized stage each rank
+    reads the ``g`` partials of its rail (the node's TWRW size) and writes one, before the rail
+    all-to-all; nothing of the kind without the flag or on one node."""
+    assert load_stack("hugectr").hierarchical_reduction
+    assert not load_stack("torchrec").hierarchical_reduction
+    trace, lay, g = _lowered()
+    ops = [op for op in trace.ops if op.rank == 0]
+    names = [op.name for op in ops]
+    red = ops[names.index("hier_dst_reduction")]
+    size = lay.twrw_rs[0]
+    intra = 2.0 * lay.hier_intra[:g].sum() if lay.hier_intra is not None else 0.0
+    assert size > 0 and red.args["nbytes"] == pytest.approx(size * (1 + 1 / g) + intra)
+    assert names.index("twrw_reduce_scatter") < names.index("hier_dst_reduction")
+    assert names.index("hier_dst_reduction") < names.index("twrw_a2a")
+    assert red.stream == "embedding"
+    off, _, _ = _lowered({"hierarchical_reduction": False})
+    assert not any(op.name == "hier_dst_reduction" for op in off.ops)
+    one = run_point({**BASE, "batch_per_gpu": 64, "iterations": 2}).trace
+    assert not any(op.name == "hier_dst_reduction" for op in one.ops)
+
+
+def test_hierarchical_reduction_lengthens_the_multi_node_step():
+    """The reduction sits on the forward exchange's chain (lookups, intra-node stage, reduction,
+    rail all-to-all, interaction): the 2-node step is longer with it."""
+    on = run_point(TWO_NODES).summary["iteration_time_s"]
+    off = run_point({**TWO_NODES, "stack.hierarchical_reduction": False}).summary
+    assert on > off["iteration_time_s"]
+
+
+def test_hierarchical_reduction_survives_a_trace_file():
+    """A trace file's stack keeps the flag (a replay reduces as the run did)."""
+    from zionsim.dlrm.trace_file import _stack_from_meta
+
+    s = load_stack("hugectr")
+    assert _stack_from_meta(s.to_dict()).hierarchical_reduction
+    assert not _stack_from_meta(load_stack("torchrec").to_dict()).hierarchical_reduction
+
+
+def test_hierarchical_reduction_of_table_wise_shards_reads_and_writes_what_arrives():
+    """Under ``auto`` on several nodes (TW/RW shards exchanged hierarchically) a rank's
+    reduction reads what its node's holders wrote to it and writes as much: twice the node's
+    per-peer intra-node bytes (plus any TWRW node's share)."""
+    trace, lay, g = _lowered({"planner.sharding_plan.multi_node": "auto"})
+    assert lay.hier_intra is not None and lay.hier_intra.any()
+    for r in range(trace.ranks):
+        node = r // g
+        want = 2.0 * lay.hier_intra[node * g : (node + 1) * g].sum()
+        want += lay.twrw_rs.get(node, 0.0) * (1 + 1 / g)
+        got = [op for op in trace.ops if op.rank == r and op.name == "hier_dst_reduction"]
+        assert len(got) == 1 and got[0].args["nbytes"] == pytest.approx(want)

@@ -269,13 +269,16 @@ def _lower(w, plan, ranks, fused, g, zipf_alpha, sync, stack) -> Trace:
 
 
 def _layout_of(w, plan, ranks, g, zipf_alpha, stack) -> tuple:
-    """The plan's layout, and ``{"dedup": KeyDedup}`` where the stack deduplicates keys and
-    the ranks have keys to deduplicate (else ``{}``), to join the trace's collectives ``c``."""
-    lay = layout(w, plan, ranks, g, zipf_alpha)
-    if not stack.key_dedup:
-        return lay, {}
-    lay, dedup = deduplicated(w, plan, lay, ranks, g, zipf_alpha)
-    return lay, ({"dedup": dedup} if dedup.keys > 0 else {})
+    """The plan's layout, and what joins the trace's collectives ``c``: ``{"dedup": KeyDedup}``
+    where the stack deduplicates keys and the ranks have keys to deduplicate, and HugeCTR's
+    hierarchical reduction bytes where the stack reduces so (:func:`_hier_reduction_bytes`)."""
+    lay, extra = layout(w, plan, ranks, g, zipf_alpha), {}
+    if stack.key_dedup:
+        lay, dedup = deduplicated(w, plan, lay, ranks, g, zipf_alpha)
+        extra = {"dedup": dedup} if dedup.keys > 0 else {}
+    if stack.hierarchical_reduction:
+        extra.update(_hier_reduction_bytes(lay, ranks, g))
+    return lay, extra
 
 
 def _rank_rows(lay, ranks: int) -> list[np.ndarray]:
@@ -341,6 +344,29 @@ def _embedding_collectives(b: _Builder, lay, ranks: int, g: int, distributor=Fal
                 "all_to_all", tm.T.sum(1).max(), tm.T.copy(), ranks=rail
             )
     return c
+
+
+def _hier_reduction_bytes(lay, ranks: int, g: int) -> dict:
+    """Bytes HugeCTR's ``dst_reduction`` moves per rank (``stack.py`` item 8f), as
+    ``{"hier_red_bytes": array}`` where some rank has any (else ``{}``): after the intra-node
+    stage a rank reads every partial output its node's GPUs wrote for its rail and writes the
+    reduced outputs once.
+    A TWRW node (every table row-split over the node's ``g`` GPUs) of reduce-scatter size ``S``
+    (the global batch's outputs of the node's tables): ``S`` read (``g`` partials of ``S / g``),
+    ``S / g`` written.  Hierarchical TW/RW shards: the rank reads what its node's holders wrote
+    to it (each node GPU ``p`` writes ``hier_intra[p]`` to every GPU of its node, itself
+    included) and writes as much (exact for TW, where one GPU holds the lookup; an upper bound
+    for a table row-split inside the node).  Source: NVIDIA-Merlin/HugeCTR (commit 2f2016f)
+    ``embedding/operators/hier_model_forward.cu``, ``IntraModelForward::dst_reduction``
+    (``IntraModelDstReductionMultiToOneDesc`` over ``network_gpu_ids``/``network_offsets``,
+    the holders of each lookup in the node)."""
+    nbytes = np.zeros(ranks)
+    for node, size in lay.twrw_rs.items():
+        nbytes[node * g : (node + 1) * g] += size * (1.0 + 1.0 / g)
+    if lay.hier_intra is not None and lay.hier_intra.any():
+        per_node = lay.hier_intra.reshape(ranks // g, g).sum(axis=1)
+        nbytes += 2.0 * np.repeat(per_node, g)
+    return {"hier_red_bytes": nbytes} if nbytes.any() else {}
 
 
 def _distributor_collectives(
@@ -482,10 +508,22 @@ def _lower_embedding_fwd(o: _RankOps, node: int, local: int, e_args: dict, first
     rs = rs or o.coll("hyb_intra_a2a", ("hyb_intra", node), "all_to_all", "a2a", (e_fwd,))
     # HugeCTR's hierarchical TW/RW shards: their intra-node stage, after any TWRW one
     rs = o.coll("hier_intra_a2a", ("hier_intra", node), "all_to_all", "a2a", (rs or e_fwd,)) or rs
+    rs = _lower_hier_reduction(o, rs) or rs
     outs.append(o.coll("twrw_a2a", ("twrw_a2a", local), "all_to_all", "a2a", (rs or e_fwd,)))
     outs.append(ps_in)
     _lower_distributor(o, first)
     return outs
+
+
+def _lower_hier_reduction(o: _RankOps, stage):
+    """HugeCTR's ``dst_reduction`` after the intra-node stage ``stage`` (``stack.py`` item 8f):
+    a memory op of the rank's ``hier_red_bytes`` on the embedding stream; None where the stack
+    reduces inline or the rank has nothing to reduce."""
+    red = o.c.get("hier_red_bytes")
+    if red is None or stage is None or red[o.r] <= 0:
+        return None
+    return o.b.op(o.r, "hier_dst_reduction", "memory", "embedding", o.emb_stream, (stage,),
+                  nbytes=float(red[o.r]))  # fmt: skip
 
 
 def _lower_unique(o: _RankOps, dedup: KeyDedup, first=None) -> int:

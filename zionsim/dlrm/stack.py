@@ -90,6 +90,16 @@ TensorFlow + SOK.  A stack profile states, as data with sources, what differs be
    stream, after this iteration's gradient exchange, instead of beside it.  HugeCTR: the
    embedding's all-to-alls and the grouped all-reduce both use the GPU resource's
    ``get_nccl()``.
+8f. ``hierarchical_reduction`` — HugeCTR's hierarchical embedding exchange (a node's GPUs
+   reduce their partial outputs on the GPU of the receiver's local index before the rail
+   all-to-all) reduces in a kernel of its own: the intra-node stage only writes each GPU's
+   partial outputs into the rail GPU's buffer (``intra_forward``), and after a GPU barrier
+   ``dst_reduction`` reads every partial from HBM and writes the reduced outputs
+   (``lowering.py``, ``hier_dst_reduction``); NCCL's reduce-scatter (TorchRec's TWRW) reduces
+   inline as it moves the data.  Source: NVIDIA-Merlin/HugeCTR (commit 2f2016f)
+   ``HugeCTR/embedding/hier_model_parallel_embedding.cpp`` (``model_forward``) and
+   ``embedding/operators/hier_model_forward.cu`` (``IntraModelForward::dst_reduction``, a
+   multi-to-one copy summing the node's holders of each lookup).
 9. ``grouped_allreduce`` — one all-reduce of every dense (and replicated-table) gradient once
    the backward has produced the last of them, instead of DDP's buckets during the backward.
 10b. ``trainer`` — what the stack trains on: ``gpu`` (default) or ``cpu``, a CPU trainer host
@@ -142,6 +152,7 @@ STACK_KEYS = {
     "dense_waits_lookup",
     "data_distributor",
     "one_communicator",
+    "hierarchical_reduction",
     "planner",
     "grouped_allreduce",
     "trainer",
@@ -212,6 +223,8 @@ class StackSpec:
     data_distributor_host_sync_s: float = 0.0
     #: item 8e: the all-reduce in issue order with the embedding exchanges (one communicator)
     one_communicator: bool = False
+    #: item 8f: HugeCTR's hierarchical exchange reduces a node's partial outputs in a kernel
+    hierarchical_reduction: bool = False
     grouped_allreduce: bool = False
     #: planner ``plan: auto`` runs, and its settings (a ``hugectr_plan.Settings`` for hugectr)
     planner: str = "greedy"
@@ -269,6 +282,7 @@ class StackSpec:
                 else {}
             ),
             **({"one_communicator": True} if self.one_communicator else {}),
+            **({"hierarchical_reduction": True} if self.hierarchical_reduction else {}),
             "grouped_allreduce": self.grouped_allreduce,
             "planner": self.planner,
             **(
@@ -333,6 +347,7 @@ FLAGS = (
     ("iteration_join", False),
     ("dense_waits_lookup", False),
     ("one_communicator", False),
+    ("hierarchical_reduction", False),
     ("grouped_allreduce", False),
 )
 

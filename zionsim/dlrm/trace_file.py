@@ -168,6 +168,7 @@ def _stack_from_meta(data: dict | None) -> StackSpec | None:
         "data_distributor_key_bytes": int(data.get("data_distributor_key_bytes", 0)),
         "data_distributor_host_sync_s": float(data.get("data_distributor_host_sync_s", 0.0)),
         "one_communicator": bool(data.get("one_communicator", False)),
+        "hierarchical_reduction": bool(data.get("hierarchical_reduction", False)),
         "grouped_allreduce": bool(data.get("grouped_allreduce", False)),
         "planner": str(data.get("planner", "greedy")),
         "planner_settings": _Settings(data["planner_settings"])
