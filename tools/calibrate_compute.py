@@ -49,14 +49,15 @@ other (architecture, dtype) keeps the architecture's curve:
   power cap is not taken as a property of the SXM part.
 
 GEMM math/memory overlap (compute.py assumption 4): the exponent ``q`` of the smooth maximum of
-math and memory time on the architectures marked ``gemm_overlap`` (Volta, Ampere), fitted
-(squared log error of time, the curves held) on DeepBench's V100 FP16 training GEMMs
+math and memory time on the architectures marked ``gemm_overlap`` (Volta, Ampere, Blackwell),
+fitted (squared log error of time, the curves held) on DeepBench's V100 FP16 training GEMMs
 (``deepbench_v100`` FP16 rows with every dimension >= 128: 76 shapes, many of them a tall
 matrix times a narrow one, near the V100's ridge of ~160 FLOP/B; no curve is fitted on them).
 The curves and ``q`` are fitted in turn, twice, from the plain roofline (square GEMMs far from
 the ridge hardly move ``q``).  The A100 skinny GEMM of Azure's benchmark (kernel case
-``a100_gemm_fp16_802816x192x768``) is held out to check it.  The FP32 rows cannot inform it:
-on a V100 every FP32 training shape is far above the ridge (~20 FLOP/B).
+``a100_gemm_fp16_802816x192x768``) and two B200 skinny GEMMs (``b200_gemm_*``) are held out to
+check it.  The FP32 rows cannot inform it: on a V100 every FP32 training shape is far above
+the ridge (~20 FLOP/B).
 
 Embedding access overhead: the per-access bytes ``c`` such that the time per useful byte of
 ``ceil32(b) + c`` over ``b`` reproduces TorchRec's planner penalties for FP32 rows (relative to

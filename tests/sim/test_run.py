@@ -75,7 +75,7 @@ def test_ideal_network_exposes_no_communication():
     ideal, real = _run(IDEAL).summary, _run().summary
     slow = _run(["scale_up.link_bw=0.1 GB/s", "scale_out.nic_bw=0.1 GB/s"]).summary
     assert ideal["exposed_comm_s"] == pytest.approx(0.0, abs=1e-12)
-    assert ideal["iteration_time_s"] <= real["iteration_time_s"]
+    assert ideal["iteration_time_s"] <= real["iteration_time_s"] * (1 + 1e-12)  # float sums
     assert slow["exposed_comm_s"] > 0
     assert ideal["iteration_time_s"] < slow["iteration_time_s"]
 

@@ -26,19 +26,19 @@ Modelling assumptions:
    rate is missing or no faster than FP32 (Volta has no TF32 units).
 4. The GEMM memory floor reads A and B once and writes C once (tiles re-read from L2/shared
    memory cost nothing), all elements ``dtype`` wide (INT8 GEMMs are assumed to write INT8).
-   On an architecture whose entry says ``gemm_overlap: true`` (Volta, Ampere) math and memory
-   traffic overlap imperfectly: the two times combine by a smooth maximum ``(c^q + m^q)^(1/q)``
-   (:func:`smooth_max`), which is the roofline's ``max(c, m)`` far from the ridge and ``2^(1/q)``
-   times it where ``c = m`` (skinny GEMMs: a tall activation times a narrow weight, the shape of
-   DLRM MLP layers at large batch).  ``q`` (``fitted.gemm_overlap_exponent``) is fitted by
-   ``tools/calibrate_compute.py`` on DeepBench's V100 FP16 training GEMMs (the only public
-   FP16/FP32 sweep of non-square shapes near the ridge); Ampere takes it as an assumption (its
-   GEMMs are the same synchronous ``mma.sync`` pipelines, with ``cp.async`` loads), checked on
-   the A100 skinny GEMM of the Azure benchmark (802816x192x768, held out).  Hopper and
-   Blackwell keep the plain roofline: their GEMMs are TMA-fed asynchronous (``wgmma`` /
-   ``tcgen05``) pipelines, and no FP16/BF16 near-ridge measurement of them was found (the Azure
-   FP8 sweeps of H200 and GB200 also run their skinny shape well below the roofline, but the
-   model has no FP8 curve; docs/limitations.md).
+   On an architecture whose entry says ``gemm_overlap: true`` (Volta, Ampere, Blackwell) math
+   and memory traffic overlap imperfectly: the two times combine by a smooth maximum
+   ``(c^q + m^q)^(1/q)`` (:func:`smooth_max`), which is the roofline's ``max(c, m)`` far from
+   the ridge and ``2^(1/q)`` times it where ``c = m`` (skinny GEMMs: a tall activation times a
+   narrow weight, the shape of DLRM MLP and DCN layers at large batch).  ``q``
+   (``fitted.gemm_overlap_exponent``) is fitted by ``tools/calibrate_compute.py`` on DeepBench's
+   V100 FP16 training GEMMs (the only public FP16 sweep of non-square shapes near the ridge).
+   Ampere and Blackwell take it as an assumption, each checked on public skinny GEMMs of its own
+   (held out): A100 802816x192x768 FP16 (Azure), B200 819200x192x1024 FP16 and 1000000x512x512
+   BF16 (cuBLAS in Triton benchmarks), which run as far or further below the plain roofline.
+   Hopper keeps the plain roofline: no FP16/BF16 skinny-GEMM measurement of it was found (the
+   Azure FP8 sweep of H200 also runs its skinny shape below the roofline, but the model has no
+   FP8 curve; docs/limitations.md).
 5. Memory-bound kernels (concat, loss, optimizer steps) stream at STREAM-triad efficiency.
 6. An embedding row access is random: it moves its payload rounded up to 32-byte DRAM sectors
    plus a fixed per-access overhead (fitted to TorchRec's block-size penalties) at the GPU's
