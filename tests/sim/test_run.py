@@ -84,7 +84,7 @@ def test_faster_nics_never_slow_an_iteration():
     """Doubling NIC bandwidth never lengthens the iteration."""
     base = _run().summary["iteration_time_s"]
     fast = _run(["scale_out.nic_bw=200Gbps"]).summary["iteration_time_s"]
-    assert fast <= base
+    assert fast <= base * (1 + 1e-12)  # float sums
 
 
 def test_replay_equals_in_memory(tmp_path):
