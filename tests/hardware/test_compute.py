@@ -73,11 +73,13 @@ def test_bf16_faster_than_fp32_for_large_gemms(a100):
 
 
 def test_memory_floor_dominates_skinny_gemm(a100):
-    """A matrix-vector product (m=1) costs its bytes at STREAM bandwidth, not its FLOPs."""
+    """A matrix-vector product (m=1) costs its bytes at STREAM bandwidth, not its FLOPs (the
+    smooth maximum of assumption 4 adds well under 0.1 % this far from the ridge)."""
     arch = compute.load_compute_model().for_gpu(a100)
     nbytes = compute.gemm_bytes(1, 4096, 4096, "fp16")
     floor = arch.launch_s + nbytes / (a100.hbm_bw_Bps * arch.stream_eff)
-    assert compute.gemm_time_s(a100, 1, 4096, 4096, "fp16") == pytest.approx(floor)
+    got = compute.gemm_time_s(a100, 1, 4096, 4096, "fp16")
+    assert floor <= got <= floor * 1.001
 
 
 def test_tf32_falls_back_to_fp32_rate(a100):

@@ -75,7 +75,7 @@ def test_ideal_network_exposes_no_communication():
     ideal, real = _run(IDEAL).summary, _run().summary
     slow = _run(["scale_up.link_bw=0.1 GB/s", "scale_out.nic_bw=0.1 GB/s"]).summary
     assert ideal["exposed_comm_s"] == pytest.approx(0.0, abs=1e-12)
-    assert ideal["iteration_time_s"] <= real["iteration_time_s"]
+    assert ideal["iteration_time_s"] <= real["iteration_time_s"] * (1 + 1e-12)  # float sums
     assert slow["exposed_comm_s"] > 0
     assert ideal["iteration_time_s"] < slow["iteration_time_s"]
 
@@ -84,7 +84,7 @@ def test_faster_nics_never_slow_an_iteration():
     """Doubling NIC bandwidth never lengthens the iteration."""
     base = _run().summary["iteration_time_s"]
     fast = _run(["scale_out.nic_bw=200Gbps"]).summary["iteration_time_s"]
-    assert fast <= base
+    assert fast <= base * (1 + 1e-12)  # float sums
 
 
 def test_replay_equals_in_memory(tmp_path):

@@ -117,7 +117,7 @@ def test_table_has_one_row_per_point_and_is_written(local_run):
 def test_more_nic_bandwidth_is_never_slower(local_run):
     """At 2 nodes, 200 Gb/s NICs give at least the samples/s of 100 Gb/s."""
     t = local_run[1].set_index(["nodes", "topology.scale_out.nic_bw"])["samples_per_s"]
-    assert t[(2, "200Gbps")] >= t[(2, "100Gbps")]
+    assert t[(2, "200Gbps")] >= t[(2, "100Gbps")] * (1 - 1e-12)  # float sums
     assert (t > 0).all()
 
 

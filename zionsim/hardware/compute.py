@@ -26,6 +26,19 @@ Modelling assumptions:
    rate is missing or no faster than FP32 (Volta has no TF32 units).
 4. The GEMM memory floor reads A and B once and writes C once (tiles re-read from L2/shared
    memory cost nothing), all elements ``dtype`` wide (INT8 GEMMs are assumed to write INT8).
+   On an architecture whose entry says ``gemm_overlap: true`` (Volta, Ampere, Blackwell) math
+   and memory traffic overlap imperfectly: the two times combine by a smooth maximum
+   ``(c^q + m^q)^(1/q)`` (:func:`smooth_max`), which is the roofline's ``max(c, m)`` far from
+   the ridge and ``2^(1/q)`` times it where ``c = m`` (skinny GEMMs: a tall activation times a
+   narrow weight, the shape of DLRM MLP and DCN layers at large batch).  ``q``
+   (``fitted.gemm_overlap_exponent``) is fitted by ``tools/calibrate_compute.py`` on DeepBench's
+   V100 FP16 training GEMMs (the only public FP16 sweep of non-square shapes near the ridge).
+   Ampere and Blackwell take it as an assumption, each checked on public skinny GEMMs of its own
+   (held out): A100 802816x192x768 FP16 (Azure), B200 819200x192x1024 FP16 and 1000000x512x512
+   BF16 (cuBLAS in Triton benchmarks), which run as far or further below the plain roofline.
+   Hopper keeps the plain roofline: no FP16/BF16 skinny-GEMM measurement of it was found (the
+   Azure FP8 sweep of H200 also runs its skinny shape below the roofline, but the model has no
+   FP8 curve; docs/limitations.md).
 5. Memory-bound kernels (concat, loss, optimizer steps) stream at STREAM-triad efficiency.
 6. An embedding row access is random: it moves its payload rounded up to 32-byte DRAM sectors
    plus a fixed per-access overhead (fitted to TorchRec's block-size penalties) at the GPU's
@@ -147,6 +160,9 @@ class ArchModel:
     #: shared-memory wavefronts (assumption 11); 0 where the architecture states none
     sm_clock_Hz: float = 0.0
     shared_bytes_per_clock: float = 0.0
+    #: whether GEMM math and memory time combine by the fitted smooth maximum (assumption 4)
+    #: rather than the plain roofline maximum
+    gemm_overlap: bool = False
 
     def gemm_for(self, dtype: str) -> GemmFit:
         """The efficiency curve of GEMMs whose math runs in ``dtype``."""
@@ -171,6 +187,9 @@ class ComputeModel:
     #: random-row gathers: bytes in flight per SM and the smooth minimum's exponent (fitted)
     gather_bytes_in_flight: float = 0.0
     gather_smoothness: float = 1.0
+    #: GEMMs: the exponent of the smooth maximum of math and memory time on the architectures
+    #: with ``gemm_overlap`` (assumption 4, fitted); ``math.inf`` is the plain maximum
+    gemm_overlap_exponent: float = math.inf
     #: for_gpu's results for GPUs without a ``compute:`` of their own (a copy made by
     #: ``dataclasses.replace`` starts empty)
     _resolved: dict = field(default_factory=dict, init=False, compare=False, repr=False)
@@ -237,7 +256,23 @@ def load_compute_model(path: str | None = None) -> ComputeModel:
             "gather_bytes_in_flight_per_sm", "bytes", unit=False
         ),
         gather_smoothness=fitted.quantity("gather_smoothness", "fraction"),
+        gemm_overlap_exponent=_overlap_exponent(fitted),
     )
+
+
+def _overlap_exponent(fitted: Fields) -> float:
+    """``fitted.gemm_overlap_exponent`` (assumption 4): a number >= 1; absent, the plain
+    roofline maximum."""
+    if "gemm_overlap_exponent" not in fitted.data:
+        return math.inf
+    q = fitted.quantity("gemm_overlap_exponent", "fraction")
+    if not q >= 1.0 or not math.isfinite(q):
+        raise fitted.error(
+            "gemm_overlap_exponent",
+            f"must be a finite number >= 1, got {q!r}",
+            allowed="a number from 1 (math and memory never overlap) up (2: DeepBench's fit)",
+        )
+    return q
 
 
 def _gemm_fields(f: Fields, fitted: Fields, arch: str) -> Fields:
@@ -298,7 +333,16 @@ def _arch(f: Fields, g: Fields, dtype_fits: tuple[tuple[str, GemmFit], ...] = ()
             if "shared_memory_bytes_per_clock" in f.data
             else 0.0
         ),
+        gemm_overlap=_flag(f, "gemm_overlap"),
     )
+
+
+def _flag(f: Fields, key: str) -> bool:
+    """An optional true/false field (absent: false)."""
+    value = f.data.get(key, False)
+    if not isinstance(value, bool):
+        raise f.error(key, f"must be true or false, got {value!r}", allowed="true, false")
+    return value
 
 
 def architecture(gpu: GpuSpec) -> str:
@@ -352,15 +396,18 @@ def gemm_efficiency(
 def gemm_time_s(
     gpu: GpuSpec, m: int, n: int, k: int, dtype: str, model: ComputeModel | None = None
 ) -> float:
-    """Seconds of ``C[m,n] = A[m,k] @ B[k,n]`` in ``dtype``: launch + max(compute, memory)."""
+    """Seconds of ``C[m,n] = A[m,k] @ B[k,n]`` in ``dtype``: launch + the smooth maximum of
+    compute and memory time (assumptions 2 and 4)."""
     for name, v in (("m", m), ("n", n), ("k", k)):
         if v < 1:
             raise InputError(f"GEMM dimension must be >= 1, got {v!r}", field=name)
-    a = _arch_of(gpu, model)
-    eff = gemm_efficiency(gpu, m, n, k, dtype, model)
+    mod = model or load_compute_model()
+    a = _arch_of(gpu, mod)
+    eff = gemm_efficiency(gpu, m, n, k, dtype, mod)
     compute = gemm_flops(m, n, k) / (peak_flops(gpu, dtype) * eff)
     memory = gemm_bytes(m, n, k, dtype) / (gpu.hbm_bw_Bps * a.stream_eff)
-    return a.launch_s + max(compute, memory)
+    q = mod.gemm_overlap_exponent if a.gemm_overlap else math.inf
+    return a.launch_s + smooth_max(compute, memory, q)
 
 
 #: DeepLearningExamples' FP32 dot-interaction kernels (``dot_based_interact_fp32_fwd.cu`` /
@@ -481,6 +528,15 @@ def access_bytes(payload: float, model: ComputeModel | None = None) -> float:
     if payload <= 0:
         return 0.0
     return math.ceil(payload / m.sector_bytes) * m.sector_bytes + m.access_overhead_bytes
+
+
+def smooth_max(a: float, b: float, q: float) -> float:
+    """``(a^q + b^q)^(1/q)`` for ``a, b >= 0``: above both, the larger as ``q`` grows
+    (``q = math.inf``: the larger)."""
+    if math.isinf(q) or a <= 0.0 or b <= 0.0:
+        return max(a, b)
+    hi = max(a, b)
+    return hi * (1.0 + (min(a, b) / hi) ** q) ** (1.0 / q)
 
 
 def smooth_min(a: float, b: float, p: float) -> float:
