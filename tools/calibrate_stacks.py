@@ -13,15 +13,16 @@ per local sample, minimising the sum of squared log errors of that stack's calib
 The host runs on a timeline of its own beside the GPU (zionsim/dlrm/stack.py item 5), so these
 terms are exposed only where the host is slower than the GPU.  Every stack is calibrated on two
 per-GPU batch sizes by one rule: its reference case (the one it was calibrated on before host
-time had a timeline) and the run of the same model on the same GPU type whose per-GPU batch
-differs most from it.
+time had a timeline) and the run of the same model on the same GPU type, from the same software
+build (the same run campaign), whose per-GPU batch differs most from it by ratio.
 
 - hugectr: h100x8_dcnv2_hugectr_v40 (6912 per GPU) and h100x4_dcnv2_hugectr_v40 (8192 per GPU);
   its host work (a replayed CUDA graph) hides behind the GPU, so what it fits is
   ``gpu_per_step``, GPU work per step that the op list leaves out
 - nvidia_pytorch_dlrm: a100x8_dle_large_tf32 (8192 per GPU), a100x8_dlrm_pytorch_v07 (6912)
 - tensorflow_sok: a100_mlperf_dlrm_fp32 (8192 per GPU), a100_mlperf_dlrm_fp32_gb55296 (6912)
-- torchrec: p4d_x8_torchrec_gb2048 (256 per GPU) and p4d_x8_torchrec_gb65536 (8192 per GPU)
+- torchrec: p4d_x8_torchrec_gb16384 (2048 per GPU) and p4d_x8_torchrec_gb65536 (8192 per GPU),
+  both of the README's April 2022 rows (gb2048, 256 per GPU, is a June 2022 build: held out)
 
 Each term is bounded below by 0: host time cannot be negative, so a term that fits 0 says the
 model is already slower than measured there (the gap is then in the model, not in the host).
