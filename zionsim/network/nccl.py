@@ -76,6 +76,7 @@ from zionsim.network.nccl_model import (  # noqa: F401 - re-exported: callers us
     ll128_enabled,
     load_model,
     nvls_channels,
+    nvls_heads,
     per_generation,
     remote_peers,
     setting,

@@ -223,6 +223,18 @@ def nvls_channels(t: dict, st: Setting) -> int:
     return int(one if st.nodes <= 1 else multi)
 
 
+def nvls_heads(t: dict, st: Setting) -> int:
+    """Channels of NCCL's NVLS graph, the count its tuner multiplies NVLS and NVLSTree per-channel
+    bandwidths by (``busBw = graphs[a]->nChannels * bw``, T:306-324): its heads, one GPU per
+    channel (search.cc at v2.26.2-1: ``maxChannels = min(NCCL_MAX_NVLS_ARITY, ngpus)``, :975;
+    across nodes the search only pairs each NIC with its local GPU, no GPU twice, :625-640;
+    connect.cc:75-85 at HEAD takes the heads from it).  Across nodes ``min(NICs, GPUs per
+    node)``, on one node the node's GPUs, at most ``nvls_max_arity``.  Not the NVLS kernels'
+    CTAs (:func:`nvls_channels`, 16 on Hopper): those each run every head's slice."""
+    heads = st.ppn if st.nodes <= 1 else min(max(1, st.nics), st.ppn)
+    return int(min(heads, t["nvls_max_arity"]))
+
+
 def table_column(nodes: int) -> int:
     """NCCL's bandwidth-table column: 1 node, 2 nodes, 3 or more (tuning.cc:267)."""
     return 0 if nodes <= 1 else (1 if nodes == 2 else 2)

@@ -24,6 +24,7 @@ from zionsim.network.nccl_model import (
     graph_channels,
     graph_speed_GBps,
     nvls_channels,
+    nvls_heads,
     per_generation,
     setting,
     table_column,
@@ -92,7 +93,7 @@ def phase_wire(cluster, model, st: Setting, algorithm: str, protocol: str, phase
         eff = t["protocol_efficiency"]["other"][protocol] * extra
         return _Wire(phase.nbytes / (eff * per_generation(t, "collnet_efficiency", gen)), cap)
     if fam in ("nvls", "nvls_tree"):
-        return _nvls_wire(cluster, t, st, fam, phase, extra, per_src)
+        return _nvls_wire(cluster, t, st, fam, phase, extra)
     nc = graph_channels(model, st)
     if fam == "ring":
         eff = t["protocol_efficiency"]["ring"][protocol]
@@ -224,9 +225,10 @@ def p2p_net_efficiency(cluster, t: dict, phase, routes) -> np.ndarray:
     return out
 
 
-def _nvls_wire(cluster, t: dict, st: Setting, fam: str, phase, extra: float, per_src) -> _Wire:
+def _nvls_wire(cluster, t: dict, st: Setting, fam: str, phase, extra: float) -> _Wire:
     """NVLS legs (to and from an NVSwitch) at nvlsEfficiency; NVLSTree's flows across nodes
-    capped at its per-channel bus bandwidth (T:306-318).
+    no faster than NCCL's bus bandwidth of heads x perChMaxNVLSTreeBw (T:306-324,
+    :func:`nvls_heads`: 8 on DGX H100, not the 16 NVLS CTAs).
 
     Across nodes the NVLS legs keep NCCL's bus bandwidth, not its algorithm bandwidth: NCCL
     rates NVLS and NVLSTree per node and converts bus to algorithm bandwidth by ``nRanks /
@@ -246,12 +248,17 @@ def _nvls_wire(cluster, t: dict, st: Setting, fam: str, phase, extra: float, per
     if st.nodes > 1 and st.ppn > 1 and st.n > st.ppn:
         nvls_eff *= (st.n / (st.n - 1)) / (st.ppn / (st.ppn - 1))
     eff = np.where(leg, nvls_eff, 1.0) * extra
+    wire = phase.nbytes / eff
     if fam == "nvls_tree" and st.nodes > 1:
         per_ch = per_generation(t, "per_channel_nvls_tree_bw", gen)[table_column(st.nodes)] * 1e9
         if per_ch > 0:
-            busbw = per_ch * min(nvls_channels(t, st), per_generation(t, "channels", gen))
-            cap = np.where(~leg, busbw / per_src, cap)
-    return _Wire(phase.nbytes / eff, cap)
+            # NCCL's busBw = graphs[NVLS]->nChannels x perChMaxNVLSTreeBw (T:306-324), the NVLS
+            # graph's channels being its heads (nvls_heads); as time: nBytes x nsteps / nRanks
+            # / busBw (T:379).  Every flow across nodes takes at least that long.
+            busbw = per_ch * nvls_heads(t, st)
+            floor_s = st.nbytes * 2.0 * (st.n - 1) / st.n / busbw
+            cap = np.where(~leg & (wire > 0), wire / floor_s, cap)
+    return _Wire(wire, cap)
 
 
 def ll_cap_GBps(t: dict, st: Setting, family: str, nc: int) -> float:
