@@ -224,3 +224,101 @@ def _three_walks(monkeypatch, inputs, cluster, plan) -> tuple[float, float, floa
         monkeypatch.setattr(estimate, switch, False)
         out.append(estimate.iteration_estimate(cluster, w, plan, stack, sync).iteration_s)
     return tuple(out)
+
+
+def _walk_of(inputs, cluster, plan):
+    """The flat walk ``estimate.evaluate`` plays for ``plan`` (its shape with classes that span
+    collective copies where that holds)."""
+    from functools import partial
+
+    trace = _lower(inputs, cluster, plan)
+    stack = trace.stack or estimate.BARE
+    seconds = estimate.durations_of(cluster, trace, estimate._compute_model(cluster, stack))
+    moved = estimate.transfer_seconds(cluster, trace)
+    choose = partial(estimate.choice_of, cluster)
+    together = partial(estimate.together_of, cluster)
+    for copies in (True, False):
+        shape = estimate._shape(trace, seconds, moved, copies=copies)
+        if shape.valid:
+            walk = walks.FlatWalk(cluster, trace, shape, stack.compute_slowdown, moved, choose,
+                                  together)  # fmt: skip
+            if not copies or walk.copies_alike():
+                return walk
+
+
+def test_the_walks_lower_bound_is_below_every_candidates_estimate(case):
+    """``FlatWalk.lower_bound`` (what the planner skips candidates by) never exceeds the walked
+    estimate (but for rounding, ``estimate.PRUNE_MARGIN``), on every candidate of every case
+    (UVM transfers, sync rounds every K-th iteration, a host thread, parameter servers, an
+    embedding stream among them)."""
+    inputs, cluster, plans = case
+    w, stack, sync = inputs.workload, inputs.stack, inputs.sync
+    for p in plans:
+        walk = _walk_of(inputs, cluster, p)
+        bound = walk.lower_bound()
+        walked = estimate.iteration_estimate(cluster, w, p, stack, sync).iteration_s
+        assert bound > 0.0
+        # tight bounds round apart from the walk by ulps: the planner skips only beyond them
+        assert bound - walked <= estimate.PRUNE_MARGIN * bound
+
+
+def test_the_planner_skipping_candidates_picks_the_plan_it_picks_walking_all(monkeypatch):
+    """The greedy planner with candidates skipped by their lower bound (``estimate.PRUNE``) picks
+    the plan it picks walking every candidate, on several workloads, clusters, NIC speeds and
+    batches; a bound made too high (three times the true one) picks another plan somewhere, so
+    this test can fail."""
+    from zionsim.dlrm.planner import named_plan
+
+    cases = [
+        *CASES,
+        {"workload": "mlperf_dlrm", "nodes": 16, "topology.scale_out.nic_bw": "100Gbps"},
+        {"workload": "mlperf_dlrm", "nodes": 16, "batch_per_gpu": 6912},
+        {"workload": "mlperf_dlrm", "nodes": 8, "workload.precision.communication": "fp16",
+         "topology.scale_out.nic_bw": "200Gbps"},
+    ]  # fmt: skip
+
+    def plans() -> list:
+        out = []
+        for options in cases:
+            inputs = resolve_inputs(options)
+            cluster = _build(inputs)
+            out.append(named_plan("greedy", cluster, inputs.workload, inputs.stack))
+        return out
+
+    runs = []
+    real_run = walks.FlatWalk.run
+    monkeypatch.setattr(walks.FlatWalk, "run", lambda s, n: runs.append(1) or real_run(s, n))
+    monkeypatch.setattr(estimate, "REUSE", False)  # every walk that is not skipped walked
+    skipped = plans()
+    some = len(runs)
+    monkeypatch.setattr(estimate, "PRUNE", False)
+    walked = plans()
+    assert skipped == walked
+    assert some < len(runs) - some  # candidates were skipped
+    real = walks.FlatWalk.lower_bound
+    monkeypatch.setattr(estimate, "PRUNE", True)
+    monkeypatch.setattr(walks.FlatWalk, "lower_bound", lambda s, c=-float("inf"): 3 * real(s))
+    assert plans() != walked
+
+
+def test_walks_kept_by_their_inputs_end_as_walks_made_anew(monkeypatch):
+    """A walk kept on its shape (``Shape.ends``) is handed out only for equal inputs: the same
+    plan on NIC speeds that price its collectives alike and apart, estimated with walks kept and
+    with none."""
+    estimates, runs = {}, []
+    real_run = walks.FlatWalk.run
+    monkeypatch.setattr(walks.FlatWalk, "run", lambda s, n: runs.append(1) or real_run(s, n))
+    monkeypatch.setattr(estimate, "PRUNE", False)
+    for reuse in (True, False):
+        monkeypatch.setattr(estimate, "REUSE", reuse)
+        for nic in ("100Gbps", "400Gbps", "800Gbps"):
+            inputs, cluster, plans = _candidates(
+                {"workload": "mlperf_dlrm", "nodes": 4, "topology.scale_out.nic_bw": nic}
+            )
+            w, stack, sync = inputs.workload, inputs.stack, inputs.sync
+            for p in plans:
+                est = estimate.iteration_estimate(cluster, w, p, stack, sync).iteration_s
+                estimates.setdefault((nic, p.shards), []).append(est)
+    assert all(a == b for a, b in estimates.values())
+    assert len({v[0] for v in estimates.values()}) > 1
+    assert len(runs) - len(estimates) < len(estimates)  # walks were handed out again

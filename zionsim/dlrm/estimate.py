@@ -77,20 +77,29 @@ def host_time_s(stack: StackSpec, batch_per_gpu: int = 0) -> float:
     return prepare + stack.gpu_per_step_s
 
 
-def iteration_estimate(cluster, w, plan, stack: StackSpec = BARE, sync=None) -> Estimate:
+def iteration_estimate(
+    cluster, w, plan, stack: StackSpec = BARE, sync=None, cutoff: float | None = None
+) -> Estimate:
     """Estimated iteration seconds of workload ``w`` (the stack's precisions already applied, as
     ``apply_stack`` does) under ``plan`` on ``cluster``, as ``stack`` runs it, with dense sync
-    ``sync`` (a :class:`~zionsim.dlrm.sync.SyncSpec`; default: the workload's ``sync:``)."""
+    ``sync`` (a :class:`~zionsim.dlrm.sync.SyncSpec`; default: the workload's ``sync:``).
+    ``cutoff``: as :func:`evaluate`'s (an ``iteration_s`` of infinity: above it)."""
     g = cluster.spec.gpus_per_node
     sync = sync or sync_spec(base=w.sync)
     trace = lower(
         w, plan, len(cluster.gpus), stack.fused_embedding, g, w.zipf_alpha, sync, stack
     )  # fmt: skip
-    return Estimate(evaluate(cluster, trace), host_time_s(stack, w.batch_per_gpu))
+    return Estimate(evaluate(cluster, trace, cutoff=cutoff), host_time_s(stack, w.batch_per_gpu))
 
 
-def evaluate(cluster, trace: Trace, iterations: int = ITERATIONS) -> float:
-    """Mean seconds of the iterations after the first, ``trace`` played as the module says."""
+def evaluate(
+    cluster, trace: Trace, iterations: int = ITERATIONS, cutoff: float | None = None
+) -> float:
+    """Mean seconds of the iterations after the first, ``trace`` played as the module says.
+
+    ``cutoff`` (the best estimate a caller has so far): infinity instead of the estimate where
+    a lower bound shows the estimate to be above ``cutoff`` (:data:`PRUNE`), so that the trace
+    need not be walked; any estimate not above it is the estimate."""
     stack = trace.stack or BARE
     durations = durations_of(cluster, trace, _compute_model(cluster, stack))
     transfer_s = transfer_seconds(cluster, trace)
@@ -111,8 +120,47 @@ def evaluate(cluster, trace: Trace, iterations: int = ITERATIONS) -> float:
         walk = walks.Walk(
             cluster, trace, durations, slow, transfer_s, choose, CLASSES, together
         )  # fmt: skip
-    ends = walk.run(iterations)
+    if not FLAT:
+        ends = walk.run(iterations)
+    else:
+        ends = _walk_ends(walk, iterations, cutoff)
+        if ends is None:
+            return float("inf")
     return float(np.diff(ends).mean()) if len(ends) > 1 else float(ends[0])
+
+
+def _walk_ends(walk: walks.FlatWalk, iterations: int, cutoff: float | None):
+    """``walk.run(iterations)``, kept on the walk's shape by what else it reads
+    (:meth:`walks.FlatWalk.inputs`) while :data:`REUSE`; None where :data:`PRUNE`, two
+    iterations and ``cutoff`` allow skipping the walk (its lower bound, less a margin for
+    rounding, is above ``cutoff``)."""
+    shape = walk.shape
+    key = walk.inputs(iterations) if REUSE else None
+    ends = shape.ends.get(key) if key is not None else None
+    if ends is not None:
+        return ends
+    if PRUNE and cutoff is not None and iterations == 2 and cutoff < np.inf:
+        bound = walk.lower_bound(cutoff)
+        if bound - cutoff > PRUNE_MARGIN * bound:
+            return None
+    ends = walk.run(iterations)
+    ends.flags.writeable = False
+    if key is not None:
+        if len(shape.ends) >= KEEP_WALKS:
+            shape.ends.clear()
+        shape.ends[key] = ends
+    return ends
+
+
+#: skip walking a candidate whose lower bound (``walks.FlatWalk.lower_bound``) is above the best
+#: estimate so far (``evaluate``'s ``cutoff``); False: walk every candidate (the tests)
+PRUNE = True
+#: the bound must exceed the cutoff by this share of itself: the walk adds op seconds one at a
+#: time from the first iteration's end, the bound from zero, so the two roundings differ by
+#: about the number of ops times 1e-16 of the times involved
+PRUNE_MARGIN = 1e-7
+#: walks kept per shape (``walks.Shape.ends``), at most
+KEEP_WALKS = 64
 
 
 #: keep what a walk needs of a trace (its op seconds, its streams and rank classes) for the

@@ -297,7 +297,12 @@ def best_estimated(cluster, w: WorkloadSpec, plans: list[Plan], stack=None) -> P
     fits = [p for p in plans if _fits_kept(cluster, w, p, given)] or plans[:1]
     if len(fits) == 1:
         return fits[0]
-    times = [iteration_estimate(cluster, w, p, stack).iteration_s for p in fits]
+    # each candidate against the best so far: one whose estimate is shown to be above it
+    # without walking its trace is not walked (estimate.evaluate's cutoff; infinity here)
+    times: list[float] = []
+    for p in fits:
+        times.append(iteration_estimate(cluster, w, p, stack, cutoff=min(times, default=None))
+                     .iteration_s)  # fmt: skip
     return fits[int(np.argmin(times))]
 
 

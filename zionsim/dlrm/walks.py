@@ -328,6 +328,35 @@ class Shape:
         self.spans: tuple = ()
         self.valid = True
         self._join(trace, walked, owner, copies)
+        self._bound = None  # bound_parts, made when first asked for
+        #: iteration ends of walks of this shape, by what else a walk reads
+        #: (:meth:`FlatWalk.inputs`): a sweep's points that price every collective alike
+        self.ends: dict = {}
+
+    def bound_parts(self) -> tuple:
+        """What :meth:`FlatWalk.lower_bound` reads, made once per shape: the first op of each
+        walked stream whose last op no op of another stream waits for in the same iteration
+        (a *sink* stream), and per such first op the walked ops of its rank from it on, in id
+        order, with each op's predecessor on its stream (-1: none)."""
+        if self._bound is None:
+            fed = set()  # ops an op of another stream waits for (in the same iteration)
+            prev = {}
+            by_rank: dict[int, list[int]] = {}
+            for k, ids in enumerate(self.streams):
+                by_rank.setdefault(self.rank[ids[0]], []).extend(ids)
+                for j, i in enumerate(ids):
+                    prev[i] = ids[j - 1] if j else -1
+                    for d in self.deps[i]:
+                        if self.stream_of[d] != k:
+                            fed.add(d)
+            ranks = {r: sorted(ids) for r, ids in by_rank.items()}
+            heads = []
+            for ids in self.streams:
+                if ids[-1] not in fed:
+                    mine = ranks[self.rank[ids[0]]]
+                    heads.append((ids[0], mine[mine.index(ids[0]) :]))
+            self._bound = (heads, prev)
+        return self._bound
 
     def _link(self, trace: Trace, waiting: dict[int, set[int]]) -> None:
         """``gate`` and ``then``, from ``waiting`` (per op, the other streams with an op that
@@ -406,6 +435,79 @@ class FlatWalk(Walk):
             if len(times) > 1:
                 return False
         return True
+
+    def needed(self, iterations: int) -> list[int]:
+        """The collectives a walk of ``iterations`` prices: those of the walked collective ops
+        that some iteration does not skip (a sync round runs every ``every``-th)."""
+        sh = self.shape
+        return sorted(
+            {
+                sh.coll[i]
+                for i in sh.walked_list
+                if sh.kind[i] == _COLLECTIVE
+                and (sh.every[i] is None or any((it + 1) % sh.every[i] == 0
+                                                for it in range(iterations)))
+            }
+        )  # fmt: skip
+
+    def inputs(self, iterations: int) -> tuple:
+        """All a walk of ``iterations`` reads beside its shape (whose trace, op seconds and host
+        transfers' seconds are fixed): the compute slowdown, the rank count and the seconds of
+        every collective it prices.  Walks of one shape with equal inputs end alike."""
+        times = tuple(self._collective_s(c) for c in self.needed(iterations))
+        return (self.slow, self.trace.ranks, iterations, times)
+
+    def lower_bound(self, cutoff: float = -np.inf) -> float:
+        """A lower bound on the second iteration's end minus the first's in :meth:`run` of two
+        iterations (the estimate); with ``cutoff``, a number no greater than ``cutoff`` as soon
+        as the bound is known not to exceed it (the rest is not looked at).
+
+        Why it holds: the first iteration ends with an op that no op of the same iteration waits
+        for (one that did would end no earlier), so with the last op of a *sink* stream
+        (:meth:`Shape.bound_parts`); that stream's ops of the second iteration start after it,
+        in order, and so does every op of its rank that waits for one of them (through
+        dependencies or its own stream's order).  Each op takes at least its seconds (compute
+        and host ops: no slowdown, no wait for the GPU; a collective: its own NCCL estimate
+        from its own arrival; a transfer: its seconds; a skipped sync op: nothing), so the
+        longest such chain from the stream's first op bounds the difference; the bound is the
+        least of these over the sink streams.  Collectives couple ranks, which the bound
+        ignores: it only gets weaker."""
+        sh = self.shape
+        heads, prev = sh.bound_parts()
+        kind, every, dur, coll, deps = sh.kind, sh.every, sh.dur, sh.coll, sh.deps
+        transfer_s, coll_s = self.transfer_s, self._collective_s
+        least = np.inf
+        for first, ids in heads:
+            reach: dict[int, float] = {}
+            top = 0.0
+            for i in ids:
+                if i == first:
+                    start = 0.0
+                else:
+                    start = reach.get(prev[i], -1.0)
+                    for d in deps[i]:
+                        x = reach.get(d, -1.0)
+                        if x > start:
+                            start = x
+                    if start < 0.0:  # waits for no op of the chain
+                        continue
+                kd = kind[i]
+                if kd == _COLLECTIVE or kd == _TRANSFER:
+                    ev = every[i]
+                    if ev is not None and 2 % ev:  # skipped in the second iteration
+                        seconds = 0.0
+                    else:
+                        seconds = coll_s(coll[i]) if kd == _COLLECTIVE else transfer_s[i]
+                else:
+                    seconds = dur[i]
+                end = reach[i] = start + seconds
+                if end > top:
+                    top = end
+            if top < least:
+                least = top
+                if least <= cutoff:
+                    return least
+        return least
 
     def run(self, iterations: int) -> np.ndarray:
         """End time of each iteration (latest end of any of its ops)."""
