@@ -322,3 +322,17 @@ def test_walks_kept_by_their_inputs_end_as_walks_made_anew(monkeypatch):
     assert all(a == b for a, b in estimates.values())
     assert len({v[0] for v in estimates.values()}) > 1
     assert len(runs) - len(estimates) < len(estimates)  # walks were handed out again
+
+
+def test_the_trace_cache_tells_plans_apart_as_their_repr_does():
+    """``lowering._plan_key`` (the cache's key of a plan): equal plans (other objects) alike,
+    a ``0`` and a ``0.0`` fraction apart, a shard holding a list by its ``repr``."""
+    from zionsim.dlrm.plan import Plan, Shard
+
+    a = Plan("p", (Shard(0, "TW", (0,)), Shard(1, "RW", (0, 1))))
+    b = Plan("p", (Shard(0, "TW", (0,)), Shard(1, "RW", (0, 1))))
+    c = Plan("p", (Shard(0, "TW", (0,), cache_fraction=0), Shard(1, "RW", (0, 1))))
+    d = Plan("p", (Shard(0, "TW", [0]), Shard(1, "RW", (0, 1))))
+    assert lowering._plan_key(a) == lowering._plan_key(b)
+    assert lowering._plan_key(a) != lowering._plan_key(c)
+    assert lowering._plan_key(d) == repr(d)

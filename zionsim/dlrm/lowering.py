@@ -30,6 +30,8 @@ their gradients after the interaction backward (on CPU trainers, on a stream of 
 
 from __future__ import annotations
 
+import dataclasses
+import operator
 import sys
 from collections import OrderedDict
 
@@ -44,7 +46,7 @@ from zionsim.dlrm.dedup import (
     KeyDedup,
     deduplicated,
 )
-from zionsim.dlrm.plan import Plan
+from zionsim.dlrm.plan import Plan, Shard
 from zionsim.dlrm.sharding import layout
 from zionsim.dlrm.stack import BARE, StackSpec
 from zionsim.dlrm.sync import SyncSpec, TraceSync
@@ -177,7 +179,7 @@ def lower(
     are shared; their ``args`` must not be changed in place)."""
     g = gpus_per_node or ranks
     sync = sync or SyncSpec()
-    key = (repr(w), repr(plan), ranks, fused, g, zipf_alpha, repr(sync), repr(stack))
+    key = (_workload_key(w), _plan_key(plan), ranks, fused, g, zipf_alpha, repr(sync), repr(stack))
     trace = _CACHE.get(key)
     if trace is None:
         trace = _lower(w, plan, ranks, fused, g, zipf_alpha, sync, stack)
@@ -194,6 +196,37 @@ def lower(
         trace.sync,
         trace.alike,
     )
+
+
+def _plan_key(plan: Plan):
+    """``plan`` as :func:`lower`'s cache tells plans apart: its type, its name and each shard's
+    fields as a plain tuple (with the types of its fractions, so that a ``0`` and a ``0.0`` stay
+    apart as they do in ``repr``), hashed and compared in C: a 128-GPU plan's ``repr`` takes a
+    third of a millisecond, and the planner's candidates are looked up eight times a point;
+    its ``repr`` where a shard holds an unhashable value."""
+    try:
+        key = (type(plan), plan.name, tuple(map(_SHARD_FIELDS, plan.shards)))
+        hash(key)
+    except (TypeError, AttributeError):  # a list in a shard; not a plan's shards
+        return repr(plan)
+    return key
+
+
+#: a shard's fields (and its fractions' types), for :func:`_plan_key`
+_SHARD_FIELDS = operator.attrgetter(
+    *(f.name for f in dataclasses.fields(Shard)),
+    *(f"{f.name}.__class__" for f in dataclasses.fields(Shard) if f.type in (float, "float")),
+)
+#: the last workload :func:`lower` was given and its ``repr`` (a workload is frozen; the
+#: planner lowers every candidate of one workload in turn)
+_LAST_W: list = [None, ""]
+
+
+def _workload_key(w: WorkloadSpec) -> str:
+    """``repr(w)``, kept for the last workload given (by identity, held)."""
+    if _LAST_W[0] is not w:
+        _LAST_W[:] = [w, repr(w)]
+    return _LAST_W[1]
 
 
 def _remember(key: tuple, trace: Trace) -> None:
