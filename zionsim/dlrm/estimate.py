@@ -187,9 +187,9 @@ FLAT = True
 class _ByTrace:
     """Values computed from a trace's ops and collectives, kept for the traces that hold the very
     same op and collective objects (the lowering's cache shares them among the traces it hands
-    out): found by the first op's identity, the op count and ``extra``, then checked object by
-    object.  An entry holds its ops, so no other op can take the first one's identity while it
-    is kept."""
+    out): found by the first op's identity, the op count and ``extra``, then checked op by op
+    (:func:`_same_ops`) and collective by collective.  An entry holds its ops, so no other op
+    can take the first one's identity while it is kept."""
 
     def __init__(self) -> None:
         self.entries: OrderedDict = OrderedDict()
@@ -204,12 +204,10 @@ class _ByTrace:
         if hit is None:
             return None
         ops, colls, value = hit
-        same = (
-            len(colls) == len(trace.collectives)
-            and all(map(operator.is_, ops, trace.ops))
-            and all(map(operator.is_, colls, trace.collectives))
+        same = len(colls) == len(trace.collectives) and all(
+            map(operator.is_, colls, trace.collectives)
         )
-        if not same:
+        if not same or not _same_ops(ops, trace.ops):
             return None
         self.entries.move_to_end(key)
         return value
@@ -223,6 +221,17 @@ class _ByTrace:
         self.entries[key] = (list(trace.ops), list(trace.collectives), value)
         while sum(len(ops) for ops, _, _ in self.entries.values()) > KEEP_OPS:
             self.entries.popitem(last=False)
+
+
+def _same_ops(kept: list, ops: list) -> bool:
+    """Whether ``ops`` are the ops ``kept``: list equality, which takes an op for equal to
+    itself without comparing it (thousands of ops in microseconds, a tenth of the time of
+    checking identities one by one) and otherwise compares ops by value (equal ops have equal
+    seconds, shapes and transfers: what is kept by them)."""
+    try:
+        return kept == ops
+    except (TypeError, ValueError):  # an argument that does not compare (an array)
+        return False
 
 
 _DURATIONS = _ByTrace()
@@ -250,12 +259,28 @@ def _compute_model(cluster, stack: StackSpec):
     return hit[1]
 
 
+#: the last compute model :func:`durations_of` was given and its ``repr`` (a tenth of a
+#: millisecond; the kept models, :func:`_compute_model`, come again and again)
+_LAST_MODEL: list = [None, ""]
+
+
+def _model_repr(model) -> str:
+    """``repr(model)``, kept for the last model given (by identity, held; models are not
+    changed once made)."""
+    if _LAST_MODEL[0] is not model:
+        _LAST_MODEL[:] = [model, repr(model)]
+    return _LAST_MODEL[1]
+
+
 def durations_of(cluster, trace: Trace, model) -> np.ndarray:
     """``op_costs.op_durations`` of ``trace`` on ``cluster``'s GPU under compute ``model``,
     kept per trace, GPU and model (by value) while :data:`REUSE`; read only (shared)."""
     from zionsim.hardware.compute import load_compute_model
 
-    extra = (repr(cluster.spec.gpu), repr(model if model is not None else load_compute_model()))
+    extra = (
+        repr(cluster.spec.gpu),
+        _model_repr(model if model is not None else load_compute_model()),
+    )
     out = _DURATIONS.get(trace, extra)
     if out is None:
         out = op_durations(cluster, trace, model)

@@ -317,7 +317,8 @@ class Shape:
         self._link(trace, waiting)
         self.walked_ops = np.sort([op.id for ops in walked for op in ops]).astype(np.int64)
         self.walked_list = self.walked_ops.tolist()
-        self.two = any(op.stream == "embedding" for op in trace.ops)
+        # a rank another stands for has its streams (classes compare them): the walked ranks
+        self.two = any(op.stream == "embedding" for ops in walked for op in ops)
         self.need = [len(c.ranks) for c in trace.collectives]
         self.dur = durations.tolist()  # read one at a time, often
         #: per collective op of a walked rank, the members of its rank's class that join its
@@ -332,6 +333,8 @@ class Shape:
         #: iteration ends of walks of this shape, by what else a walk reads
         #: (:meth:`FlatWalk.inputs`): a sweep's points that price every collective alike
         self.ends: dict = {}
+        #: per iteration count, the collectives a walk prices (:meth:`FlatWalk.needed`)
+        self.needed: dict[int, list[int]] = {}
 
     def bound_parts(self) -> tuple:
         """What :meth:`FlatWalk.lower_bound` reads, made once per shape: the first op of each
@@ -440,15 +443,18 @@ class FlatWalk(Walk):
         """The collectives a walk of ``iterations`` prices: those of the walked collective ops
         that some iteration does not skip (a sync round runs every ``every``-th)."""
         sh = self.shape
-        return sorted(
-            {
-                sh.coll[i]
-                for i in sh.walked_list
-                if sh.kind[i] == _COLLECTIVE
-                and (sh.every[i] is None or any((it + 1) % sh.every[i] == 0
-                                                for it in range(iterations)))
-            }
-        )  # fmt: skip
+        hit = sh.needed.get(iterations)
+        if hit is None:
+            hit = sh.needed[iterations] = sorted(
+                {
+                    sh.coll[i]
+                    for i in sh.walked_list
+                    if sh.kind[i] == _COLLECTIVE
+                    and (sh.every[i] is None or any((it + 1) % sh.every[i] == 0
+                                                    for it in range(iterations)))
+                }
+            )  # fmt: skip
+        return hit
 
     def inputs(self, iterations: int) -> tuple:
         """All a walk of ``iterations`` reads beside its shape (whose trace, op seconds and host
