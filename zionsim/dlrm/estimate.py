@@ -135,14 +135,15 @@ def _walk_ends(walk: walks.FlatWalk, iterations: int, cutoff: float | None):
     iterations and ``cutoff`` allow skipping the walk (its lower bound, less a margin for
     rounding, is above ``cutoff``)."""
     shape = walk.shape
+    if PRUNE and cutoff is not None and iterations == 2 and cutoff < np.inf:
+        # first, as it prices only the collectives it meets before its chains pass the cutoff
+        bound = walk.lower_bound(cutoff, PRUNE_MARGIN)
+        if bound - cutoff > PRUNE_MARGIN * bound:
+            return None
     key = walk.inputs(iterations) if REUSE else None
     ends = shape.ends.get(key) if key is not None else None
     if ends is not None:
         return ends
-    if PRUNE and cutoff is not None and iterations == 2 and cutoff < np.inf:
-        bound = walk.lower_bound(cutoff)
-        if bound - cutoff > PRUNE_MARGIN * bound:
-            return None
     ends = walk.run(iterations)
     ends.flags.writeable = False
     if key is not None:

@@ -463,10 +463,12 @@ class FlatWalk(Walk):
         times = tuple(self._collective_s(c) for c in self.needed(iterations))
         return (self.slow, self.trace.ranks, iterations, times)
 
-    def lower_bound(self, cutoff: float = -np.inf) -> float:
+    def lower_bound(self, cutoff: float = -np.inf, above: float = 0.0) -> float:
         """A lower bound on the second iteration's end minus the first's in :meth:`run` of two
-        iterations (the estimate); with ``cutoff``, a number no greater than ``cutoff`` as soon
-        as the bound is known not to exceed it (the rest is not looked at).
+        iterations (the estimate).  With ``cutoff``: a number no greater than ``cutoff`` as soon
+        as the bound is known not to exceed it, and a chain (below) followed only until it
+        exceeds ``cutoff`` by ``above`` of itself (the collectives further on are not priced:
+        a part of a chain bounds the estimate too).
 
         Why it holds: the first iteration ends with an op that no op of the same iteration waits
         for (one that did would end no earlier), so with the last op of a *sink* stream
@@ -483,6 +485,7 @@ class FlatWalk(Walk):
         kind, every, dur, coll, deps = sh.kind, sh.every, sh.dur, sh.coll, sh.deps
         transfer_s, coll_s = self.transfer_s, self._collective_s
         least = np.inf
+        stop = cutoff > -np.inf
         for first, ids in heads:
             reach: dict[int, float] = {}
             top = 0.0
@@ -509,6 +512,8 @@ class FlatWalk(Walk):
                 end = reach[i] = start + seconds
                 if end > top:
                     top = end
+                    if stop and top - cutoff > above * top:  # this chain passed the cutoff
+                        break
             if top < least:
                 least = top
                 if least <= cutoff:
