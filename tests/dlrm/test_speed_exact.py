@@ -339,8 +339,8 @@ def test_the_trace_cache_tells_plans_apart_as_their_repr_does():
 
 
 def test_the_walks_lower_bound_is_tight_where_one_chain_sets_the_pace():
-    """On MLPerf DLRM over 4 nodes the bound meets some candidate's estimate (but for
-    rounding): a bound that loses its chains (or stops them early without a cutoff) fails
+    """On MLPerf DLRM over 4 nodes the bound comes within 0.1 % of some candidate's estimate:
+    a bound that loses its chains (or stops them early without a cutoff) fails
     here, where the test above still passes."""
     inputs, cluster, plans = _candidates({"workload": "mlperf_dlrm", "nodes": 4})
     w, stack, sync = inputs.workload, inputs.stack, inputs.sync
@@ -348,4 +348,4 @@ def test_the_walks_lower_bound_is_tight_where_one_chain_sets_the_pace():
     for p in plans:
         walked = estimate.iteration_estimate(cluster, w, p, stack, sync).iteration_s
         ratios.append(_walk_of(inputs, cluster, p).lower_bound() / walked)
-    assert max(ratios) > 1 - 1e-9
+    assert max(ratios) > 0.999
