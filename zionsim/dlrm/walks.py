@@ -484,6 +484,8 @@ class FlatWalk(Walk):
         heads, prev = sh.bound_parts()
         kind, every, dur, coll, deps = sh.kind, sh.every, sh.dur, sh.coll, sh.deps
         transfer_s, coll_s = self.transfer_s, self._collective_s
+        if not heads:  # no op walked (or a cycle, which the walk reports): no bound
+            return 0.0
         least = np.inf
         stop = cutoff > -np.inf
         for first, ids in heads:
