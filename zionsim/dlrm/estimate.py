@@ -220,8 +220,9 @@ class _ByTrace:
             return
         key = (id(trace.ops[0]), len(trace.ops), extra)
         self.entries[key] = (list(trace.ops), list(trace.collectives), value)
-        while sum(len(ops) for ops, _, _ in self.entries.values()) > KEEP_OPS:
-            self.entries.popitem(last=False)
+        total = sum(len(ops) for ops, _, _ in self.entries.values())
+        while total > KEEP_OPS:
+            total -= len(self.entries.popitem(last=False)[1][0])
 
 
 def _same_ops(kept: list, ops: list) -> bool:

@@ -235,8 +235,9 @@ def _remember(key: tuple, trace: Trace) -> None:
     if len(trace.ops) > CACHE_OPS:
         return
     _CACHE[key] = trace
-    while sum(len(t.ops) for t in _CACHE.values()) > CACHE_OPS:
-        _CACHE.popitem(last=False)
+    total = sum(len(t.ops) for t in _CACHE.values())
+    while total > CACHE_OPS:
+        total -= len(_CACHE.popitem(last=False)[1].ops)
 
 
 def _lower(w, plan, ranks, fused, g, zipf_alpha, sync, stack) -> Trace:
@@ -262,16 +263,18 @@ def _lower(w, plan, ranks, fused, g, zipf_alpha, sync, stack) -> Trace:
     for k, grp in dense_groups.items():
         for r in grp.tolist():
             group_of.setdefault(r, k)
+    # a rank's inputs, as the key of its block: its node's and its rail's collectives, and its
+    # rows of the layout as bytes (each row's bytes made once, cut per rank)
+    node_keys = ("twrw_rs", "twrw_ag", "hyb_intra", "hyb_intra_bwd", "hier_intra", "hier_bwd")
+    of_node = [tuple(c.get((k, n)) for k in node_keys) for n in range((ranks - 1) // g + 1)]
+    of_rail = [(c.get(("twrw_a2a", j)), c.get(("twrw_a2a_bwd", j))) for j in range(g)]
+    row_bytes = [_bytes_by_rank(row, ranks) for row in rows]
     for r in range(ranks):
         group = group_of.get(r)
         ar = c_ar.get(group, [])
         node, local = r // g, r % g
-        twrw = [
-            c.get((k, node))
-            for k in ("twrw_rs", "twrw_ag", "hyb_intra", "hyb_intra_bwd", "hier_intra", "hier_bwd")
-        ]
-        twrw += [c.get((k, local)) for k in ("twrw_a2a", "twrw_a2a_bwd")]
-        key = (tuple(ar), *twrw, sync_colls.get(r), *(row[r].tobytes() for row in rows))
+        key = (tuple(ar), *of_node[node], *of_rail[local], sync_colls.get(r),
+               *(by_rank[r] for by_rank in row_bytes))  # fmt: skip
         if SHARE_RANKS and key in blocks:
             alike.append(alike[blocks[key][0]])
             b.copy_rank(r, *blocks[key][1:])
@@ -299,6 +302,14 @@ def _lower(w, plan, ranks, fused, g, zipf_alpha, sync, stack) -> Trace:
     background = sync_colls if sync.is_shadow else {}
     sync_of = TraceSync(sync, background, sync_bytes)
     return Trace(ranks, b.ops, b.colls, meta, stack, sync_of, tuple(alike))
+
+
+def _bytes_by_rank(row: np.ndarray, ranks: int) -> list[bytes]:
+    """``[row[r].tobytes() for r in range(ranks)]``, cut from the whole row's bytes (one copy
+    instead of one per rank)."""
+    flat = np.ascontiguousarray(row).tobytes()
+    step = len(flat) // ranks
+    return [flat[r * step : (r + 1) * step] for r in range(ranks)]
 
 
 def _layout_of(w, plan, ranks, g, zipf_alpha, stack) -> tuple:
