@@ -349,3 +349,21 @@ def test_the_walks_lower_bound_is_tight_where_one_chain_sets_the_pace():
         walked = estimate.iteration_estimate(cluster, w, p, stack, sync).iteration_s
         ratios.append(_walk_of(inputs, cluster, p).lower_bound() / walked)
     assert max(ratios) > 0.999
+
+
+def test_least_loaded_single_gpu_is_the_sorts_first():
+    """``planner._least_loaded`` for one GPU (argmin) picks what the sort picks: the least
+    loaded GPU with room, the lowest rank among equals, any GPU where none has room."""
+    import numpy as np
+
+    from zionsim.dlrm.planner import _least_loaded
+
+    rng = np.random.default_rng(7)
+    for _ in range(200):
+        load = rng.integers(0, 4, 16).astype(float)  # many equal loads
+        room = rng.integers(0, 3, 16).astype(float)
+        need = float(rng.integers(0, 4))
+        ok = np.flatnonzero(room >= need)
+        pool = ok if len(ok) else np.arange(16)
+        want = int(pool[np.lexsort((pool, load[pool]))][0])
+        assert _least_loaded(load, room, need, 1) == (want,)

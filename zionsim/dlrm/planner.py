@@ -134,7 +134,8 @@ def place(ctx: Context, chosen: list[tuple[Option, Cost]], zipf_alpha: float) ->
             ranks = tuple(range(node * g, (node + 1) * g))
         else:
             ranks = _least_loaded(load, room, cost.part_bytes, opt.parts)
-        idx = np.array(ranks)
+        # every GPU, one GPU (a scalar) or some: the same element-wise sums, fewer arrays made
+        idx = slice(None) if len(ranks) == n else ranks[0] if len(ranks) == 1 else np.array(ranks)
         if (room[idx] >= cost.part_bytes).all():
             room[idx] -= cost.part_bytes
             shards[opt.table] = Shard(opt.table, opt.kind, ranks)
@@ -156,13 +157,20 @@ def _loads(ctx: Context, chosen: list[tuple[Option, Cost]], plan: Plan) -> np.nd
         s = plan.shards[opt.table]
         alpha = ctx.w.zipf_alpha
         extra = 0.0 if s.tier == "hbm" else miss_s(ctx, opt, cost, s.cache_fraction, alpha)
-        load[list(s.ranks)] += cost.part_s + extra
+        k = len(s.ranks)
+        at = slice(None) if k == ctx.n else s.ranks[0] if k == 1 else list(s.ranks)
+        load[at] += cost.part_s + extra
     return load
 
 
 def _least_loaded(load: np.ndarray, room: np.ndarray, need: float, k: int) -> tuple[int, ...]:
     ok = np.flatnonzero(room >= need)
     pool = ok if len(ok) >= k else np.arange(len(load))
+    if k == 1:  # the least loaded, the lowest rank of equals (the sort's first), without sorting
+        vals = load[pool]
+        j = int(np.argmin(vals))
+        if vals[j] == vals[j]:  # not NaN (which argmin takes for the least, the sort for the most)
+            return (int(pool[j]),)
     best = pool[np.lexsort((pool, load[pool]))][:k]
     return tuple(int(r) for r in sorted(best))
 
