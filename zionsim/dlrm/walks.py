@@ -32,12 +32,18 @@ NAN = float("nan")
 
 
 def _walked(
-    trace: Trace, durations: np.ndarray, transfer_s: dict, classes: bool, group_of=None
+    trace: Trace,
+    durations: np.ndarray,
+    transfer_s: dict,
+    classes: bool,
+    group_of=None,
+    by_rank: list | None = None,
 ) -> tuple:
     """(members of each rank's class, 0 for a rank another one stands for — every rank its own
     class unless ``classes``; each rank's class's first rank; the walked ranks' ops; their
-    streams as op ids in program order).  ``group_of``: as ``rank_classes.rank_classes``."""
-    by_rank = trace.by_rank()
+    streams as op ids in program order).  ``group_of``: as ``rank_classes.rank_classes``;
+    ``by_rank``: ``trace.by_rank()`` where the caller has it."""
+    by_rank = by_rank if by_rank is not None else trace.by_rank()
     if classes:
         weight, owner = rank_classes(by_rank, durations, transfer_s, trace.alike, group_of)
         if group_of is not None:
@@ -283,11 +289,12 @@ class Shape:
         copies: bool = False,
     ):
         #: the collectives of the ops of each name: copies of one step that run at once
-        self.copies = collective_copies(trace)
+        by_rank = trace.by_rank()
+        self.copies = collective_copies(trace, by_rank)
         copies = copies and any(len(g) > 1 for g in self.copies.values())  # else the same
         group_of = {c: g[0] for c, g in self.copies.items()} if copies else None
         self.weight, owner, walked, self.streams = _walked(
-            trace, durations, transfer_s, classes, group_of
+            trace, durations, transfer_s, classes, group_of, by_rank
         )
         n = self.n_ops = len(trace.ops)
         self.stream_of = [-1] * n
