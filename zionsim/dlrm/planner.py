@@ -21,7 +21,9 @@ replaces one stage and keeps the others (``PLANNERS`` holds the built-in combina
    split table as CW in 2, 4 or 8 slices, TWRW, RW, or whole) and one with its replicated
    tables table-wise, each placed, are estimated as whole iterations (``estimate.py``: the
    lowered trace priced by the simulator's own cost models) and the one estimated fastest is
-   returned, so the planner never returns a plan its own estimate ranks below another it made.
+   returned, so the planner never returns a plan its own estimate ranks below another it made
+   (a candidate whose lower bound is above the best estimate so far is not walked:
+   ``estimate.PRUNE``, the same choice).
 
 Stage 2's cost model lives in ``plan_cost.py``: it prices UVM misses at the host bandwidth one
 GPU gets while every GPU of its node reads its misses at once (``host_Bps_per_gpu``: on ZionEX
