@@ -270,12 +270,7 @@ def _lower(w, plan, ranks, fused, g, zipf_alpha, sync, stack) -> Trace:
     for k, grp in dense_groups.items():
         for r in grp.tolist():
             group_of.setdefault(r, k)
-    # a rank's inputs, as the key of its block: its node's and its rail's collectives, and its
-    # rows of the layout as bytes (each row's bytes made once, cut per rank)
-    node_keys = ("twrw_rs", "twrw_ag", "hyb_intra", "hyb_intra_bwd", "hier_intra", "hier_bwd")
-    of_node = [tuple(c.get((k, n)) for k in node_keys) for n in range((ranks - 1) // g + 1)]
-    of_rail = [(c.get(("twrw_a2a", j)), c.get(("twrw_a2a_bwd", j))) for j in range(g)]
-    row_bytes = [_bytes_by_rank(row, ranks) for row in rows]
+    of_node, of_rail, row_bytes = _block_inputs(c, rows, ranks, g)
     for r in range(ranks):
         group = group_of.get(r)
         ar = c_ar.get(group, [])
@@ -309,6 +304,16 @@ def _lower(w, plan, ranks, fused, g, zipf_alpha, sync, stack) -> Trace:
     background = sync_colls if sync.is_shadow else {}
     sync_of = TraceSync(sync, background, sync_bytes)
     return Trace(ranks, b.ops, b.colls, meta, stack, sync_of, tuple(alike))
+
+
+def _block_inputs(c: dict, rows: list, ranks: int, g: int) -> tuple:
+    """What tells a rank's block of ops apart beside its dense group and sync collectives: per
+    node and per rail its collectives (TWRW, hierarchical and hybrid stages), and per layout row
+    each rank's bytes (each row's bytes made once, cut per rank)."""
+    node_keys = ("twrw_rs", "twrw_ag", "hyb_intra", "hyb_intra_bwd", "hier_intra", "hier_bwd")
+    of_node = [tuple(c.get((k, n)) for k in node_keys) for n in range((ranks - 1) // g + 1)]
+    of_rail = [(c.get(("twrw_a2a", j)), c.get(("twrw_a2a_bwd", j))) for j in range(g)]
+    return of_node, of_rail, [_bytes_by_rank(row, ranks) for row in rows]
 
 
 def _bytes_by_rank(row: np.ndarray, ranks: int) -> list[bytes]:

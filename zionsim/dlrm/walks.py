@@ -336,12 +336,10 @@ class Shape:
         self.spans: tuple = ()
         self.valid = True
         self._join(trace, walked, owner, copies)
-        self._bound = None  # bound_parts, made when first asked for
-        #: iteration ends of walks of this shape, by what else a walk reads
-        #: (:meth:`FlatWalk.inputs`): a sweep's points that price every collective alike
-        self.ends: dict = {}
-        #: per iteration count, the collectives a walk prices (:meth:`FlatWalk.needed`)
-        self.needed: dict[int, list[int]] = {}
+        #: kept for later walks: :meth:`bound_parts` (made when first asked for); iteration
+        #: ends by what else a walk reads (:meth:`FlatWalk.inputs`); per iteration count, the
+        #: collectives a walk prices (:meth:`FlatWalk.needed`)
+        self._bound, self.ends, self.needed = None, {}, {}
 
     def bound_parts(self) -> tuple:
         """What :meth:`FlatWalk.lower_bound` reads, made once per shape: the first op of each
