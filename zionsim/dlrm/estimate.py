@@ -77,20 +77,29 @@ def host_time_s(stack: StackSpec, batch_per_gpu: int = 0) -> float:
     return prepare + stack.gpu_per_step_s
 
 
-def iteration_estimate(cluster, w, plan, stack: StackSpec = BARE, sync=None) -> Estimate:
+def iteration_estimate(
+    cluster, w, plan, stack: StackSpec = BARE, sync=None, cutoff: float | None = None
+) -> Estimate:
     """Estimated iteration seconds of workload ``w`` (the stack's precisions already applied, as
     ``apply_stack`` does) under ``plan`` on ``cluster``, as ``stack`` runs it, with dense sync
-    ``sync`` (a :class:`~zionsim.dlrm.sync.SyncSpec`; default: the workload's ``sync:``)."""
+    ``sync`` (a :class:`~zionsim.dlrm.sync.SyncSpec`; default: the workload's ``sync:``).
+    ``cutoff``: as :func:`evaluate`'s (an ``iteration_s`` of infinity: above it)."""
     g = cluster.spec.gpus_per_node
     sync = sync or sync_spec(base=w.sync)
     trace = lower(
         w, plan, len(cluster.gpus), stack.fused_embedding, g, w.zipf_alpha, sync, stack
     )  # fmt: skip
-    return Estimate(evaluate(cluster, trace), host_time_s(stack, w.batch_per_gpu))
+    return Estimate(evaluate(cluster, trace, cutoff=cutoff), host_time_s(stack, w.batch_per_gpu))
 
 
-def evaluate(cluster, trace: Trace, iterations: int = ITERATIONS) -> float:
-    """Mean seconds of the iterations after the first, ``trace`` played as the module says."""
+def evaluate(
+    cluster, trace: Trace, iterations: int = ITERATIONS, cutoff: float | None = None
+) -> float:
+    """Mean seconds of the iterations after the first, ``trace`` played as the module says.
+
+    ``cutoff`` (the best estimate a caller has so far): infinity instead of the estimate where
+    a lower bound shows the estimate to be above ``cutoff`` (:data:`PRUNE`), so that the trace
+    need not be walked; any estimate not above it is the estimate."""
     stack = trace.stack or BARE
     durations = durations_of(cluster, trace, _compute_model(cluster, stack))
     transfer_s = transfer_seconds(cluster, trace)
@@ -111,8 +120,48 @@ def evaluate(cluster, trace: Trace, iterations: int = ITERATIONS) -> float:
         walk = walks.Walk(
             cluster, trace, durations, slow, transfer_s, choose, CLASSES, together
         )  # fmt: skip
-    ends = walk.run(iterations)
+    if not FLAT:
+        ends = walk.run(iterations)
+    else:
+        ends = _walk_ends(walk, iterations, cutoff)
+        if ends is None:
+            return float("inf")
     return float(np.diff(ends).mean()) if len(ends) > 1 else float(ends[0])
+
+
+def _walk_ends(walk: walks.FlatWalk, iterations: int, cutoff: float | None):
+    """``walk.run(iterations)``, kept on the walk's shape by what else it reads
+    (:meth:`walks.FlatWalk.inputs`) while :data:`REUSE`; None where :data:`PRUNE`, two
+    iterations and ``cutoff`` allow skipping the walk (its lower bound, less a margin for
+    rounding, is above ``cutoff``)."""
+    shape = walk.shape
+    if PRUNE and cutoff is not None and iterations == 2 and cutoff < np.inf:
+        # first, as it prices only the collectives it meets before its chains pass the cutoff
+        bound = walk.lower_bound(cutoff, PRUNE_MARGIN)
+        if bound - cutoff > PRUNE_MARGIN * bound:
+            return None
+    key = walk.inputs(iterations) if REUSE else None
+    ends = shape.ends.get(key) if key is not None else None
+    if ends is not None:
+        return ends
+    ends = walk.run(iterations)
+    ends.flags.writeable = False
+    if key is not None:
+        if len(shape.ends) >= KEEP_WALKS:
+            shape.ends.clear()
+        shape.ends[key] = ends
+    return ends
+
+
+#: skip walking a candidate whose lower bound (``walks.FlatWalk.lower_bound``) is above the best
+#: estimate so far (``evaluate``'s ``cutoff``); False: walk every candidate (the tests)
+PRUNE = True
+#: the bound must exceed the cutoff by this share of itself: the walk adds op seconds one at a
+#: time from the first iteration's end, the bound from zero, so the two roundings differ by
+#: about the number of ops times 1e-16 of the times involved
+PRUNE_MARGIN = 1e-7
+#: walks kept per shape (``walks.Shape.ends``), at most
+KEEP_WALKS = 64
 
 
 #: keep what a walk needs of a trace (its op seconds, its streams and rank classes) for the
@@ -139,9 +188,9 @@ FLAT = True
 class _ByTrace:
     """Values computed from a trace's ops and collectives, kept for the traces that hold the very
     same op and collective objects (the lowering's cache shares them among the traces it hands
-    out): found by the first op's identity, the op count and ``extra``, then checked object by
-    object.  An entry holds its ops, so no other op can take the first one's identity while it
-    is kept."""
+    out): found by the first op's identity, the op count and ``extra``, then checked op by op
+    (:func:`_same_ops`) and collective by collective.  An entry holds its ops, so no other op
+    can take the first one's identity while it is kept."""
 
     def __init__(self) -> None:
         self.entries: OrderedDict = OrderedDict()
@@ -156,12 +205,10 @@ class _ByTrace:
         if hit is None:
             return None
         ops, colls, value = hit
-        same = (
-            len(colls) == len(trace.collectives)
-            and all(map(operator.is_, ops, trace.ops))
-            and all(map(operator.is_, colls, trace.collectives))
+        same = len(colls) == len(trace.collectives) and all(
+            map(operator.is_, colls, trace.collectives)
         )
-        if not same:
+        if not same or not _same_ops(ops, trace.ops):
             return None
         self.entries.move_to_end(key)
         return value
@@ -173,8 +220,20 @@ class _ByTrace:
             return
         key = (id(trace.ops[0]), len(trace.ops), extra)
         self.entries[key] = (list(trace.ops), list(trace.collectives), value)
-        while sum(len(ops) for ops, _, _ in self.entries.values()) > KEEP_OPS:
-            self.entries.popitem(last=False)
+        total = sum(len(ops) for ops, _, _ in self.entries.values())
+        while total > KEEP_OPS:
+            total -= len(self.entries.popitem(last=False)[1][0])
+
+
+def _same_ops(kept: list, ops: list) -> bool:
+    """Whether ``ops`` are the ops ``kept``: list equality, which takes an op for equal to
+    itself without comparing it (thousands of ops in microseconds, a tenth of the time of
+    checking identities one by one) and otherwise compares ops by value (equal ops have equal
+    seconds, shapes and transfers: what is kept by them)."""
+    try:
+        return kept == ops
+    except (TypeError, ValueError):  # an argument that does not compare (an array)
+        return False
 
 
 _DURATIONS = _ByTrace()
@@ -202,12 +261,28 @@ def _compute_model(cluster, stack: StackSpec):
     return hit[1]
 
 
+#: the last compute model :func:`durations_of` was given and its ``repr`` (a tenth of a
+#: millisecond; the kept models, :func:`_compute_model`, come again and again)
+_LAST_MODEL: list = [None, ""]
+
+
+def _model_repr(model) -> str:
+    """``repr(model)``, kept for the last model given (by identity, held; models are not
+    changed once made)."""
+    if _LAST_MODEL[0] is not model:
+        _LAST_MODEL[:] = [model, repr(model)]
+    return _LAST_MODEL[1]
+
+
 def durations_of(cluster, trace: Trace, model) -> np.ndarray:
     """``op_costs.op_durations`` of ``trace`` on ``cluster``'s GPU under compute ``model``,
     kept per trace, GPU and model (by value) while :data:`REUSE`; read only (shared)."""
     from zionsim.hardware.compute import load_compute_model
 
-    extra = (repr(cluster.spec.gpu), repr(model if model is not None else load_compute_model()))
+    extra = (
+        repr(cluster.spec.gpu),
+        _model_repr(model if model is not None else load_compute_model()),
+    )
     out = _DURATIONS.get(trace, extra)
     if out is None:
         out = op_durations(cluster, trace, model)

@@ -30,6 +30,8 @@ their gradients after the interaction backward (on CPU trainers, on a stream of 
 
 from __future__ import annotations
 
+import dataclasses
+import operator
 import sys
 from collections import OrderedDict
 
@@ -44,7 +46,7 @@ from zionsim.dlrm.dedup import (
     KeyDedup,
     deduplicated,
 )
-from zionsim.dlrm.plan import Plan
+from zionsim.dlrm.plan import Plan, Shard
 from zionsim.dlrm.sharding import layout
 from zionsim.dlrm.stack import BARE, StackSpec
 from zionsim.dlrm.sync import SyncSpec, TraceSync
@@ -130,7 +132,14 @@ class _Builder:
         shift = len(self.ops) - start
         add, append = shift.__add__, self.ops.append  # bound once: thousands of ops a rank
         for op in self.ops[start:end]:
-            deps = tuple(map(add, op.deps))
+            d = op.deps
+            k = len(d)  # most ops wait for one or two: spelled out, a fifth of a copy saved
+            if k == 2:
+                deps = (d[0] + shift, d[1] + shift)
+            elif k == 1:
+                deps = (d[0] + shift,)
+            else:
+                deps = tuple(map(add, d)) if k else ()
             append(Op(op.id + shift, rank, op.name, op.kind, op.category, op.stream, deps, op.args))
 
     def collective(self, op, size, matrix=None, ranks=None) -> int:
@@ -177,7 +186,7 @@ def lower(
     are shared; their ``args`` must not be changed in place)."""
     g = gpus_per_node or ranks
     sync = sync or SyncSpec()
-    key = (repr(w), repr(plan), ranks, fused, g, zipf_alpha, repr(sync), repr(stack))
+    key = (_workload_key(w), _plan_key(plan), ranks, fused, g, zipf_alpha, repr(sync), repr(stack))
     trace = _CACHE.get(key)
     if trace is None:
         trace = _lower(w, plan, ranks, fused, g, zipf_alpha, sync, stack)
@@ -196,14 +205,46 @@ def lower(
     )
 
 
+def _plan_key(plan: Plan):
+    """``plan`` as :func:`lower`'s cache tells plans apart: its type, its name and each shard's
+    fields as a plain tuple (with the types of its fractions, so that a ``0`` and a ``0.0`` stay
+    apart as they do in ``repr``), hashed and compared in C: a 128-GPU plan's ``repr`` takes a
+    third of a millisecond, and the planner's candidates are looked up eight times a point;
+    its ``repr`` where a shard holds an unhashable value."""
+    try:
+        key = (type(plan), plan.name, tuple(map(_SHARD_FIELDS, plan.shards)))
+        hash(key)
+    except (TypeError, AttributeError):  # a list in a shard; not a plan's shards
+        return repr(plan)
+    return key
+
+
+#: a shard's fields (and its fractions' types), for :func:`_plan_key`
+_SHARD_FIELDS = operator.attrgetter(
+    *(f.name for f in dataclasses.fields(Shard)),
+    *(f"{f.name}.__class__" for f in dataclasses.fields(Shard) if f.type in (float, "float")),
+)
+#: the last workload :func:`lower` was given and its ``repr`` (a workload is frozen; the
+#: planner lowers every candidate of one workload in turn)
+_LAST_W: list = [None, ""]
+
+
+def _workload_key(w: WorkloadSpec) -> str:
+    """``repr(w)``, kept for the last workload given (by identity, held)."""
+    if _LAST_W[0] is not w:
+        _LAST_W[:] = [w, repr(w)]
+    return _LAST_W[1]
+
+
 def _remember(key: tuple, trace: Trace) -> None:
     """Keep ``trace`` under ``key``, dropping the least recently used beyond :data:`CACHE_OPS`
     ops (a trace larger than that is not kept)."""
     if len(trace.ops) > CACHE_OPS:
         return
     _CACHE[key] = trace
-    while sum(len(t.ops) for t in _CACHE.values()) > CACHE_OPS:
-        _CACHE.popitem(last=False)
+    total = sum(len(t.ops) for t in _CACHE.values())
+    while total > CACHE_OPS:
+        total -= len(_CACHE.popitem(last=False)[1].ops)
 
 
 def _lower(w, plan, ranks, fused, g, zipf_alpha, sync, stack) -> Trace:
@@ -229,16 +270,13 @@ def _lower(w, plan, ranks, fused, g, zipf_alpha, sync, stack) -> Trace:
     for k, grp in dense_groups.items():
         for r in grp.tolist():
             group_of.setdefault(r, k)
+    of_node, of_rail, row_bytes = _block_inputs(c, rows, ranks, g)
     for r in range(ranks):
         group = group_of.get(r)
         ar = c_ar.get(group, [])
         node, local = r // g, r % g
-        twrw = [
-            c.get((k, node))
-            for k in ("twrw_rs", "twrw_ag", "hyb_intra", "hyb_intra_bwd", "hier_intra", "hier_bwd")
-        ]
-        twrw += [c.get((k, local)) for k in ("twrw_a2a", "twrw_a2a_bwd")]
-        key = (tuple(ar), *twrw, sync_colls.get(r), *(row[r].tobytes() for row in rows))
+        key = (tuple(ar), *of_node[node], *of_rail[local], sync_colls.get(r),
+               *(by_rank[r] for by_rank in row_bytes))  # fmt: skip
         if SHARE_RANKS and key in blocks:
             alike.append(alike[blocks[key][0]])
             b.copy_rank(r, *blocks[key][1:])
@@ -266,6 +304,24 @@ def _lower(w, plan, ranks, fused, g, zipf_alpha, sync, stack) -> Trace:
     background = sync_colls if sync.is_shadow else {}
     sync_of = TraceSync(sync, background, sync_bytes)
     return Trace(ranks, b.ops, b.colls, meta, stack, sync_of, tuple(alike))
+
+
+def _block_inputs(c: dict, rows: list, ranks: int, g: int) -> tuple:
+    """What tells a rank's block of ops apart beside its dense group and sync collectives: per
+    node and per rail its collectives (TWRW, hierarchical and hybrid stages), and per layout row
+    each rank's bytes (each row's bytes made once, cut per rank)."""
+    node_keys = ("twrw_rs", "twrw_ag", "hyb_intra", "hyb_intra_bwd", "hier_intra", "hier_bwd")
+    of_node = [tuple(c.get((k, n)) for k in node_keys) for n in range((ranks - 1) // g + 1)]
+    of_rail = [(c.get(("twrw_a2a", j)), c.get(("twrw_a2a_bwd", j))) for j in range(g)]
+    return of_node, of_rail, [_bytes_by_rank(row, ranks) for row in rows]
+
+
+def _bytes_by_rank(row: np.ndarray, ranks: int) -> list[bytes]:
+    """``[row[r].tobytes() for r in range(ranks)]``, cut from the whole row's bytes (one copy
+    instead of one per rank)."""
+    flat = np.ascontiguousarray(row).tobytes()
+    step = len(flat) // ranks
+    return [flat[r * step : (r + 1) * step] for r in range(ranks)]
 
 
 def _layout_of(w, plan, ranks, g, zipf_alpha, stack) -> tuple:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from zionsim.base.kept import Registry, kept_for
 from zionsim.dlrm.cache import hit_rate
 from zionsim.dlrm.estimate import iteration_estimate, link_seconds
 from zionsim.dlrm.op_costs import nearest_dram
@@ -92,11 +93,24 @@ def context(cluster, w: WorkloadSpec) -> Context:
     )
 
 
+#: :func:`host_Bps_per_gpu` of each live cluster (a sweep plans many points on one cluster)
+_HOST_BPS: Registry = {}
+
+
 def host_Bps_per_gpu(cluster) -> float:
     """Bytes per second one GPU moves from its nearest host DRAM while every GPU of its node does
     the same (UVM misses are read by all ranks at one point of the iteration): the capacity of
     the most shared link on the way (a PCIe switch's uplink, a socket's DRAM) over the GPUs
-    sharing it, as the engine's flows share it (``op_costs.nearest_dram`` routes)."""
+    sharing it, as the engine's flows share it (``op_costs.nearest_dram`` routes); kept per
+    cluster."""
+    memo = kept_for(_HOST_BPS, cluster)
+    if "Bps" not in memo:
+        memo["Bps"] = _host_Bps_per_gpu(cluster)
+    return memo["Bps"]
+
+
+def _host_Bps_per_gpu(cluster) -> float:
+    """:func:`host_Bps_per_gpu`, computed."""
     g, r = cluster.spec.gpus_per_node, cluster.router
     gpus = np.asarray(cluster.gpus[:g])
     routes = r.routes(np.array([nearest_dram(cluster, int(d)) for d in gpus]), gpus)
@@ -116,11 +130,7 @@ def estimate(ctx: Context, t, opt: Option) -> Cost:
     lookups = B * t.pooling if opt.kind == "DP" else G * t.pooling * share
     rb = row_bytes(d, w.precision["embedding"])
     state = 4 * (per_el * d + per_row)
-    kernel = compute.embedding_forward_time_s(
-        ctx.gpu, lookups, rb, 1, True, G * d * cb
-    ) + compute.embedding_backward_time_s(
-        ctx.gpu, lookups, rb, 1, True, w.optimizer["embedding"], state
-    )
+    kernel = _kernel_s(ctx.gpu, lookups, rb, G * d * cb, w.optimizer["embedding"], state)
     pooled = G * d * cb  # forward output of the part, the same again as gradient in backward
     if opt.kind in ("TW", "CW", "TWCW"):
         comm = 2 * pooled * remote / ctx.nic_Bps
@@ -131,6 +141,34 @@ def estimate(ctx: Context, t, opt: Option) -> Cost:
     else:  # DP: the table's gradient is all-reduced every iteration
         comm = 2 * (n - 1) / n * t.rows * t.dim * cb / ctx.nic_Bps
     return Cost(kernel + comm, rows * (rb + state), opt.parts)
+
+
+#: lookup kernels' seconds (:func:`_kernel_s`) kept, at most
+KEEP_KERNELS = 4096
+_KERNELS: dict = {}
+#: the compute model the kept kernels' seconds came from, and the GPUs' ``repr``
+_KERNELS_FROM: list = [None, None, ""]
+
+
+def _kernel_s(gpu, lookups: float, rb: float, out_bytes: float, optimizer: str, state: float):
+    """Forward + backward seconds of a part's lookups (fused kernels, one table), kept by the
+    arguments, the GPU (by value) and the compute model and functions (by identity): a sweep's
+    points that differ in the network's rates price the same parts again."""
+    model = compute.load_compute_model()
+    if _KERNELS_FROM[0] is not model or _KERNELS_FROM[1] is not gpu:
+        _KERNELS_FROM[:] = [model, gpu, repr(gpu)]
+    key = (_KERNELS_FROM[2], lookups, rb, out_bytes, optimizer, state,
+           compute.embedding_forward_time_s, compute.embedding_backward_time_s)  # fmt: skip
+    hit = _KERNELS.get(key)
+    if hit is not None and hit[0] is model:
+        return hit[1]
+    seconds = compute.embedding_forward_time_s(
+        gpu, lookups, rb, 1, True, out_bytes
+    ) + compute.embedding_backward_time_s(gpu, lookups, rb, 1, True, optimizer, state)
+    if len(_KERNELS) >= KEEP_KERNELS:
+        _KERNELS.clear()
+    _KERNELS[key] = (model, seconds)
+    return seconds
 
 
 def hybrid_estimate(ctx: Context, t, s) -> Cost:

@@ -21,7 +21,9 @@ replaces one stage and keeps the others (``PLANNERS`` holds the built-in combina
    split table as CW in 2, 4 or 8 slices, TWRW, RW, or whole) and one with its replicated
    tables table-wise, each placed, are estimated as whole iterations (``estimate.py``: the
    lowered trace priced by the simulator's own cost models) and the one estimated fastest is
-   returned, so the planner never returns a plan its own estimate ranks below another it made.
+   returned, so the planner never returns a plan its own estimate ranks below another it made
+   (a candidate whose lower bound is above the best estimate so far is not walked:
+   ``estimate.PRUNE``, the same choice).
 
 Stage 2's cost model lives in ``plan_cost.py``: it prices UVM misses at the host bandwidth one
 GPU gets while every GPU of its node reads its misses at once (``host_Bps_per_gpu``: on ZionEX
@@ -134,7 +136,8 @@ def place(ctx: Context, chosen: list[tuple[Option, Cost]], zipf_alpha: float) ->
             ranks = tuple(range(node * g, (node + 1) * g))
         else:
             ranks = _least_loaded(load, room, cost.part_bytes, opt.parts)
-        idx = np.array(ranks)
+        # every GPU, one GPU (a scalar) or some: the same element-wise sums, fewer arrays made
+        idx = slice(None) if len(ranks) == n else ranks[0] if len(ranks) == 1 else np.array(ranks)
         if (room[idx] >= cost.part_bytes).all():
             room[idx] -= cost.part_bytes
             shards[opt.table] = Shard(opt.table, opt.kind, ranks)
@@ -156,13 +159,20 @@ def _loads(ctx: Context, chosen: list[tuple[Option, Cost]], plan: Plan) -> np.nd
         s = plan.shards[opt.table]
         alpha = ctx.w.zipf_alpha
         extra = 0.0 if s.tier == "hbm" else miss_s(ctx, opt, cost, s.cache_fraction, alpha)
-        load[list(s.ranks)] += cost.part_s + extra
+        k = len(s.ranks)
+        at = slice(None) if k == ctx.n else s.ranks[0] if k == 1 else list(s.ranks)
+        load[at] += cost.part_s + extra
     return load
 
 
 def _least_loaded(load: np.ndarray, room: np.ndarray, need: float, k: int) -> tuple[int, ...]:
     ok = np.flatnonzero(room >= need)
     pool = ok if len(ok) >= k else np.arange(len(load))
+    if k == 1:  # the least loaded, the lowest rank of equals (the sort's first), without sorting
+        vals = load[pool]
+        j = int(np.argmin(vals))
+        if vals[j] == vals[j]:  # not NaN (which argmin takes for the least, the sort for the most)
+            return (int(pool[j]),)
     best = pool[np.lexsort((pool, load[pool]))][:k]
     return tuple(int(r) for r in sorted(best))
 
@@ -297,7 +307,12 @@ def best_estimated(cluster, w: WorkloadSpec, plans: list[Plan], stack=None) -> P
     fits = [p for p in plans if _fits_kept(cluster, w, p, given)] or plans[:1]
     if len(fits) == 1:
         return fits[0]
-    times = [iteration_estimate(cluster, w, p, stack).iteration_s for p in fits]
+    # each candidate against the best so far: one whose estimate is shown to be above it
+    # without walking its trace is not walked (estimate.evaluate's cutoff; infinity here)
+    times: list[float] = []
+    for p in fits:
+        times.append(iteration_estimate(cluster, w, p, stack, cutoff=min(times, default=None))
+                     .iteration_s)  # fmt: skip
     return fits[int(np.argmin(times))]
 
 

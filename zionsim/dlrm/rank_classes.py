@@ -43,10 +43,17 @@ def rank_classes(
     return weight, owner
 
 
-def collective_copies(trace: Trace) -> dict[int, tuple[int, ...]]:
-    """Each collective's copies: the collectives of the ops of its ops' name."""
+def collective_copies(trace: Trace, by_rank: list | None = None) -> dict[int, tuple[int, ...]]:
+    """Each collective's copies: the collectives of the ops of its ops' name.  With ``by_rank``
+    (``trace.by_rank()``) and the trace's ``alike`` ranks, only the ranks the lowering made
+    are read: a copied rank's ops hold its original's names and arguments."""
     named: dict[str, set[int]] = {}
-    for op in trace.ops:
+    alike = trace.alike
+    if by_rank is not None and alike is not None and len(alike) == len(by_rank):
+        ops = (op for r, mine in enumerate(by_rank) if alike[r] == r for op in mine)
+    else:
+        ops = trace.ops
+    for op in ops:
         if op.kind == "collective":
             named.setdefault(op.name, set()).add(op.args["coll"])
     return {c: tuple(sorted(g)) for g in named.values() for c in g}

@@ -32,12 +32,18 @@ NAN = float("nan")
 
 
 def _walked(
-    trace: Trace, durations: np.ndarray, transfer_s: dict, classes: bool, group_of=None
+    trace: Trace,
+    durations: np.ndarray,
+    transfer_s: dict,
+    classes: bool,
+    group_of=None,
+    by_rank: list | None = None,
 ) -> tuple:
     """(members of each rank's class, 0 for a rank another one stands for — every rank its own
     class unless ``classes``; each rank's class's first rank; the walked ranks' ops; their
-    streams as op ids in program order).  ``group_of``: as ``rank_classes.rank_classes``."""
-    by_rank = trace.by_rank()
+    streams as op ids in program order).  ``group_of``: as ``rank_classes.rank_classes``;
+    ``by_rank``: ``trace.by_rank()`` where the caller has it."""
+    by_rank = by_rank if by_rank is not None else trace.by_rank()
     if classes:
         weight, owner = rank_classes(by_rank, durations, transfer_s, trace.alike, group_of)
         if group_of is not None:
@@ -283,11 +289,12 @@ class Shape:
         copies: bool = False,
     ):
         #: the collectives of the ops of each name: copies of one step that run at once
-        self.copies = collective_copies(trace)
+        by_rank = trace.by_rank()
+        self.copies = collective_copies(trace, by_rank)
         copies = copies and any(len(g) > 1 for g in self.copies.values())  # else the same
         group_of = {c: g[0] for c, g in self.copies.items()} if copies else None
         self.weight, owner, walked, self.streams = _walked(
-            trace, durations, transfer_s, classes, group_of
+            trace, durations, transfer_s, classes, group_of, by_rank
         )
         n = self.n_ops = len(trace.ops)
         self.stream_of = [-1] * n
@@ -317,7 +324,8 @@ class Shape:
         self._link(trace, waiting)
         self.walked_ops = np.sort([op.id for ops in walked for op in ops]).astype(np.int64)
         self.walked_list = self.walked_ops.tolist()
-        self.two = any(op.stream == "embedding" for op in trace.ops)
+        # a rank another stands for has its streams (classes compare them): the walked ranks
+        self.two = any(op.stream == "embedding" for ops in walked for op in ops)
         self.need = [len(c.ranks) for c in trace.collectives]
         self.dur = durations.tolist()  # read one at a time, often
         #: per collective op of a walked rank, the members of its rank's class that join its
@@ -328,6 +336,35 @@ class Shape:
         self.spans: tuple = ()
         self.valid = True
         self._join(trace, walked, owner, copies)
+        #: kept for later walks: :meth:`bound_parts` (made when first asked for); iteration
+        #: ends by what else a walk reads (:meth:`FlatWalk.inputs`); per iteration count, the
+        #: collectives a walk prices (:meth:`FlatWalk.needed`)
+        self._bound, self.ends, self.needed = None, {}, {}
+
+    def bound_parts(self) -> tuple:
+        """What :meth:`FlatWalk.lower_bound` reads, made once per shape: the first op of each
+        walked stream whose last op no op of another stream waits for in the same iteration
+        (a *sink* stream), and per such first op the walked ops of its rank from it on, in id
+        order, with each op's predecessor on its stream (-1: none)."""
+        if self._bound is None:
+            fed = set()  # ops an op of another stream waits for (in the same iteration)
+            prev = {}
+            by_rank: dict[int, list[int]] = {}
+            for k, ids in enumerate(self.streams):
+                by_rank.setdefault(self.rank[ids[0]], []).extend(ids)
+                for j, i in enumerate(ids):
+                    prev[i] = ids[j - 1] if j else -1
+                    for d in self.deps[i]:
+                        if self.stream_of[d] != k:
+                            fed.add(d)
+            ranks = {r: sorted(ids) for r, ids in by_rank.items()}
+            heads = []
+            for ids in self.streams:
+                if ids[-1] not in fed:
+                    mine = ranks[self.rank[ids[0]]]
+                    heads.append((ids[0], mine[mine.index(ids[0]) :]))
+            self._bound = (heads, prev)
+        return self._bound
 
     def _link(self, trace: Trace, waiting: dict[int, set[int]]) -> None:
         """``gate`` and ``then``, from ``waiting`` (per op, the other streams with an op that
@@ -406,6 +443,89 @@ class FlatWalk(Walk):
             if len(times) > 1:
                 return False
         return True
+
+    def needed(self, iterations: int) -> list[int]:
+        """The collectives a walk of ``iterations`` prices: those of the walked collective ops
+        that some iteration does not skip (a sync round runs every ``every``-th)."""
+        sh = self.shape
+        hit = sh.needed.get(iterations)
+        if hit is None:
+            hit = sh.needed[iterations] = sorted(
+                {
+                    sh.coll[i]
+                    for i in sh.walked_list
+                    if sh.kind[i] == _COLLECTIVE
+                    and (sh.every[i] is None or any((it + 1) % sh.every[i] == 0
+                                                    for it in range(iterations)))
+                }
+            )  # fmt: skip
+        return hit
+
+    def inputs(self, iterations: int) -> tuple:
+        """All a walk of ``iterations`` reads beside its shape (whose trace, op seconds and host
+        transfers' seconds are fixed): the compute slowdown, the rank count and the seconds of
+        every collective it prices.  Walks of one shape with equal inputs end alike."""
+        times = tuple(self._collective_s(c) for c in self.needed(iterations))
+        return (self.slow, self.trace.ranks, iterations, times)
+
+    def lower_bound(self, cutoff: float = -np.inf, above: float = 0.0) -> float:
+        """A lower bound on the second iteration's end minus the first's in :meth:`run` of two
+        iterations (the estimate).  With ``cutoff``: a number no greater than ``cutoff`` as soon
+        as the bound is known not to exceed it, and a chain (below) followed only until it
+        exceeds ``cutoff`` by ``above`` of itself (the collectives further on are not priced:
+        a part of a chain bounds the estimate too).
+
+        Why it holds: the first iteration ends with an op that no op of the same iteration waits
+        for (one that did would end no earlier), so with the last op of a *sink* stream
+        (:meth:`Shape.bound_parts`); that stream's ops of the second iteration start after it,
+        in order, and so does every op of its rank that waits for one of them (through
+        dependencies or its own stream's order).  Each op takes at least its seconds (compute
+        and host ops: no slowdown, no wait for the GPU; a collective: its own NCCL estimate
+        from its own arrival; a transfer: its seconds; a skipped sync op: nothing), so the
+        longest such chain from the stream's first op bounds the difference; the bound is the
+        least of these over the sink streams.  Collectives couple ranks, which the bound
+        ignores: it only gets weaker."""
+        sh = self.shape
+        heads, prev = sh.bound_parts()
+        kind, every, dur, coll, deps = sh.kind, sh.every, sh.dur, sh.coll, sh.deps
+        transfer_s, coll_s = self.transfer_s, self._collective_s
+        if not heads:  # no op walked (or a cycle, which the walk reports): no bound
+            return 0.0
+        least = np.inf
+        stop = cutoff > -np.inf
+        for first, ids in heads:
+            reach: dict[int, float] = {}
+            top = 0.0
+            for i in ids:
+                if i == first:
+                    start = 0.0
+                else:
+                    start = reach.get(prev[i], -1.0)
+                    for d in deps[i]:
+                        x = reach.get(d, -1.0)
+                        if x > start:
+                            start = x
+                    if start < 0.0:  # waits for no op of the chain
+                        continue
+                kd = kind[i]
+                if kd == _COLLECTIVE or kd == _TRANSFER:
+                    ev = every[i]
+                    if ev is not None and 2 % ev:  # skipped in the second iteration
+                        seconds = 0.0
+                    else:
+                        seconds = coll_s(coll[i]) if kd == _COLLECTIVE else transfer_s[i]
+                else:
+                    seconds = dur[i]
+                end = reach[i] = start + seconds
+                if end > top:
+                    top = end
+                    if stop and top - cutoff > above * top:  # this chain passed the cutoff
+                        break
+            if top < least:
+                least = top
+                if least <= cutoff:
+                    return least
+        return least
 
     def run(self, iterations: int) -> np.ndarray:
         """End time of each iteration (latest end of any of its ops)."""
