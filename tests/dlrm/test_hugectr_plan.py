@@ -50,6 +50,43 @@ def test_reproduces_dell_v40_h100_logged_plan():
     assert {t: k for t, k in shards.items() if k > 1} == {20: 8, 21: 2}
 
 
+def test_reproduces_nvidia_v50_gb200_64_gpu_planner():
+    """NVIDIA's v5.0 GB200 64-GPU run (config_GB200_16x4x2112.sh: auto, ratio 9,
+    DP_SHARDING_THRESHOLD=0; train.py plans over num_nodes x --num_gpus_per_node = 16 x 4 GPU
+    buckets).  Its log prints no plan, so the expected figures are those of NVIDIA's own
+    ``sharding/planner.py`` and ``generate_plan.py`` from mlcommons/training_results_v5.0, run
+    as they are with those arguments (numpy 2.4, with and without the AVX-512 sort: the same
+    figures): table 20 on 32 GPUs, 21 on 8, 9/11/14/19/22 on 2, the others whole; hottest GPUs
+    the two halves of table 19 and the whole tables 4 and 13 (6 lookups per sample each)."""
+    s = Settings(
+        mem_comm_bw_ratio=(("auto", 9.0), ("hier_auto", 67.0)),
+        dp_threshold_bytes=(("auto", 0.0), ("hier_auto", 12.5e6)),
+    )
+    dp, buckets = bucket_tables(problem(DCNV2, 64, 1, "auto", s))
+    cost, count, shards = _costs(dp, buckets)
+    assert dp == []
+    assert {t: k for t, k in shards.items() if k > 1} == {
+        9: 2, 11: 2, 14: 2, 19: 2, 20: 32, 21: 8, 22: 2,
+    }  # fmt: skip
+    assert Counter(cost) == Counter(
+        {3.125: 32, 3.375: 8, 2.0: 7, 6.0: 4, 5.0: 3, 3.0: 3, 4.5: 2, 4.0: 2, 3.5: 2, 1.0: 1}
+    )
+    assert Counter(count) == Counter({1: 59, 2: 5})
+
+
+def test_reproduces_nvidia_v50_gb200_8_gpu_planner():
+    """NVIDIA's v5.0 GB200 8-GPU run (config_GB200_2x4x6912.sh: auto, 9, DP below 0.008 GB), as
+    NVIDIA's v5.0 planner computes it (see the 64-GPU test): 13 DP tables, table 20 on all 8
+    GPUs and 21 on 2, hotness cost per GPU 26, 26, 24.5, 23.5 x3, 22.5, 21.5."""
+    s = Settings(mem_comm_bw_ratio=(("auto", 9.0), ("hier_auto", 67.0)))
+    dp, buckets = bucket_tables(problem(DCNV2, 8, 1, "auto", s))
+    cost, count, shards = _costs(dp, buckets)
+    assert dp == [3, 5, 6, 7, 8, 12, 13, 15, 16, 17, 18, 24, 25]
+    assert {t: k for t, k in shards.items() if k > 1} == {20: 8, 21: 2}
+    assert sorted(cost, reverse=True) == [26, 26, 24.5, 23.5, 23.5, 23.5, 22.5, 21.5]
+    assert Counter(count) == Counter({3: 5, 2: 3})
+
+
 def test_every_table_placed_once_per_shard_and_memory_respected():
     """Each model-parallel table sits in 1, 2, 4… distinct buckets; no bucket exceeds its cap."""
     p = Problem((5, 1, 1, 9), (4e9, 1e9, 1e9, 3e9), 4, 1.0, 5e9)
