@@ -39,6 +39,8 @@ from zionsim.network import nccl
 from zionsim.network.flows import FlowNetwork, NetworkStats
 from zionsim.network.simulate import CountingEnvironment
 from zionsim.sim.records import OpRecords, SpanTag, SyncRound
+from zionsim.sim import templates as TEMPLATES
+from zionsim.sim.results import _kept_for
 from zionsim.sim.templates import TemplateBroken, templates
 
 
@@ -109,6 +111,26 @@ def simulate_trace(
         return _simulate(*args, False, per_iteration=per_iteration)
 
 
+class Environment(CountingEnvironment):
+    """The engine's simpy environment: it counts among the events scheduled those the engine
+    elides (:meth:`_Run._finished`: an op's end no op waits for), so that ``events_scheduled``
+    (``timing.json``'s ``simpy_events``, and the size of a simulation that ``studies/refine.py``
+    turns a time budget into evaluations with) is what it was with every such event scheduled."""
+
+    def __init__(self):
+        super().__init__()
+        self.elided = 0
+
+    @property
+    def events_scheduled(self) -> int:
+        """Events scheduled so far, elided ones included."""
+        return super().events_scheduled + self.elided
+
+
+#: an op-iteration that has ended with no event asked for (``_Run.done``)
+ENDED = object()
+
+
 class _Stalled(Exception):
     """A run with collective classes stalled (``templates.py``)."""
 
@@ -123,7 +145,7 @@ def _simulate(
     alike=True,
     per_iteration=None,
 ) -> RunRecords:
-    env = CountingEnvironment()
+    env = Environment()
     net = FlowNetwork(env, cluster.router.capacity_Bps, router=cluster.router)
     rec = RunRecords(trace, iterations, durations, per_iteration_s=per_iteration)
     tpl, _ = start_trace(env, net, cluster, rec, collective_model, sync_traffic, alike)
@@ -150,8 +172,7 @@ def start_trace(
     background = trace.sync_spec.is_shadow and sync_traffic
     g = cluster.spec.gpus_per_node
     noisy = rec.per_iteration_s is not None  # noisy ranks are not alike
-    by_rank = trace.by_rank()
-    tpl = templates(trace, rec.durations_s, background or not alike or noisy, g, by_rank)
+    by_rank, tpl = _ranks_and_templates(trace, rec.durations_s, background or not alike or noisy, g)
     run = _Run(env, net, cluster, trace, rec, collective_model, sync_traffic, tpl, by_rank)
     procs = []
     for rank in tpl.reps:
@@ -163,6 +184,35 @@ def start_trace(
         procs += [run.background(rank, sync) for rank in range(trace.ranks)]
     started = [env.process(_after(env, delay_s, p) if delay_s > 0 else p) for p in procs]
     return tpl, started
+
+
+def _ranks_and_templates(trace: Trace, durations_s: np.ndarray, alone: bool, g: int):
+    """``trace.by_rank()`` and its rank templates (``templates.py``), kept with the trace's ops
+    (``results._kept_for``: a sweep's points that differ only in the cluster's rates run the
+    same lowered ops, mostly with the same op seconds) for the same collectives, rank copies,
+    op seconds and flags; both are only read."""
+    kept = _kept_for(trace.ops)
+    by_rank = kept.get("by_rank")
+    if by_rank is None or len(by_rank) != trace.ranks:
+        by_rank = kept["by_rank"] = trace.by_rank()
+    key = (durations_s.tobytes(), alone, g, TEMPLATES.ENABLED, trace.alike)
+    memo = kept.setdefault("templates", {})
+    got = memo.get(key)
+    if got is not None and _same_objects(got[0], trace.collectives):
+        return by_rank, got[1]
+    tpl = templates(trace, durations_s, alone, g, by_rank)
+    if len(memo) >= KEEP_TEMPLATES:
+        memo.clear()
+    memo[key] = (list(trace.collectives), tpl)
+    return by_rank, tpl
+
+
+#: rank templates kept per lowered trace (for as many op-seconds vectors, flags), at most
+KEEP_TEMPLATES = 8
+
+
+def _same_objects(a: list, b: list) -> bool:
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
 
 
 def _after(env, delay_s: float, process):
@@ -251,7 +301,10 @@ class _Run:
         self.rounds: dict[tuple[int, int], CollectiveRecord] = {}
         self.class_rounds: dict[tuple[int, int], list] = {}  # (iteration, class): copies
         self.n_ops = len(trace.ops)
-        self.done: list[simpy.Event | None] = [None] * (rec.iterations * self.n_ops)
+        #: per iteration × op: its end's event once asked for, :data:`ENDED` once it ended
+        #: with none asked for, else None
+        self.done: list = [None] * (rec.iterations * self.n_ops)
+        self.elide = isinstance(env, Environment)  # the environment counts elided events
         self.prepared: dict[tuple, nccl.Prepared] = {}
         stack = trace.stack or BARE
         #: interference (``stack.py``): compute under in-flight NCCL kernels, NCCL under compute
@@ -278,10 +331,24 @@ class _Run:
             ev = self.done[i] = self.env.event()
         return ev
 
+    def _finished(self, i: int) -> None:
+        """Op-iteration ``i`` has ended: its event fires for the ops waiting on it; where none
+        waits (none has asked for the event yet), it is only marked :data:`ENDED` — an event
+        fired with no callback changes nothing but simpy's count, which the environment keeps
+        (:class:`Environment`), so every other event keeps its place in the order."""
+        ev = self.done[i]
+        if ev is None and self.elide:
+            self.done[i] = ENDED
+            self.env.elided += 1
+        else:
+            if ev is None:
+                ev = self._done(i // self.n_ops, i % self.n_ops)
+            ev.succeed()
+
     def stream(self, rank: int, ops, iterations: int):
         """Process running one (rank, stream)'s ops in order for ``iterations`` iterations, each
         after its deps; records (iteration, op, free, start, end) per op."""
-        env, dur = self.env, self.rec.durations_s
+        env, dur, done = self.env, self.rec.durations_s, self.done
         rows, copies = self.rec.ops.rows, self.rec.ops.copies
         member_ops = self.tpl.member_ops
         for it in range(iterations):
@@ -291,10 +358,15 @@ class _Run:
             if it and waits and ops[0].stream in ("host", "embedding"):
                 while self.iteration[rank] < it:  # the previous step has not ended on the GPU
                     yield self.progress[rank]
+            base = it * self.n_ops
             for op in ops:
                 free = env.now
                 for d in op.deps:
-                    ev = self._done(it, d)
+                    ev = done[base + d]
+                    if ev is ENDED:
+                        continue
+                    if ev is None:
+                        ev = self._done(it, d)
                     if not ev.triggered:
                         yield ev
                 start = env.now
@@ -316,7 +388,7 @@ class _Run:
                 rows.append((it, op.id, free, start, env.now))
                 if op.id in member_ops:  # the other members of its class: the same times
                     copies.append((len(rows) - 1, member_ops[op.id]))
-                self._done(it, op.id).succeed()
+                self._finished(base + op.id)
             if ops[0].stream == "compute":
                 self.iteration[rank] = it + 1
                 if it + 1 == iterations:
