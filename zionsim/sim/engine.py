@@ -38,8 +38,8 @@ from zionsim.hardware import compute
 from zionsim.network import nccl
 from zionsim.network.flows import FlowNetwork, NetworkStats
 from zionsim.network.simulate import CountingEnvironment
-from zionsim.sim.records import OpRecords, SpanTag, SyncRound
 from zionsim.sim import templates as TEMPLATES
+from zionsim.sim.records import OpRecords, SpanTag, SyncRound
 from zionsim.sim.results import _kept_for
 from zionsim.sim.templates import TemplateBroken, templates
 
