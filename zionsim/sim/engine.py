@@ -297,7 +297,12 @@ class _Run:
         self.iteration = [0] * trace.ranks  # iterations each rank's compute stream finished
         self.progress = [env.event() for _ in range(trace.ranks)]  # fires at each such end
         by_rank = by_rank if by_rank is not None else trace.by_rank()
-        self.computing = sum(1 for r in by_rank if any(o.stream == "compute" for o in r))
+        kept = _kept_for(trace.ops)  # what the ops alone give, kept with them
+        if "computing" not in kept or len(by_rank) != kept["ranks"]:
+            kept["computing"] = sum(1 for r in by_rank if any(o.stream == "compute" for o in r))
+            kept["ranks"] = len(by_rank)
+            kept["two_streams"] = any(op.stream == "embedding" for op in trace.ops)
+        self.computing = kept["computing"]
         self.rounds: dict[tuple[int, int], CollectiveRecord] = {}
         self.class_rounds: dict[tuple[int, int], list] = {}  # (iteration, class): copies
         self.n_ops = len(trace.ops)
@@ -319,7 +324,7 @@ class _Run:
         self.emb_waits = stack.iteration_join
         #: with a second compute stream (a stack's ``embedding_stream``) the streams of a GPU take
         #: turns, one kernel at a time; None when each GPU has one compute stream
-        two = any(op.stream == "embedding" for op in trace.ops)
+        two = kept["two_streams"]
         self.gpu = [simpy.Resource(env, 1) for _ in range(trace.ranks)] if two else None
         #: per iteration × op durations where they vary (``variability.py``), else None
         self.per_iteration: np.ndarray | None = rec.per_iteration_s
@@ -351,6 +356,7 @@ class _Run:
         env, dur, done = self.env, self.rec.durations_s, self.done
         rows, copies = self.rec.ops.rows, self.rec.ops.copies
         member_ops = self.tpl.member_ops
+        slow, busy, elide = self.slow_compute, self.compute_busy, self.elide
         for it in range(iterations):
             if self.per_iteration is not None:  # noise and hiccups (``variability.py``)
                 dur = self.per_iteration[it]
@@ -370,25 +376,36 @@ class _Run:
                     if not ev.triggered:
                         yield ev
                 start = env.now
-                if self._skipped(op, it):
+                i, kind = op.id, op.kind
+                if op.category == "sync" and self._skipped(op, it):
                     pass
-                elif op.kind == "collective":
+                elif kind == "collective":
                     self.comm_in_flight[rank] += 1
                     yield self._arrive(it, op.args["coll"], rank)
                     self.comm_in_flight[rank] -= 1
-                elif op.kind == "transfer":
+                elif kind == "transfer":
                     yield self._host_transfer(it, rank, op.args)
-                elif dur[op.id] > 0 and self.gpu is not None and op.kind != "host":
+                elif dur[i] > 0 and self.gpu is not None and kind != "host":
                     with self.gpu[rank].request() as turn:  # one kernel at a time per GPU
                         yield turn
                         start = env.now
-                        yield from self._compute(rank, op, dur[op.id])
-                elif dur[op.id] > 0:
-                    yield from self._compute(rank, op, dur[op.id])
-                rows.append((it, op.id, free, start, env.now))
-                if op.id in member_ops:  # the other members of its class: the same times
-                    copies.append((len(rows) - 1, member_ops[op.id]))
-                self._finished(base + op.id)
+                        yield from self._compute(rank, op, dur[i])
+                elif dur[i] > 0:  # :meth:`_compute`, inline (most ops step here)
+                    seconds = dur[i]
+                    if slow and self.comm_in_flight[rank] and kind != "host":
+                        seconds *= 1.0 + slow
+                    busy[rank] = kind != "host"
+                    yield env.timeout(seconds)
+                    busy[rank] = False
+                rows.append((it, i, free, start, env.now))
+                if i in member_ops:  # the other members of its class: the same times
+                    copies.append((len(rows) - 1, member_ops[i]))
+                ev = done[base + i]  # :meth:`_finished`, inline
+                if ev is None and elide:
+                    done[base + i] = ENDED
+                    env.elided += 1
+                else:
+                    self._finished(base + i)
             if ops[0].stream == "compute":
                 self.iteration[rank] = it + 1
                 if it + 1 == iterations:
