@@ -212,3 +212,32 @@ def test_a_parsed_input_file_is_handed_out_as_a_fresh_copy():
     assert again == {"a": {"b": [1, 2.5, "x"]}, "c": {"d": 1}, "e": {"d": 1}}
     assert again is not first and again["a"] is not first["a"]
     assert again["c"] is again["e"]  # an alias stays one object, as the parser gives it
+
+
+def test_one_worker_runs_the_points_in_this_process(tmp_path, monkeypatch):
+    """One local worker is the sweep's own process (``studies/sweep.py``, assumption 7): no
+    pool starts, every point runs here in reuse order, and the table is a pool's."""
+    import gc
+    import os
+
+    from zionsim.studies import pool
+
+    def no_pool(*args, **kwargs):
+        raise AssertionError("a pool was started for one worker")
+
+    monkeypatch.setattr(pool, "local_pool", no_pool)
+    ran, run_one = [], sw.run_one
+    monkeypatch.setattr(sw, "run_one", lambda p, limit=None: ran.append((os.getpid(), p)) or
+                        run_one(p, limit))  # fmt: skip
+    sweep = sw.sweep_from_dict(SWEEP)
+    try:
+        table = sw.run_sweep(sweep, tmp_path / "one", workers=1, progress=False)
+    finally:
+        gc.unfreeze()
+    assert [pid for pid, _ in ran] == [os.getpid()] * len(table)
+    assert [p for _, p in ran] == sw.reuse_order(sw.points(sweep))
+    assert (table["status"] == "ok").all()
+    monkeypatch.undo()
+    pooled = sw.run_sweep(sweep, tmp_path / "two", workers=2, progress=False)
+    cols = [c for c in table.columns if c != "sim_wall_s"]
+    assert table[cols].equals(pooled[cols])

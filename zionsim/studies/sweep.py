@@ -29,12 +29,23 @@ cluster.  Assumptions and choices:
    one task (cut in pieces so that every worker gets several), so one worker lowers its plans
    and writes its point files when the task ends.  Every reuse is of values equal to what
    the point would build alone, so its record is the one a lone run gives (tested).
+7. One local worker is this process: its points run here, one after another in the order of
+   assumption 6, each written as it ends.  No pool starts and the model is not imported a
+   second time (a pool's worker imports it anew: a third of a CPU-second).  What the points
+   kept (clusters, traces, the planner's memos) is then frozen for Python's cycle collector
+   (``gc.freeze``, as ``sim.run.few_gc_passes`` does while a point runs, and undone by the
+   next simulation's): long-lived, it is not rescanned by later collections, those the
+   interpreter makes as it exits included (about half a CPU-second after bench/sweep.py's 64
+   points at 128 GPUs; a pool's worker exits without them).  The price: a point that kills the process (out
+   of memory past the guard, a crash of the interpreter) ends the sweep instead of failing
+   alone; a rerun resumes after the points already written.
 
 This module reads and writes files (the point files and the table); the simulation stays pure.
 """
 
 from __future__ import annotations
 
+import gc
 import itertools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -407,10 +418,18 @@ def run_points(points: list[dict], max_memory_bytes: float | str | None = None) 
 
 def _run_local(todo: list[dict], workers: int, run: _Run, limit) -> None:
     """Run ``todo`` in a local pool whose workers die with this process (``studies/pool.py``),
-    as :func:`reuse_tasks` cuts it."""
+    as :func:`reuse_tasks` cuts it; with one worker, in this process (assumption 7)."""
     from concurrent.futures import as_completed
 
     from zionsim.studies.pool import local_pool
+
+    if workers == 1:
+        run.bar.running(1)
+        for i, p in enumerate(reuse_order(todo), 1):
+            _finish(run_one(p, limit), run)
+            run.bar.running(min(1, len(todo) - i))
+        gc.freeze()  # what the points kept is long-lived: not rescanned (assumption 7)
+        return
 
     with local_pool(workers) as pool:
         pending = {pool.submit(run_points, t, limit): t for t in reuse_tasks(todo, workers)}
