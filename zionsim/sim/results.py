@@ -16,6 +16,8 @@ Definitions (also in ``docs/outputs.md``):
 
 from __future__ import annotations
 
+import itertools
+from operator import attrgetter
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -59,21 +61,30 @@ class Analysis:
             )
 
     def _stream_links(self) -> None:
-        """Previous op on the same (rank, stream) (-1: none), and each rank's op of each
-        collective."""
-        prev = [-1] * len(self.trace.ops)
-        self.last_of_stream: dict[tuple[int, str], int] = {}
-        self.coll_op: dict[tuple[int, int], int] = {}
-        last = self.last_of_stream
-        for op in self.trace.ops:
-            key = (op.rank, op.stream)
-            p = last.get(key)
-            if p is not None:
-                prev[op.id] = p
-            last[key] = op.id
-            if op.kind == "collective":
-                self.coll_op[op.rank, op.args["coll"]] = op.id
-        self.prev = np.array(prev, dtype=np.int64)
+        """Previous op on the same (rank, stream) (-1: none), the last op of each (rank,
+        stream), and each rank's op of each collective (the last one where a rank has two)."""
+        codes = self._codes()  # positions are ids (``ops[i].id == i``)
+        n = len(self.trace.ops)
+        key = codes["rank"] * len(STREAM_CODES) + codes["stream"]
+        order = np.argsort(key, kind="stable")  # each (rank, stream)'s ops in id order
+        sorted_key = key[order]
+        same = sorted_key[1:] == sorted_key[:-1]
+        self.prev = np.full(n, -1, dtype=np.int64)
+        self.prev[order[1:][same]] = order[:-1][same]
+        ends = order[np.flatnonzero(np.append(~same, True))] if n else order
+        streams = list(STREAM_CODES)
+        self.last_of_stream: dict[tuple[int, str], int] = {
+            (r, streams[c]): i
+            for r, c, i in zip(
+                codes["rank"][ends].tolist(),
+                codes["stream"][ends].tolist(),
+                ends.tolist(),
+                strict=True,
+            )
+        }
+        coll = np.flatnonzero(codes["coll"] >= 0)
+        keys = zip(codes["rank"][coll].tolist(), codes["coll"][coll].tolist(), strict=True)
+        self.coll_op: dict[tuple[int, int], int] = dict(zip(keys, coll.tolist(), strict=True))
 
     # ----------------------------------------------------------------------------- figures
     def iteration_times(self) -> np.ndarray:
@@ -191,11 +202,12 @@ class Analysis:
         """Each op's dependencies (by id), a row per op padded with -1 (kept with the ops)."""
         deps = self._kept.get("deps")
         if deps is None:
-            ops = self.trace.ops
-            width = max((len(o.deps) for o in ops), default=0)
-            deps = np.full((len(ops), max(width, 1)), -1, dtype=np.int64)
-            for o in ops:
-                deps[o.id, : len(o.deps)] = o.deps
+            lists = list(map(attrgetter("deps"), self.trace.ops))
+            counts = np.fromiter(map(len, lists), np.int64, len(lists))
+            flat = np.fromiter(itertools.chain.from_iterable(lists), np.int64, int(counts.sum()))
+            deps = np.full((len(lists), max(int(counts.max(initial=0)), 1)), -1, dtype=np.int64)
+            first = np.repeat(np.cumsum(counts) - counts, counts)  # each dep's row start in flat
+            deps[np.repeat(np.arange(len(lists)), counts), np.arange(len(flat)) - first] = flat
             self._kept["deps"] = deps
         return deps
 
@@ -204,21 +216,31 @@ class Analysis:
         ``CATEGORIES`` and ``STREAMS``), collective id (-1: not a collective op), whether it
         has dependencies, and its name and kind (indices into ``names`` and ``kinds``)."""
         if self._op_codes is None:
-            ops = self.trace.ops
+            ops, n = self.trace.ops, len(self.trace.ops)
             cat = {c: i for i, c in enumerate(CATEGORIES)}
             names: dict[str, int] = {}
             kinds: dict[str, int] = {}
+            kind = list(map(attrgetter("kind"), ops))
             self._op_codes = {
-                "rank": np.array([o.rank for o in ops], dtype=np.int64),
-                "category": np.array([cat[o.category] for o in ops], dtype=np.int64),
-                "stream": np.array([STREAM_CODES[o.stream] for o in ops], dtype=np.int64),
+                "rank": np.fromiter(map(attrgetter("rank"), ops), np.int64, n),
+                "category": np.fromiter(
+                    map(cat.__getitem__, map(attrgetter("category"), ops)), np.int64, n
+                ),
+                "stream": np.fromiter(
+                    map(STREAM_CODES.__getitem__, map(attrgetter("stream"), ops)), np.int64, n
+                ),
                 "coll": np.array(
-                    [o.args["coll"] if o.kind == "collective" else -1 for o in ops],
+                    [
+                        o.args["coll"] if k == "collective" else -1
+                        for o, k in zip(ops, kind, strict=True)
+                    ],
                     dtype=np.int64,
                 ),
-                "has_deps": np.array([bool(o.deps) for o in ops], dtype=bool),
-                "name": np.array([names.setdefault(o.name, len(names)) for o in ops]),
-                "kind": np.array([kinds.setdefault(o.kind, len(kinds)) for o in ops]),
+                "has_deps": np.fromiter(map(bool, map(attrgetter("deps"), ops)), bool, n),
+                "name": np.array(
+                    [names.setdefault(x, len(names)) for x in map(attrgetter("name"), ops)]
+                ),
+                "kind": np.array([kinds.setdefault(x, len(kinds)) for x in kind]),
                 "names": list(names),
                 "kinds": list(kinds),
             }
