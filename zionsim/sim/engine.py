@@ -19,6 +19,7 @@ representative and stream, counted for every member of its class.
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -125,6 +126,24 @@ class Environment(CountingEnvironment):
     def events_scheduled(self) -> int:
         """Events scheduled so far, elided ones included."""
         return super().events_scheduled + self.elided
+
+    def run(self, until=None):
+        """``simpy.Environment.run``; without ``until`` (to the last event), its ``step``
+        inline: each event's callbacks in order, and a failed event that nothing defused
+        raised as simpy raises it (a copy of its exception, caused by it)."""
+        if until is not None:
+            return super().run(until)
+        queue, pop = self._queue, heapq.heappop
+        while queue:
+            self._now, _, _, event = pop(queue)
+            callbacks, event.callbacks = event.callbacks, None
+            for callback in callbacks:
+                callback(event)
+            if not event._ok and not hasattr(event, "_defused"):
+                exc = type(event._value)(*event._value.args)
+                exc.__cause__ = event._value
+                raise exc
+        return None
 
 
 #: an op-iteration that has ended with no event asked for (``_Run.done``)
