@@ -5,6 +5,7 @@ the engine's hot loop (a named tuple costs what a tuple does to read, by name or
 from __future__ import annotations
 
 import itertools
+from operator import itemgetter
 from typing import NamedTuple
 
 import numpy as np
@@ -37,7 +38,7 @@ class OpRecords:
         self.copies: list[tuple[int, np.ndarray]] = []
 
     def __len__(self) -> int:
-        return len(self.rows) + sum(len(m) for _, m in self.copies)
+        return len(self.rows) + sum(map(len, map(itemgetter(1), self.copies)))
 
     def __iter__(self):
         extra = dict(self.copies)

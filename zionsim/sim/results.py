@@ -218,9 +218,10 @@ class Analysis:
         if self._op_codes is None:
             ops, n = self.trace.ops, len(self.trace.ops)
             cat = {c: i for i, c in enumerate(CATEGORIES)}
-            names: dict[str, int] = {}
-            kinds: dict[str, int] = {}
             kind = list(map(attrgetter("kind"), ops))
+            name = list(map(attrgetter("name"), ops))
+            names = {v: i for i, v in enumerate(dict.fromkeys(name))}  # in order of appearance
+            kinds = {v: i for i, v in enumerate(dict.fromkeys(kind))}
             self._op_codes = {
                 "rank": np.fromiter(map(attrgetter("rank"), ops), np.int64, n),
                 "category": np.fromiter(
@@ -237,10 +238,8 @@ class Analysis:
                     dtype=np.int64,
                 ),
                 "has_deps": np.fromiter(map(bool, map(attrgetter("deps"), ops)), bool, n),
-                "name": np.array(
-                    [names.setdefault(x, len(names)) for x in map(attrgetter("name"), ops)]
-                ),
-                "kind": np.array([kinds.setdefault(x, len(kinds)) for x in kind]),
+                "name": np.fromiter(map(names.__getitem__, name), np.int64, n),
+                "kind": np.fromiter(map(kinds.__getitem__, kind), np.int64, n),
                 "names": list(names),
                 "kinds": list(kinds),
             }
