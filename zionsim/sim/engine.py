@@ -96,8 +96,7 @@ def simulate_trace(
     ``variability`` (a :class:`~zionsim.sim.variability.VariabilitySpec`): realisation
     ``realisation`` of its noise and stragglers, drawn from ``(seed, realisation)``."""
     check_cluster(cluster, trace)
-    compute_model = stack_compute_model(cluster, trace.stack or BARE, compute_model)
-    durations = op_durations(cluster, trace, compute_model)
+    durations = _op_seconds(cluster, trace, compute_model)
     per_iteration = None
     if variability is not None and variability.perturbs:
         from zionsim.sim.variability import realise
@@ -148,6 +147,32 @@ class Environment(CountingEnvironment):
 
 #: an op-iteration that has ended with no event asked for (``_Run.done``)
 ENDED = object()
+
+
+def _op_seconds(cluster, trace: Trace, compute_model=None) -> np.ndarray:
+    """``op_durations`` of ``trace`` on ``cluster`` under the stack's compute model, kept with
+    the trace's ops (``results._kept_for``) for the same GPU (every field), rank copies, stack
+    launch cost and compute model (the same objects): what it reads of the cluster is its GPU,
+    so a sweep's points that differ only in the network share it.  Read-only."""
+    stack = trace.stack or BARE
+    launch = stack.kernel_launch_s
+    base = compute.load_compute_model() if launch is not None and compute_model is None else None
+    key = (repr(cluster.spec.gpu), launch, trace.alike, trace.ranks)
+    memo = _kept_for(trace.ops).setdefault("op_seconds", [])
+    for k, given, b, seconds in memo:
+        if k == key and given is compute_model and b is base:
+            return seconds
+    model = stack_compute_model(cluster, stack, compute_model)
+    seconds = op_durations(cluster, trace, model)
+    seconds.setflags(write=False)
+    if len(memo) >= KEEP_OP_SECONDS:
+        memo.pop(0)
+    memo.append((key, compute_model, base, seconds))
+    return seconds
+
+
+#: op-seconds vectors kept per lowered trace (GPUs, compute models), at most
+KEEP_OP_SECONDS = 4
 
 
 class _Stalled(Exception):
