@@ -451,11 +451,15 @@ class _Run:
                 else:
                     self._finished(base + i)
             if ops[0].stream == "compute":
-                self.iteration[rank] = it + 1
-                if it + 1 == iterations:
-                    self.computing -= self.tpl.size(rank)
-                ev, self.progress[rank] = self.progress[rank], env.event()
-                ev.succeed()
+                self._iteration_ended(rank, it, iterations)
+
+    def _iteration_ended(self, rank: int, it: int, iterations: int) -> None:
+        """``rank``'s compute stream has ended iteration ``it``: its progress event fires."""
+        self.iteration[rank] = it + 1
+        if it + 1 == iterations:
+            self.computing -= self.tpl.size(rank)
+        ev, self.progress[rank] = self.progress[rank], self.env.event()
+        ev.succeed()
 
     def _compute(self, rank: int, op, seconds: float):
         """A compute kernel: slowed by the stack's interference factor when NCCL kernels of this

@@ -293,35 +293,13 @@ def resolve_inputs(
     With ``trace_file`` (a replayed trace) no workload is loaded: the trace carries its own.
     ``memo``: a dict that keeps the loaded topology, workload and stack specs for the next
     call with the same arguments (:func:`_loaded`; a sweep's points, ``studies/sweep.py``)."""
-    from zionsim.dlrm.stack import apply_stack, load_stack, resolve_stack
+    from zionsim.dlrm.stack import apply_stack
     from zionsim.dlrm.sync import sync_spec
     from zionsim.dlrm.workload import load_workload, with_global_batch
-    from zionsim.hardware.topology import load_topology
 
     o = run_options(options, file)
     overrides = {str(k): v for k, v in options.items() if "." in str(k)}
-    topo_sets = _sets(overrides, "topology")
-    spec = _loaded(
-        memo,
-        ("topology", o["topology"], o["nodes"], o["gpus_per_node"], topo_sets),
-        lambda: load_topology(
-            o["topology"], nodes=o["nodes"], gpus_per_node=o["gpus_per_node"],
-            overrides=topo_sets,
-        ),
-    )  # fmt: skip
-    stack_sets = _sets(overrides, "stack")
-    if stack_sets and isinstance(o["stack"], StackSpec):
-        raise InputError(
-            "stack.PATH overrides need a stack name or file, not a profile object",
-            field=next(iter(stack_sets)),
-        )
-    stack = _loaded(
-        memo,
-        ("stack", o["stack"], stack_sets),
-        lambda: load_stack(o["stack"] or "torchrec", stack_sets) if stack_sets else (
-            resolve_stack(o["stack"])
-        ),
-    )  # fmt: skip
+    spec, stack = _topology_and_stack(o, overrides, memo)
     if trace_file is not None:
         var = resolve_variability(o, overrides)
         return RunInputs(o, overrides, spec, None, stack, sync_spec(), trace_file, var)
@@ -355,6 +333,37 @@ def resolve_inputs(
     )  # fmt: skip
     var = resolve_variability(o, overrides)
     return RunInputs(o, overrides, spec, w, stack, sync, variability=var)
+
+
+def _topology_and_stack(o: dict, overrides: dict, memo: dict | None) -> tuple:
+    """The cluster spec and the stack of run options ``o`` with their ``topology.``/``stack.``
+    overrides (kept in ``memo``, :func:`_loaded`)."""
+    from zionsim.dlrm.stack import load_stack, resolve_stack
+    from zionsim.hardware.topology import load_topology
+
+    topo_sets = _sets(overrides, "topology")
+    spec = _loaded(
+        memo,
+        ("topology", o["topology"], o["nodes"], o["gpus_per_node"], topo_sets),
+        lambda: load_topology(
+            o["topology"], nodes=o["nodes"], gpus_per_node=o["gpus_per_node"],
+            overrides=topo_sets,
+        ),
+    )  # fmt: skip
+    stack_sets = _sets(overrides, "stack")
+    if stack_sets and isinstance(o["stack"], StackSpec):
+        raise InputError(
+            "stack.PATH overrides need a stack name or file, not a profile object",
+            field=next(iter(stack_sets)),
+        )
+    stack = _loaded(
+        memo,
+        ("stack", o["stack"], stack_sets),
+        lambda: load_stack(o["stack"] or "torchrec", stack_sets) if stack_sets else (
+            resolve_stack(o["stack"])
+        ),
+    )  # fmt: skip
+    return spec, stack
 
 
 def _loaded(memo: dict | None, args: tuple, load):
