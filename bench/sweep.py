@@ -8,9 +8,11 @@ The grid is NIC speed (4) x batch per GPU (4) x dense precision (2) x communicat
 subprocess into a fresh folder (no resume), timed from the call to ``run_sweep`` to the written
 table (pool start-up included, imports of the parent excluded).
 
+With one worker the points run in the case's own process (``studies/sweep.py``, assumption 7:
+no pool); with two, in a local pool.
 ``cpu_s`` is the CPU time (user + system) of the whole process tree the case started — the
-parent, the fork server, every worker and the resource tracker — less the parent's CPU time
-before it called ``run_sweep`` (its interpreter start and imports, printed as
+parent, and with a pool the fork server, every worker and the resource tracker — less the
+parent's CPU time before it called ``run_sweep`` (its interpreter start and imports, printed as
 ``parent_import_cpu_s``): the case's process and all its descendants are reaped before this
 script reads ``RUSAGE_CHILDREN`` (it makes itself the child subreaper, Linux's
 ``PR_SET_CHILD_SUBREAPER``, so that the fork server and the workers, orphaned when the case

@@ -212,3 +212,55 @@ def test_a_parsed_input_file_is_handed_out_as_a_fresh_copy():
     assert again == {"a": {"b": [1, 2.5, "x"]}, "c": {"d": 1}, "e": {"d": 1}}
     assert again is not first and again["a"] is not first["a"]
     assert again["c"] is again["e"]  # an alias stays one object, as the parser gives it
+
+
+def test_one_worker_runs_the_points_in_this_process(tmp_path, monkeypatch):
+    """One local worker is the sweep's own process (``studies/sweep.py``, assumption 7): no
+    pool starts, every point runs here in reuse order, and the table is a pool's."""
+    import gc
+    import os
+
+    from zionsim.studies import pool
+
+    def no_pool(*args, **kwargs):
+        raise AssertionError("a pool was started for one worker")
+
+    monkeypatch.setattr(pool, "local_pool", no_pool)
+    ran, run_one = [], sw.run_one
+    monkeypatch.setattr(sw, "run_one", lambda p, limit=None: ran.append((os.getpid(), p)) or
+                        run_one(p, limit))  # fmt: skip
+    sweep = sw.sweep_from_dict(SWEEP)
+    try:
+        table = sw.run_sweep(sweep, tmp_path / "one", workers=1, progress=False)
+    finally:
+        gc.unfreeze()
+    assert [pid for pid, _ in ran] == [os.getpid()] * len(table)
+    assert [p for _, p in ran] == sw.reuse_order(sw.points(sweep))
+    assert (table["status"] == "ok").all()
+    monkeypatch.undo()
+    pooled = sw.run_sweep(sweep, tmp_path / "two", workers=2, progress=False)
+    cols = [c for c in table.columns if c != "sim_wall_s"]
+    assert table[cols].equals(pooled[cols])
+
+
+def test_a_sweep_keeps_loaded_specs_while_their_files_read_the_same(tmp_path, monkeypatch):
+    """While a sweep's points run, a point's topology, workload and stack specs are kept for
+    the next point with the same names and overrides; an edited file is read again; outside a
+    sweep nothing is kept."""
+    from tests.conftest import TINY
+    from zionsim.sim.inputs import resolve_inputs
+
+    topo = tmp_path / "topo.yaml"
+    topo.write_text(open(TINY).read())
+    params = {"topology": str(topo), "workload": "tiny", "nodes": 1}
+    assert resolve_inputs(params).cluster is not resolve_inputs(params).cluster
+    monkeypatch.setattr(sw, "_SPECS", None)
+    with sw._keeping_specs():
+        a, b = (resolve_inputs(params, memo=sw._SPECS) for _ in range(2))
+        assert b.cluster is a.cluster and b.workload is a.workload and b.stack is a.stack
+        other = resolve_inputs({**params, "topology.scale_out.nic_bw": "1Gbps"}, memo=sw._SPECS)
+        assert other.cluster != a.cluster and other.workload is a.workload
+        topo.write_text(open(TINY).read().replace("name:", "name: edited_", 1))
+        c = resolve_inputs(params, memo=sw._SPECS)
+        assert c.cluster is not a.cluster and c.cluster == resolve_inputs(params).cluster
+    assert sw._SPECS is None

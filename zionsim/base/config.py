@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import pickle
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,31 @@ def safe_load(text: str) -> Any:
         return data
     return pickle.loads(kept)  # noqa: S301 - our own bytes, pickled just above
 
+
+@contextmanager
+def recording_reads():
+    """Within: every file :func:`load_yaml` reads is listed, as (path, text), in the list
+    this yields (a cache of what was built from files checks them with :func:`unchanged`)."""
+    reads: list[tuple[str, str]] = []
+    _RECORDERS.append(reads)
+    try:
+        yield reads
+    finally:
+        _RECORDERS.remove(reads)
+
+
+def unchanged(reads) -> bool:
+    """Whether every (path, text) of ``reads`` still reads so (relative paths from here)."""
+    for path, text in reads:
+        try:
+            if Path(path).read_text() != text:
+                return False
+        except (OSError, UnicodeDecodeError):
+            return False
+    return True
+
+
+_RECORDERS: list[list] = []
 
 #: :func:`safe_load` keeps the documents of at most this many texts, each at most this long
 KEEP_PARSED = 64
@@ -87,6 +113,8 @@ def load_yaml(name_or_path: str | Path, kind: str) -> tuple[dict, str]:
         text = path.read_text()
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError(f"cannot read the file ({type(exc).__name__})", file=str(path)) from None
+    for reads in _RECORDERS:
+        reads.append((str(path), text))
     if path.resolve().parent == builtin_dir(kind).resolve():
         data = safe_load(text)  # zionsim's own file: the C parser, checked by the test suite
     else:

@@ -19,6 +19,7 @@ representative and stream, counted for every member of its class.
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -38,7 +39,9 @@ from zionsim.hardware import compute
 from zionsim.network import nccl
 from zionsim.network.flows import FlowNetwork, NetworkStats
 from zionsim.network.simulate import CountingEnvironment
+from zionsim.sim import templates as TEMPLATES
 from zionsim.sim.records import OpRecords, SpanTag, SyncRound
+from zionsim.sim.results import _kept_for
 from zionsim.sim.templates import TemplateBroken, templates
 
 
@@ -93,8 +96,7 @@ def simulate_trace(
     ``variability`` (a :class:`~zionsim.sim.variability.VariabilitySpec`): realisation
     ``realisation`` of its noise and stragglers, drawn from ``(seed, realisation)``."""
     check_cluster(cluster, trace)
-    compute_model = stack_compute_model(cluster, trace.stack or BARE, compute_model)
-    durations = op_durations(cluster, trace, compute_model)
+    durations = _op_seconds(cluster, trace, compute_model)
     per_iteration = None
     if variability is not None and variability.perturbs:
         from zionsim.sim.variability import realise
@@ -107,6 +109,73 @@ def simulate_trace(
         return _simulate(*args, per_iteration=per_iteration)
     except REDO:  # copies ended apart, or waiting for them stalled
         return _simulate(*args, False, per_iteration=per_iteration)
+
+
+class Environment(CountingEnvironment):
+    """The engine's simpy environment: it counts among the events scheduled those the engine
+    elides (:meth:`_Run._finished`: an op's end no op waits for), so that ``events_scheduled``
+    (``timing.json``'s ``simpy_events``, and the size of a simulation that ``studies/refine.py``
+    turns a time budget into evaluations with) is what it was with every such event scheduled."""
+
+    def __init__(self):
+        super().__init__()
+        self.elided = 0
+
+    @property
+    def events_scheduled(self) -> int:
+        """Events scheduled so far, elided ones included."""
+        return super().events_scheduled + self.elided
+
+    def run(self, until=None):
+        """``simpy.Environment.run``; without ``until`` (to the last event), its ``step``
+        inline: each event's callbacks in order, and a failed event that nothing defused
+        raised as simpy raises it (a copy of its exception, caused by it)."""
+        if until is not None:
+            return super().run(until)
+        queue, pop = self._queue, heapq.heappop
+        while queue:
+            self._now, _, _, event = pop(queue)
+            callbacks, event.callbacks = event.callbacks, None
+            for callback in callbacks:
+                callback(event)
+            if not event._ok and not hasattr(event, "_defused"):
+                exc = type(event._value)(*event._value.args)
+                exc.__cause__ = event._value
+                raise exc
+        return None
+
+
+#: an op-iteration that has ended with no event asked for (``_Run.done``)
+ENDED = object()
+#: mark an op's end that no op waits for instead of firing its event (``_Run._finished``);
+#: False: every end fires one (the tests comparing the two)
+ELIDE = True
+
+
+def _op_seconds(cluster, trace: Trace, compute_model=None) -> np.ndarray:
+    """``op_durations`` of ``trace`` on ``cluster`` under the stack's compute model, kept with
+    the trace's ops (``results._kept_for``) for the same GPU (every field), rank copies, stack
+    launch cost and compute model (the same objects): what it reads of the cluster is its GPU,
+    so a sweep's points that differ only in the network share it.  Read-only."""
+    stack = trace.stack or BARE
+    launch = stack.kernel_launch_s
+    base = compute.load_compute_model() if launch is not None and compute_model is None else None
+    key = (repr(cluster.spec.gpu), launch, trace.alike, trace.ranks)
+    memo = _kept_for(trace.ops).setdefault("op_seconds", [])
+    for k, given, b, seconds in memo:
+        if k == key and given is compute_model and b is base:
+            return seconds
+    model = stack_compute_model(cluster, stack, compute_model)
+    seconds = op_durations(cluster, trace, model)
+    seconds.setflags(write=False)
+    if len(memo) >= KEEP_OP_SECONDS:
+        memo.pop(0)
+    memo.append((key, compute_model, base, seconds))
+    return seconds
+
+
+#: op-seconds vectors kept per lowered trace (GPUs, compute models), at most
+KEEP_OP_SECONDS = 4
 
 
 class _Stalled(Exception):
@@ -123,7 +192,7 @@ def _simulate(
     alike=True,
     per_iteration=None,
 ) -> RunRecords:
-    env = CountingEnvironment()
+    env = Environment()
     net = FlowNetwork(env, cluster.router.capacity_Bps, router=cluster.router)
     rec = RunRecords(trace, iterations, durations, per_iteration_s=per_iteration)
     tpl, _ = start_trace(env, net, cluster, rec, collective_model, sync_traffic, alike)
@@ -150,8 +219,7 @@ def start_trace(
     background = trace.sync_spec.is_shadow and sync_traffic
     g = cluster.spec.gpus_per_node
     noisy = rec.per_iteration_s is not None  # noisy ranks are not alike
-    by_rank = trace.by_rank()
-    tpl = templates(trace, rec.durations_s, background or not alike or noisy, g, by_rank)
+    by_rank, tpl = _ranks_and_templates(trace, rec.durations_s, background or not alike or noisy, g)
     run = _Run(env, net, cluster, trace, rec, collective_model, sync_traffic, tpl, by_rank)
     procs = []
     for rank in tpl.reps:
@@ -163,6 +231,35 @@ def start_trace(
         procs += [run.background(rank, sync) for rank in range(trace.ranks)]
     started = [env.process(_after(env, delay_s, p) if delay_s > 0 else p) for p in procs]
     return tpl, started
+
+
+def _ranks_and_templates(trace: Trace, durations_s: np.ndarray, alone: bool, g: int):
+    """``trace.by_rank()`` and its rank templates (``templates.py``), kept with the trace's ops
+    (``results._kept_for``: a sweep's points that differ only in the cluster's rates run the
+    same lowered ops, mostly with the same op seconds) for the same collectives, rank copies,
+    op seconds and flags; both are only read."""
+    kept = _kept_for(trace.ops)
+    by_rank = kept.get("by_rank")
+    if by_rank is None or len(by_rank) != trace.ranks:
+        by_rank = kept["by_rank"] = trace.by_rank()
+    key = (durations_s.tobytes(), alone, g, TEMPLATES.ENABLED, trace.alike)
+    memo = kept.setdefault("templates", {})
+    got = memo.get(key)
+    if got is not None and _same_objects(got[0], trace.collectives):
+        return by_rank, got[1]
+    tpl = templates(trace, durations_s, alone, g, by_rank)
+    if len(memo) >= KEEP_TEMPLATES:
+        memo.clear()
+    memo[key] = (list(trace.collectives), tpl)
+    return by_rank, tpl
+
+
+#: rank templates kept per lowered trace (for as many op-seconds vectors, flags), at most
+KEEP_TEMPLATES = 8
+
+
+def _same_objects(a: list, b: list) -> bool:
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
 
 
 def _after(env, delay_s: float, process):
@@ -247,11 +344,19 @@ class _Run:
         self.iteration = [0] * trace.ranks  # iterations each rank's compute stream finished
         self.progress = [env.event() for _ in range(trace.ranks)]  # fires at each such end
         by_rank = by_rank if by_rank is not None else trace.by_rank()
-        self.computing = sum(1 for r in by_rank if any(o.stream == "compute" for o in r))
+        kept = _kept_for(trace.ops)  # what the ops alone give, kept with them
+        if "computing" not in kept or len(by_rank) != kept["ranks"]:
+            kept["computing"] = sum(1 for r in by_rank if any(o.stream == "compute" for o in r))
+            kept["ranks"] = len(by_rank)
+            kept["two_streams"] = any(op.stream == "embedding" for op in trace.ops)
+        self.computing = kept["computing"]
         self.rounds: dict[tuple[int, int], CollectiveRecord] = {}
         self.class_rounds: dict[tuple[int, int], list] = {}  # (iteration, class): copies
         self.n_ops = len(trace.ops)
-        self.done: list[simpy.Event | None] = [None] * (rec.iterations * self.n_ops)
+        #: per iteration × op: its end's event once asked for, :data:`ENDED` once it ended
+        #: with none asked for, else None
+        self.done: list = [None] * (rec.iterations * self.n_ops)
+        self.elide = ELIDE and isinstance(env, Environment)  # it counts the elided events
         self.prepared: dict[tuple, nccl.Prepared] = {}
         stack = trace.stack or BARE
         #: interference (``stack.py``): compute under in-flight NCCL kernels, NCCL under compute
@@ -266,7 +371,7 @@ class _Run:
         self.emb_waits = stack.iteration_join
         #: with a second compute stream (a stack's ``embedding_stream``) the streams of a GPU take
         #: turns, one kernel at a time; None when each GPU has one compute stream
-        two = any(op.stream == "embedding" for op in trace.ops)
+        two = kept["two_streams"]
         self.gpu = [simpy.Resource(env, 1) for _ in range(trace.ranks)] if two else None
         #: per iteration × op durations where they vary (``variability.py``), else None
         self.per_iteration: np.ndarray | None = rec.per_iteration_s
@@ -278,12 +383,27 @@ class _Run:
             ev = self.done[i] = self.env.event()
         return ev
 
+    def _finished(self, i: int) -> None:
+        """Op-iteration ``i`` has ended: its event fires for the ops waiting on it; where none
+        waits (none has asked for the event yet), it is only marked :data:`ENDED` — an event
+        fired with no callback changes nothing but simpy's count, which the environment keeps
+        (:class:`Environment`), so every other event keeps its place in the order."""
+        ev = self.done[i]
+        if ev is None and self.elide:
+            self.done[i] = ENDED
+            self.env.elided += 1
+        else:
+            if ev is None:
+                ev = self._done(i // self.n_ops, i % self.n_ops)
+            ev.succeed()
+
     def stream(self, rank: int, ops, iterations: int):
         """Process running one (rank, stream)'s ops in order for ``iterations`` iterations, each
         after its deps; records (iteration, op, free, start, end) per op."""
-        env, dur = self.env, self.rec.durations_s
+        env, dur, done = self.env, self.rec.durations_s, self.done
         rows, copies = self.rec.ops.rows, self.rec.ops.copies
         member_ops = self.tpl.member_ops
+        slow, busy, elide = self.slow_compute, self.compute_busy, self.elide
         for it in range(iterations):
             if self.per_iteration is not None:  # noise and hiccups (``variability.py``)
                 dur = self.per_iteration[it]
@@ -291,38 +411,58 @@ class _Run:
             if it and waits and ops[0].stream in ("host", "embedding"):
                 while self.iteration[rank] < it:  # the previous step has not ended on the GPU
                     yield self.progress[rank]
+            base = it * self.n_ops
             for op in ops:
                 free = env.now
                 for d in op.deps:
-                    ev = self._done(it, d)
+                    ev = done[base + d]
+                    if ev is ENDED:
+                        continue
+                    if ev is None:
+                        ev = self._done(it, d)
                     if not ev.triggered:
                         yield ev
                 start = env.now
-                if self._skipped(op, it):
+                i, kind = op.id, op.kind
+                if op.category == "sync" and self._skipped(op, it):
                     pass
-                elif op.kind == "collective":
+                elif kind == "collective":
                     self.comm_in_flight[rank] += 1
                     yield self._arrive(it, op.args["coll"], rank)
                     self.comm_in_flight[rank] -= 1
-                elif op.kind == "transfer":
+                elif kind == "transfer":
                     yield self._host_transfer(it, rank, op.args)
-                elif dur[op.id] > 0 and self.gpu is not None and op.kind != "host":
+                elif dur[i] > 0 and self.gpu is not None and kind != "host":
                     with self.gpu[rank].request() as turn:  # one kernel at a time per GPU
                         yield turn
                         start = env.now
-                        yield from self._compute(rank, op, dur[op.id])
-                elif dur[op.id] > 0:
-                    yield from self._compute(rank, op, dur[op.id])
-                rows.append((it, op.id, free, start, env.now))
-                if op.id in member_ops:  # the other members of its class: the same times
-                    copies.append((len(rows) - 1, member_ops[op.id]))
-                self._done(it, op.id).succeed()
+                        yield from self._compute(rank, op, dur[i])
+                elif dur[i] > 0:  # :meth:`_compute`, inline (most ops step here)
+                    seconds = dur[i]
+                    if slow and self.comm_in_flight[rank] and kind != "host":
+                        seconds *= 1.0 + slow
+                    busy[rank] = kind != "host"
+                    yield env.timeout(seconds)
+                    busy[rank] = False
+                rows.append((it, i, free, start, env.now))
+                if i in member_ops:  # the other members of its class: the same times
+                    copies.append((len(rows) - 1, member_ops[i]))
+                ev = done[base + i]  # :meth:`_finished`, inline
+                if ev is None and elide:
+                    done[base + i] = ENDED
+                    env.elided += 1
+                else:
+                    self._finished(base + i)
             if ops[0].stream == "compute":
-                self.iteration[rank] = it + 1
-                if it + 1 == iterations:
-                    self.computing -= self.tpl.size(rank)
-                ev, self.progress[rank] = self.progress[rank], env.event()
-                ev.succeed()
+                self._iteration_ended(rank, it, iterations)
+
+    def _iteration_ended(self, rank: int, it: int, iterations: int) -> None:
+        """``rank``'s compute stream has ended iteration ``it``: its progress event fires."""
+        self.iteration[rank] = it + 1
+        if it + 1 == iterations:
+            self.computing -= self.tpl.size(rank)
+        ev, self.progress[rank] = self.progress[rank], self.env.event()
+        ev.succeed()
 
     def _compute(self, rank: int, op, seconds: float):
         """A compute kernel: slowed by the stack's interference factor when NCCL kernels of this

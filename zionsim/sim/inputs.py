@@ -285,39 +285,29 @@ def check_option_keys(options: dict, file: str = "run options") -> None:
 
 
 def resolve_inputs(
-    options: dict, file: str = "run options", trace_file: str | None = None
+    options: dict, file: str = "run options", trace_file: str | None = None, memo=None
 ) -> RunInputs:
     """The :class:`RunInputs` of a mapping of run options and dotted overrides: topology,
     workload (``--batch-per-gpu`` or ``--global-batch``, not both), stack (with ``stack.PATH``
     overrides) applied to the workload once, and the sync spec over the workload's ``sync:``.
-    With ``trace_file`` (a replayed trace) no workload is loaded: the trace carries its own."""
-    from zionsim.dlrm.stack import apply_stack, load_stack, resolve_stack
+    With ``trace_file`` (a replayed trace) no workload is loaded: the trace carries its own.
+    ``memo``: a dict that keeps the loaded topology, workload and stack specs for the next
+    call with the same arguments (:func:`_loaded`; a sweep's points, ``studies/sweep.py``)."""
+    from zionsim.dlrm.stack import apply_stack
     from zionsim.dlrm.sync import sync_spec
     from zionsim.dlrm.workload import load_workload, with_global_batch
-    from zionsim.hardware.topology import load_topology
 
     o = run_options(options, file)
     overrides = {str(k): v for k, v in options.items() if "." in str(k)}
-    spec = load_topology(
-        o["topology"],
-        nodes=o["nodes"],
-        gpus_per_node=o["gpus_per_node"],
-        overrides=_sets(overrides, "topology"),
-    )
-    stack_sets = _sets(overrides, "stack")
-    if stack_sets and isinstance(o["stack"], StackSpec):
-        raise InputError(
-            "stack.PATH overrides need a stack name or file, not a profile object",
-            field=next(iter(stack_sets)),
-        )
-    stack = load_stack(o["stack"] or "torchrec", stack_sets) if stack_sets else (
-        resolve_stack(o["stack"])
-    )  # fmt: skip
+    spec, stack = _topology_and_stack(o, overrides, memo)
     if trace_file is not None:
         var = resolve_variability(o, overrides)
         return RunInputs(o, overrides, spec, None, stack, sync_spec(), trace_file, var)
-    w = load_workload(
-        o["workload"], overrides=_sets(overrides, "workload"), batch_per_gpu=o["batch_per_gpu"]
+    work_sets = _sets(overrides, "workload")
+    w = _loaded(
+        memo,
+        ("workload", o["workload"], work_sets, o["batch_per_gpu"]),
+        lambda: load_workload(o["workload"], overrides=work_sets, batch_per_gpu=o["batch_per_gpu"]),
     )
     given = [k for k in ("batch_per_gpu", "global_batch") if o[k] is not None]
     if given and "workload.batch_per_gpu" in overrides:
@@ -343,6 +333,58 @@ def resolve_inputs(
     )  # fmt: skip
     var = resolve_variability(o, overrides)
     return RunInputs(o, overrides, spec, w, stack, sync, variability=var)
+
+
+def _topology_and_stack(o: dict, overrides: dict, memo: dict | None) -> tuple:
+    """The cluster spec and the stack of run options ``o`` with their ``topology.``/``stack.``
+    overrides (kept in ``memo``, :func:`_loaded`)."""
+    from zionsim.dlrm.stack import load_stack, resolve_stack
+    from zionsim.hardware.topology import load_topology
+
+    topo_sets = _sets(overrides, "topology")
+    spec = _loaded(
+        memo,
+        ("topology", o["topology"], o["nodes"], o["gpus_per_node"], topo_sets),
+        lambda: load_topology(
+            o["topology"], nodes=o["nodes"], gpus_per_node=o["gpus_per_node"],
+            overrides=topo_sets,
+        ),
+    )  # fmt: skip
+    stack_sets = _sets(overrides, "stack")
+    if stack_sets and isinstance(o["stack"], StackSpec):
+        raise InputError(
+            "stack.PATH overrides need a stack name or file, not a profile object",
+            field=next(iter(stack_sets)),
+        )
+    stack = _loaded(
+        memo,
+        ("stack", o["stack"], stack_sets),
+        lambda: load_stack(o["stack"] or "torchrec", stack_sets) if stack_sets else (
+            resolve_stack(o["stack"])
+        ),
+    )  # fmt: skip
+    return spec, stack
+
+
+def _loaded(memo: dict | None, args: tuple, load):
+    """``load()``, kept in ``memo`` (None: not kept) under ``args`` (with this folder, which
+    relative paths are read from) and handed out again while every file it read still reads
+    the same (``config.recording_reads``); only what is named by text, paths, numbers and
+    plain values is kept (a spec object given as an option is used as is)."""
+    import os
+
+    from zionsim.base.config import recording_reads, unchanged
+
+    if memo is None or not isinstance(args[1], str | None):
+        return load()
+    key = repr((os.getcwd(), args))
+    kept = memo.get(key)
+    if kept is not None and unchanged(kept[0]):
+        return kept[1]
+    with recording_reads() as reads:
+        value = load()
+    memo[key] = (tuple(reads), value)
+    return value
 
 
 def resolve_variability(o: dict, overrides: dict) -> VariabilitySpec | None:

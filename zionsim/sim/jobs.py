@@ -40,8 +40,14 @@ from zionsim.dlrm.op_costs import op_durations, stack_compute_model
 from zionsim.dlrm.stack import BARE
 from zionsim.hardware.cluster import Cluster, on_nodes
 from zionsim.network.flows import FlowNetwork
-from zionsim.network.simulate import CountingEnvironment
-from zionsim.sim.engine import REDO, RunRecords, check_cluster, finish_trace, start_trace
+from zionsim.sim.engine import (
+    REDO,
+    Environment,
+    RunRecords,
+    check_cluster,
+    finish_trace,
+    start_trace,
+)
 from zionsim.sim.job_report import JobsResult, gather
 from zionsim.sim.records import SpanTag
 from zionsim.sim.scenario import JobSpec, Scenario, endpoint_nodes, place
@@ -139,7 +145,7 @@ def _together(cluster, parts: list[_Part], alike: bool = True) -> _Outcome:
 
 
 def _simulate_parts(cluster, parts: list[_Part], alike: bool) -> _Outcome:
-    env = CountingEnvironment()
+    env = Environment()
     net = FlowNetwork(env, cluster.router.capacity_Bps, router=cluster.router)
     records, bursts, doors, tpls, trained = {}, {}, {}, {}, []
     for p in parts:

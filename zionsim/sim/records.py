@@ -4,6 +4,8 @@ the engine's hot loop (a named tuple costs what a tuple does to read, by name or
 
 from __future__ import annotations
 
+import itertools
+from operator import itemgetter
 from typing import NamedTuple
 
 import numpy as np
@@ -36,7 +38,7 @@ class OpRecords:
         self.copies: list[tuple[int, np.ndarray]] = []
 
     def __len__(self) -> int:
-        return len(self.rows) + sum(len(m) for _, m in self.copies)
+        return len(self.rows) + sum(map(len, map(itemgetter(1), self.copies)))
 
     def __iter__(self):
         extra = dict(self.copies)
@@ -47,16 +49,19 @@ class OpRecords:
 
     def columns(self) -> tuple[np.ndarray, ...]:
         """Iteration, op (int64), free, start and end (s) of every record, in iteration order."""
-        base = np.array(self.rows, dtype=float).reshape(-1, 5)
+        flat = itertools.chain.from_iterable(self.rows)
+        base = np.fromiter(flat, float, 5 * len(self.rows)).reshape(-1, 5)
         counts = np.ones(len(base), dtype=np.int64)
-        for k, m in self.copies:
-            counts[k] += len(m)
+        n = len(self.copies)
+        if n:  # one entry per row at most, in row order (the engine appends it after its row)
+            rows = np.fromiter((k for k, _ in self.copies), np.int64, n)
+            counts[rows] += np.fromiter((len(m) for _, m in self.copies), np.int64, n)
         it, op = (np.repeat(base[:, j].astype(np.int64), counts) for j in (0, 1))
-        if self.copies:
+        if n:
             first = np.cumsum(counts) - counts  # each row's own place
             member = np.ones(len(op), dtype=bool)
             member[first] = False
-            op[member] = np.concatenate([np.asarray(m, dtype=np.int64) for _, m in self.copies])
+            op[member] = np.concatenate([m for _, m in self.copies]).astype(np.int64, copy=False)
         return (it, op, *(np.repeat(base[:, j], counts) for j in (2, 3, 4)))
 
 

@@ -16,12 +16,14 @@ Definitions (also in ``docs/outputs.md``):
 
 from __future__ import annotations
 
-from collections import defaultdict
+import itertools
+from operator import attrgetter
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from zionsim.base.errors import InputError
+from zionsim.base.kept import Registry, kept_for
 from zionsim.dlrm.trace import CATEGORIES, STREAMS
 from zionsim.sim.records import SpanTag
 
@@ -45,6 +47,7 @@ class Analysis:
         self.row[self.it, self.op] = np.arange(len(self.it))
         self.ends = np.array([self.end[self.it == i].max() for i in range(rec.iterations)])
         self._kept = _kept_for(self.trace.ops)
+        self._paths: dict[int, list] = {}  # critical paths walked, by iteration
         #: per-op arrays, built on first use (_codes); kept with the trace's ops (_kept_for)
         self._op_codes: dict | None = self._kept.get("codes")
         if "prev" in self._kept:
@@ -58,21 +61,30 @@ class Analysis:
             )
 
     def _stream_links(self) -> None:
-        """Previous op on the same (rank, stream) (-1: none), and each rank's op of each
-        collective."""
-        prev = [-1] * len(self.trace.ops)
-        self.last_of_stream: dict[tuple[int, str], int] = {}
-        self.coll_op: dict[tuple[int, int], int] = {}
-        last = self.last_of_stream
-        for op in self.trace.ops:
-            key = (op.rank, op.stream)
-            p = last.get(key)
-            if p is not None:
-                prev[op.id] = p
-            last[key] = op.id
-            if op.kind == "collective":
-                self.coll_op[op.rank, op.args["coll"]] = op.id
-        self.prev = np.array(prev, dtype=np.int64)
+        """Previous op on the same (rank, stream) (-1: none), the last op of each (rank,
+        stream), and each rank's op of each collective (the last one where a rank has two)."""
+        codes = self._codes()  # positions are ids (``ops[i].id == i``)
+        n = len(self.trace.ops)
+        key = codes["rank"] * len(STREAM_CODES) + codes["stream"]
+        order = np.argsort(key, kind="stable")  # each (rank, stream)'s ops in id order
+        sorted_key = key[order]
+        same = sorted_key[1:] == sorted_key[:-1]
+        self.prev = np.full(n, -1, dtype=np.int64)
+        self.prev[order[1:][same]] = order[:-1][same]
+        ends = order[np.flatnonzero(np.append(~same, True))] if n else order
+        streams = list(STREAM_CODES)
+        self.last_of_stream: dict[tuple[int, str], int] = {
+            (r, streams[c]): i
+            for r, c, i in zip(
+                codes["rank"][ends].tolist(),
+                codes["stream"][ends].tolist(),
+                ends.tolist(),
+                strict=True,
+            )
+        }
+        coll = np.flatnonzero(codes["coll"] >= 0)
+        keys = zip(codes["rank"][coll].tolist(), codes["coll"][coll].tolist(), strict=True)
+        self.coll_op: dict[tuple[int, int], int] = dict(zip(keys, coll.tolist(), strict=True))
 
     # ----------------------------------------------------------------------------- figures
     def iteration_times(self) -> np.ndarray:
@@ -83,7 +95,13 @@ class Analysis:
 
     def critical_path(self, it: int) -> list[tuple[str, str, int, float, float]]:
         """Segments (name, category, rank, start, end) of iteration ``it``'s critical path,
-        latest first; idle gaps have name and category ``idle``."""
+        latest first; idle gaps have name and category ``idle`` (walked once per iteration:
+        a list to read)."""
+        if it not in self._paths:
+            self._paths[it] = self._critical_path(it)
+        return self._paths[it]
+
+    def _critical_path(self, it: int) -> list[tuple[str, str, int, float, float]]:
         begin = self.ends[it - 1] if it > 0 else 0.0
         mask = self.it == it
         k = int(np.flatnonzero(mask)[np.argmax(self.end[mask])])
@@ -153,42 +171,75 @@ class Analysis:
 
     def exposed(self) -> dict[str, float]:
         """Exposed communication seconds per collective category per iteration, rank-averaged."""
-        out: dict[str, float] = defaultdict(float)
         codes = self._codes()
         wait = self.start - self.free
         compute = STREAM_CODES["compute"]
         waiting = (self.it >= self.warmup) & (wait > 0)
         waiting &= (codes["stream"][self.op] == compute) & codes["has_deps"][self.op]
-        for k in np.flatnonzero(waiting):
-            op = self.trace.ops[self.op[k]]
-            it = self.it[k]
-            dep = max(op.deps, key=lambda d: self.end[self.row[it, d]])
-            dop = self.trace.ops[dep]
-            if dop.kind == "collective":
-                out[dop.category] += min(wait[k], self.end[self.row[it, dep]] - self.free[k])
+        k = np.flatnonzero(waiting)
         scale = self.trace.ranks * (self.rec.iterations - self.warmup)
-        return {k: v / scale for k, v in sorted(out.items())}
+        if not len(k) or "collective" not in codes["kinds"]:
+            return {}
+        # each waiting op's dependency that ended last (the first such in its deps' order)
+        deps = self._deps()[self.op[k]]
+        its = self.it[k][:, None]
+        ends = np.where(deps >= 0, self.end[self.row[its, np.maximum(deps, 0)]], -np.inf)
+        pick = np.argmax(ends, axis=1)
+        dep = deps[np.arange(len(k)), pick]
+        dep_end = ends[np.arange(len(k)), pick]
+        late = dep_end - self.free[k]
+        seconds = np.where(late < wait[k], late, wait[k])  # min(wait, late), ties to wait
+        on_coll = codes["kind"][dep] == codes["kinds"].index("collective")
+        cat = codes["category"][dep]
+        out = {}
+        for c in np.unique(cat[on_coll]).tolist():
+            # summed in record order from 0.0 (cumsum adds one after another)
+            total = np.cumsum(np.concatenate(([0.0], seconds[on_coll & (cat == c)])))[-1]
+            out[CATEGORIES[c]] = total / scale
+        return dict(sorted(out.items()))
+
+    def _deps(self) -> np.ndarray:
+        """Each op's dependencies (by id), a row per op padded with -1 (kept with the ops)."""
+        deps = self._kept.get("deps")
+        if deps is None:
+            lists = list(map(attrgetter("deps"), self.trace.ops))
+            counts = np.fromiter(map(len, lists), np.int64, len(lists))
+            flat = np.fromiter(itertools.chain.from_iterable(lists), np.int64, int(counts.sum()))
+            deps = np.full((len(lists), max(int(counts.max(initial=0)), 1)), -1, dtype=np.int64)
+            first = np.repeat(np.cumsum(counts) - counts, counts)  # each dep's row start in flat
+            deps[np.repeat(np.arange(len(lists)), counts), np.arange(len(flat)) - first] = flat
+            self._kept["deps"] = deps
+        return deps
 
     def _codes(self) -> dict[str, np.ndarray]:
         """Per op of the trace (by id): rank, category and stream (indices into
         ``CATEGORIES`` and ``STREAMS``), collective id (-1: not a collective op), whether it
         has dependencies, and its name and kind (indices into ``names`` and ``kinds``)."""
         if self._op_codes is None:
-            ops = self.trace.ops
+            ops, n = self.trace.ops, len(self.trace.ops)
             cat = {c: i for i, c in enumerate(CATEGORIES)}
-            names: dict[str, int] = {}
-            kinds: dict[str, int] = {}
+            kind = list(map(attrgetter("kind"), ops))
+            name = list(map(attrgetter("name"), ops))
+            names = {v: i for i, v in enumerate(dict.fromkeys(name))}  # in order of appearance
+            kinds = {v: i for i, v in enumerate(dict.fromkeys(kind))}
             self._op_codes = {
-                "rank": np.array([o.rank for o in ops], dtype=np.int64),
-                "category": np.array([cat[o.category] for o in ops], dtype=np.int64),
-                "stream": np.array([STREAM_CODES[o.stream] for o in ops], dtype=np.int64),
+                "rank": np.fromiter(map(attrgetter("rank"), ops), np.int64, n),
+                "category": np.fromiter(
+                    map(cat.__getitem__, map(attrgetter("category"), ops)), np.int64, n
+                ),
+                "stream": np.fromiter(
+                    map(STREAM_CODES.__getitem__, map(attrgetter("stream"), ops)), np.int64, n
+                ),
                 "coll": np.array(
-                    [o.args["coll"] if o.kind == "collective" else -1 for o in ops],
+                    [
+                        o.args["coll"] if k == "collective" else -1
+                        for o, k in zip(ops, kind, strict=True)
+                    ],
                     dtype=np.int64,
                 ),
-                "has_deps": np.array([bool(o.deps) for o in ops], dtype=bool),
-                "name": np.array([names.setdefault(o.name, len(names)) for o in ops]),
-                "kind": np.array([kinds.setdefault(o.kind, len(kinds)) for o in ops]),
+                "has_deps": np.fromiter(map(bool, map(attrgetter("deps"), ops)), bool, n),
+                "name": np.fromiter(map(names.__getitem__, name), np.int64, n),
+                "kind": np.fromiter(map(kinds.__getitem__, kind), np.int64, n),
                 "names": list(names),
                 "kinds": list(kinds),
             }
@@ -387,24 +438,53 @@ def link_utilisation(cluster, network, sim_time_s: float) -> tuple[dict, dict]:
     r = cluster.router
     util = network.link_bytes / (r.capacity_Bps * sim_time_s) if sim_time_s > 0 else 0.0
     util = np.broadcast_to(util, len(r.edge_kind)).tolist()
-    kinds = r.edge_kind.tolist()
-    return group_means(kinds, util), group_means([LINK_ROLES.get(k, k) for k in kinds], util)
+    groups = kept_for(_LINK_GROUPS, cluster)
+    if "kind" not in groups:  # the links of each kind and of each role, in link order
+        kinds = r.edge_kind.tolist()
+        groups["kind"] = _positions(kinds)
+        groups["role"] = _positions([LINK_ROLES.get(k, k) for k in kinds])
+    return _means(groups["kind"], util), _means(groups["role"], util)
+
+
+#: per live cluster, the links of each kind and role (``link_utilisation``)
+_LINK_GROUPS: Registry = {}
+
+
+def _positions(keys: list) -> dict:
+    """Each key's positions in ``keys``, keys sorted."""
+    out: dict = {}
+    for i, k in enumerate(keys):
+        out.setdefault(k, []).append(i)
+    return {k: out[k] for k in sorted(out)}
+
+
+def _means(groups: dict, values: list[float]) -> dict:
+    """:func:`group_means` of ``values`` grouped as ``groups`` (:func:`_positions`) says."""
+    return {k: _kahan_mean([values[i] for i in where]) for k, where in groups.items()}
+
+
+def _kahan_mean(values: list[float]) -> float:
+    """The mean of ``values`` as :func:`group_means` takes a group's."""
+    s = c = 0.0
+    n = 0
+    for v in values:
+        if v != v:
+            continue
+        y = v - c
+        t = s + y
+        c = t - s - y
+        if c != c:
+            c = 0.0
+        s = t
+        n += 1
+    return s / n if n else float("nan")
 
 
 def group_means(keys: list, values: list[float]) -> dict:
     """``pandas``' ``groupby(keys).mean()`` of ``values`` as a dict, to the bit: keys sorted,
     NaN skipped (a group of only NaN is NaN), each group summed in row order with Kahan's
     compensation as pandas' ``group_mean`` does (an infinite value resets the compensation)."""
-    acc: dict = {}
-    for k, v in zip(keys, values, strict=True):
-        a = acc.setdefault(k, [0.0, 0.0, 0])  # sum, compensation, count
-        if v != v:
-            continue
-        y = v - a[1]
-        t = a[0] + y
-        c = t - a[0] - y
-        a[0], a[1], a[2] = t, (0.0 if c != c else c), a[2] + 1
-    return {k: acc[k][0] / acc[k][2] if acc[k][2] else float("nan") for k in sorted(acc)}
+    return _means(_positions(keys), values)
 
 
 _TRACE_RANKS_ALLOWED = "auto, all or comma-separated ranks of the run"

@@ -39,6 +39,7 @@ if TYPE_CHECKING:  # pandas is imported where a table is built (a sweep's worker
 from zionsim.sim.perfetto import perfetto, perfetto_json
 from zionsim.sim.results import (
     Analysis,
+    _kept_for,
     link_utilisation,
     links_table,
     rank_totals,
@@ -374,10 +375,13 @@ def _path_summary(segs) -> list[dict]:
 def _collectives(rec, trace: Trace) -> list[dict]:
     it = rec.iterations - 1
     out = []
-    names: dict[int, str] = {}  # each collective's name: its first op's (one pass over the ops)
-    for o in trace.ops:
-        if o.kind == "collective":
-            names.setdefault(o.args["coll"], o.name)
+    kept = _kept_for(trace.ops)  # derived from the ops alone: kept with them (sim/results.py)
+    names: dict[int, str] | None = kept.get("coll_names")
+    if names is None:  # each collective's name: its first op's (one pass over the ops)
+        names = kept["coll_names"] = {}
+        for o in trace.ops:
+            if o.kind == "collective":
+                names.setdefault(o.args["coll"], o.name)
     for c in trace.collectives:
         cr = rec.collectives.get((it, c.id))
         if cr is None:

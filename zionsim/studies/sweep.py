@@ -23,20 +23,34 @@ cluster.  Assumptions and choices:
 6. A worker stays up for many points and reuses what they share: the cluster of an earlier point
    with the same spec (graph, routes and flow classes), and, through the lowering's and the
    planner's own caches (``dlrm/lowering.py``, ``dlrm/estimate.py``), the lowered traces of plans
-   it met before (points that differ only in the cluster's rates lower the same plans).  A local
+   it met before (points that differ only in the cluster's rates lower the same plans), and,
+   while a sweep's points run, the topology, workload and stack specs loaded for an earlier
+   point with the same names and overrides (while their files read the same).  A local
    pool is handed the points grouped by their options outside ``topology.*`` (grid order kept
    otherwise) so that such points follow one another; with several workers each such group is
    one task (cut in pieces so that every worker gets several), so one worker lowers its plans
    and writes its point files when the task ends.  Every reuse is of values equal to what
    the point would build alone, so its record is the one a lone run gives (tested).
+7. One local worker is this process: its points run here, one after another in the order of
+   assumption 6, each written as it ends.  No pool starts and the model is not imported a
+   second time (a pool's worker imports it anew: a third of a CPU-second).  What the points
+   kept (clusters, traces, the planner's memos) is then frozen for Python's cycle collector
+   (``gc.freeze``, as ``sim.run.few_gc_passes`` does while a point runs, and undone by the
+   next simulation's): long-lived, it is not rescanned by later collections, those the
+   interpreter makes as it exits included (about half a CPU-second after bench/sweep.py's 64
+   points at 128 GPUs; a pool's worker exits without them).  The price: a point that kills
+   the process (out of memory past the guard, a crash of the interpreter) ends the sweep
+   instead of failing alone; a rerun resumes after the points already written.
 
 This module reads and writes files (the point files and the table); the simulation stays pure.
 """
 
 from __future__ import annotations
 
+import gc
 import itertools
 from collections.abc import Callable, Iterable
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -208,6 +222,22 @@ def run_one(point: dict, max_memory_bytes: float | str | None = None) -> dict:
 #: many GPUs in all (a sweep's points differ mostly in fields that do not change the cluster)
 KEEP_CLUSTER_GPUS = 4096
 _CLUSTERS: dict[str, object] = {}
+#: the topology, workload and stack specs loaded for the points of the sweep under way (a dict
+#: while its points run in this process, :func:`_keeping_specs`; None: none kept)
+_SPECS: dict | None = None
+
+
+@contextmanager
+def _keeping_specs():
+    """Within: a point's topology, workload and stack specs are kept for the next points
+    (``sim.inputs.resolve_inputs``: while the files they came from read the same); they are
+    forgotten when the sweep's points have run (assumption 6)."""
+    global _SPECS
+    outer, _SPECS = _SPECS, {} if _SPECS is None else _SPECS
+    try:
+        yield
+    finally:
+        _SPECS = outer
 
 
 def _run_reusing(params: dict, limit) -> RunResult:
@@ -218,7 +248,7 @@ def _run_reusing(params: dict, limit) -> RunResult:
     from zionsim.sim.inputs import resolve_inputs
     from zionsim.sim.run import check_iterations, few_gc_passes, guard_inputs, simulate_inputs
 
-    inputs = resolve_inputs(params)
+    inputs = resolve_inputs(params, memo=_SPECS)
     check_iterations(inputs.options["iterations"], inputs.options["warmup"])
     guard_inputs(inputs, limit)
     key = repr(inputs.cluster)
@@ -402,15 +432,25 @@ def reuse_tasks(todo: list[dict], workers: int) -> list[list[dict]]:
 
 def run_points(points: list[dict], max_memory_bytes: float | str | None = None) -> list[dict]:
     """:func:`run_one` of each of ``points`` in turn (one task of a local pool)."""
-    return [run_one(p, max_memory_bytes) for p in points]
+    with _keeping_specs():
+        return [run_one(p, max_memory_bytes) for p in points]
 
 
 def _run_local(todo: list[dict], workers: int, run: _Run, limit) -> None:
     """Run ``todo`` in a local pool whose workers die with this process (``studies/pool.py``),
-    as :func:`reuse_tasks` cuts it."""
+    as :func:`reuse_tasks` cuts it; with one worker, in this process (assumption 7)."""
     from concurrent.futures import as_completed
 
     from zionsim.studies.pool import local_pool
+
+    if workers == 1:
+        run.bar.running(1)
+        with _keeping_specs():
+            for i, p in enumerate(reuse_order(todo), 1):
+                _finish(run_one(p, limit), run)
+                run.bar.running(min(1, len(todo) - i))
+        gc.freeze()  # what the points kept is long-lived: not rescanned (assumption 7)
+        return
 
     with local_pool(workers) as pool:
         pending = {pool.submit(run_points, t, limit): t for t in reuse_tasks(todo, workers)}
