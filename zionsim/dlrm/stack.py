@@ -108,7 +108,14 @@ TensorFlow + SOK.  A stack profile states, as data with sources, what differs be
     way round.
 10. ``planner`` — the sharding planner ``plan: auto`` means under this stack (``name``, one of
     ``planner.PLANNERS``; default ``greedy``) and its settings: ``hugectr`` is NVIDIA's MLPerf
-    planner with the settings of its configurations (``hugectr_plan.py``).
+    planner with the settings of its configurations (``hugectr_plan.py``); ``dle`` is
+    DeepLearningExamples' device mapping (``dle_plan.py``, no settings).
+12. ``interaction_kernel`` — the kernels of a ``dot`` interaction: ``gemm`` (default: a batched
+    GEMM, priced as one GEMM over every sample's feature rows) or ``dot_based_interact``
+    (NVIDIA DeepLearningExamples' custom CUDA kernels, which its PyTorch and TensorFlow 2 DLRMs
+    and the SOK benchmark run: one forward and one backward kernel; FP16 and TF32 inputs on WMMA
+    tensor cores, priced as the GEMM; FP32 on a GPU without TF32, a CUDA-core kernel priced by
+    its shared-memory traffic, ``compute.dot_interaction_time_s``).
 13. ``bottom_mlp`` — where the bottom MLP runs: ``data_parallel`` (default: every rank for its
     own samples, its gradients all-reduced with the top MLP's) or ``first_rank`` (NVIDIA
     DeepLearningExamples' PyTorch DLRM on more than one GPU: rank 0 runs it for the whole global
@@ -121,12 +128,6 @@ TensorFlow + SOK.  A stack profile states, as data with sources, what differs be
     wraps ``model.top_model`` alone in DistributedDataParallel), ``dlrm/model/distributed.py``
     (``BottomToTop``: one all_to_all of the bottom output and the embeddings, "bottom MLP is
     considered as 1 vector").
-12. ``interaction_kernel`` — the kernels of a ``dot`` interaction: ``gemm`` (default: a batched
-    GEMM, priced as one GEMM over every sample's feature rows) or ``dot_based_interact``
-    (NVIDIA DeepLearningExamples' custom CUDA kernels, which its PyTorch and TensorFlow 2 DLRMs
-    and the SOK benchmark run: one forward and one backward kernel; FP16 and TF32 inputs on WMMA
-    tensor cores, priced as the GEMM; FP32 on a GPU without TF32, a CUDA-core kernel priced by
-    its shared-memory traffic, ``compute.dot_interaction_time_s``).
 
 The fitted fields (``host.per_step``, ``host.per_sample``, ``gpu_per_step``) are fitted per
 stack on the cases marked calibrated in ``validation/cases.yaml`` (two per-GPU batch sizes per
