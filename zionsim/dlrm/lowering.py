@@ -210,14 +210,11 @@ def _remember(key: tuple, trace: Trace) -> None:
 def _lower(w, plan, ranks, fused, g, zipf_alpha, sync, stack) -> Trace:
     """:func:`lower` without the cache."""
     lay, dedup = _layout_of(w, plan, ranks, g, zipf_alpha, stack)
-    bottom_rank = _bottom_rank(stack, ranks)
-    if bottom_rank >= 0:
-        lay = _with_bottom_output(lay, w, bottom_rank)
     b = _Builder(ranks, stack.host_dispatch_s)
     c = {**_embedding_collectives(b, lay, ranks, g, stack.data_distributor), **dedup}
     if stack.data_distributor:
         _distributor_collectives(b, c, lay, w, plan, stack.data_distributor_key_bytes)
-    buckets = lower_dense.buckets(w, lay.dp_params, stack.grouped_allreduce, bottom_rank < 0)
+    buckets = _dense_buckets(w, lay, stack, ranks)
     cb = DTYPE_BYTES[w.precision["communication"]]
     dense_groups = lower_dense.dense_groups(sync, ranks, g)
     c_ar = {
@@ -226,7 +223,7 @@ def _lower(w, plan, ranks, fused, g, zipf_alpha, sync, stack) -> Trace:
     }
     sync_bytes = float((w.dense_params + lay.dp_params) * cb)
     sync_colls = lower_dense.sync_collectives(b, sync, sync_bytes, ranks, g)
-    rows = _rank_rows(lay, ranks)
+    rows = [*_rank_rows(lay, ranks), np.arange(ranks) == _bottom_rank(stack, ranks)]
     blocks: dict[tuple, tuple] = {}  # a rank's inputs -> (rank, its ops' ids [start, end))
     alike: list[int] = []
     group_of: dict[int, str] = {}
@@ -242,8 +239,7 @@ def _lower(w, plan, ranks, fused, g, zipf_alpha, sync, stack) -> Trace:
             for k in ("twrw_rs", "twrw_ag", "hyb_intra", "hyb_intra_bwd", "hier_intra", "hier_bwd")
         ]
         twrw += [c.get((k, local)) for k in ("twrw_a2a", "twrw_a2a_bwd")]
-        key = (tuple(ar), *twrw, sync_colls.get(r), r == bottom_rank)
-        key += tuple(row[r].tobytes() for row in rows)
+        key = (tuple(ar), *twrw, sync_colls.get(r), *(row[r].tobytes() for row in rows))
         if SHARE_RANKS and key in blocks:
             alike.append(alike[blocks[key][0]])
             b.copy_rank(r, *blocks[key][1:])
@@ -279,6 +275,12 @@ def _bottom_rank(stack: StackSpec, ranks: int) -> int:
     return 0 if stack.bottom_mlp == "first_rank" and ranks > 1 else -1
 
 
+def _dense_buckets(w: WorkloadSpec, lay, stack: StackSpec, ranks: int) -> list:
+    """DDP buckets (``lower_dense.buckets``), without a model-parallel bottom MLP's layers."""
+    bottom = _bottom_rank(stack, ranks) < 0
+    return lower_dense.buckets(w, lay.dp_params, stack.grouped_allreduce, bottom)
+
+
 def _with_bottom_output(lay, w: WorkloadSpec, rank: int):
     """The layout with the bottom MLP's output sent from ``rank`` to every sample's rank in the
     pooled all-to-all, as a table of the output's width would be (``stack.py`` item 13); the
@@ -290,13 +292,17 @@ def _with_bottom_output(lay, w: WorkloadSpec, rank: int):
 
 
 def _layout_of(w, plan, ranks, g, zipf_alpha, stack) -> tuple:
-    """The plan's layout, and what joins the trace's collectives ``c``: ``{"dedup": KeyDedup}``
-    where the stack deduplicates keys and the ranks have keys to deduplicate, and HugeCTR's
-    hierarchical reduction bytes where the stack reduces so (:func:`_hier_reduction_bytes`)."""
+    """The plan's layout (with a model-parallel bottom MLP's output in the pooled exchange,
+    :func:`_with_bottom_output`), and what joins the trace's collectives ``c``:
+    ``{"dedup": KeyDedup}`` where the stack deduplicates keys and the ranks have keys to
+    deduplicate, and HugeCTR's hierarchical reduction bytes where the stack reduces so
+    (:func:`_hier_reduction_bytes`)."""
     lay, extra = layout(w, plan, ranks, g, zipf_alpha), {}
     if stack.key_dedup:
         lay, dedup = deduplicated(w, plan, lay, ranks, g, zipf_alpha)
         extra = {"dedup": dedup} if dedup.keys > 0 else {}
+    if _bottom_rank(stack, ranks) >= 0:  # after deduplication: dense vectors, not keys
+        lay = _with_bottom_output(lay, w, _bottom_rank(stack, ranks))
     if stack.hierarchical_reduction:
         extra.update(_hier_reduction_bytes(lay, ranks, g))
     return lay, extra
