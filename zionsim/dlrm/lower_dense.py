@@ -133,14 +133,19 @@ def _stated_width_interaction(b, w, r, B, dt, deps, phase):
     )  # fmt: skip
 
 
-def buckets(w: WorkloadSpec, dp_params: int, grouped: bool = False) -> list[tuple[int, list[str]]]:
+def buckets(
+    w: WorkloadSpec, dp_params: int, grouped: bool = False, bottom: bool = True
+) -> list[tuple[int, list[str]]]:
     """DDP buckets in backward order: (parameters, [layer keys whose gradients fill it]); one
-    bucket of every gradient when ``grouped`` (a stack's ``grouped_allreduce``)."""
+    bucket of every gradient when ``grouped`` (a stack's ``grouped_allreduce``); without the
+    bottom MLP's layers unless ``bottom`` (a model-parallel bottom MLP, ``stack.py`` item 13,
+    is outside DDP)."""
     layers = [(f"top{i}", k * n + n) for i, (k, n) in reversed(list(enumerate(w.top_layers())))]
     if w.interaction_params:
         layers.append(("interaction", w.interaction_params))
     layers += [
-        (f"bottom{i}", k * n + n) for i, (k, n) in reversed(list(enumerate(w.bottom_layers())))
+        (f"bottom{i}", k * n + n)
+        for i, (k, n) in reversed(list(enumerate(w.bottom_layers() if bottom else ())))
     ]
     if dp_params:
         layers.append(("dp_tables", dp_params))

@@ -254,7 +254,7 @@ def _lower(w, plan, ranks, fused, g, zipf_alpha, sync, stack) -> Trace:
     c = {**_embedding_collectives(b, lay, ranks, g, stack.data_distributor), **dedup}
     if stack.data_distributor:
         _distributor_collectives(b, c, lay, w, plan, stack.data_distributor_key_bytes)
-    buckets = lower_dense.buckets(w, lay.dp_params, stack.grouped_allreduce)
+    buckets = _dense_buckets(w, lay, stack, ranks)
     cb = DTYPE_BYTES[w.precision["communication"]]
     dense_groups = lower_dense.dense_groups(sync, ranks, g)
     c_ar = {
@@ -263,7 +263,7 @@ def _lower(w, plan, ranks, fused, g, zipf_alpha, sync, stack) -> Trace:
     }
     sync_bytes = float((w.dense_params + lay.dp_params) * cb)
     sync_colls = lower_dense.sync_collectives(b, sync, sync_bytes, ranks, g)
-    rows = _rank_rows(lay, ranks)
+    rows = [*_rank_rows(lay, ranks), np.arange(ranks) == _bottom_rank(stack, ranks)]
     blocks: dict[tuple, tuple] = {}  # a rank's inputs -> (rank, its ops' ids [start, end))
     alike: list[int] = []
     group_of: dict[int, str] = {}
@@ -324,14 +324,40 @@ def _bytes_by_rank(row: np.ndarray, ranks: int) -> list[bytes]:
     return [flat[r * step : (r + 1) * step] for r in range(ranks)]
 
 
+def _bottom_rank(stack: StackSpec, ranks: int) -> int:
+    """The rank that runs the bottom MLP for every sample (``stack.py`` item 13: rank 0 under
+    ``bottom_mlp: first_rank`` on more than one rank), else -1 (each rank for its own)."""
+    return 0 if stack.bottom_mlp == "first_rank" and ranks > 1 else -1
+
+
+def _dense_buckets(w: WorkloadSpec, lay, stack: StackSpec, ranks: int) -> list:
+    """DDP buckets (``lower_dense.buckets``), without a model-parallel bottom MLP's layers."""
+    bottom = _bottom_rank(stack, ranks) < 0
+    return lower_dense.buckets(w, lay.dp_params, stack.grouped_allreduce, bottom)
+
+
+def _with_bottom_output(lay, w: WorkloadSpec, rank: int):
+    """The layout with the bottom MLP's output sent from ``rank`` to every sample's rank in the
+    pooled all-to-all, as a table of the output's width would be (``stack.py`` item 13); the
+    cached layout is left as it was."""
+    pooled = lay.pooled_matrix.copy()
+    cb = DTYPE_BYTES[w.precision["communication"]]
+    pooled.add_to_row(rank, float(w.batch_per_gpu * w.bottom_mlp[-1] * cb))
+    return dataclasses.replace(lay, pooled_matrix=pooled)
+
+
 def _layout_of(w, plan, ranks, g, zipf_alpha, stack) -> tuple:
-    """The plan's layout, and what joins the trace's collectives ``c``: ``{"dedup": KeyDedup}``
-    where the stack deduplicates keys and the ranks have keys to deduplicate, and HugeCTR's
-    hierarchical reduction bytes where the stack reduces so (:func:`_hier_reduction_bytes`)."""
+    """The plan's layout (with a model-parallel bottom MLP's output in the pooled exchange,
+    :func:`_with_bottom_output`), and what joins the trace's collectives ``c``:
+    ``{"dedup": KeyDedup}`` where the stack deduplicates keys and the ranks have keys to
+    deduplicate, and HugeCTR's hierarchical reduction bytes where the stack reduces so
+    (:func:`_hier_reduction_bytes`)."""
     lay, extra = layout(w, plan, ranks, g, zipf_alpha), {}
     if stack.key_dedup:
         lay, dedup = deduplicated(w, plan, lay, ranks, g, zipf_alpha)
         extra = {"dedup": dedup} if dedup.keys > 0 else {}
+    if _bottom_rank(stack, ranks) >= 0:  # after deduplication: dense vectors, not keys
+        lay = _with_bottom_output(lay, w, _bottom_rank(stack, ranks))
     if stack.hierarchical_reduction:
         extra.update(_hier_reduction_bytes(lay, ranks, g))
     return lay, extra
@@ -474,6 +500,13 @@ class _RankOps:
         self.b, self.w, self.r, self.lay, self.c = b, w, r, lay, c
         self.stack = stack
         self.emb_stream = "embedding" if stack.embedding_stream else "compute"
+        #: samples of the rank's bottom MLP (``stack.py`` item 13) and whether it is
+        #: model-parallel (its output and gradient in the embeddings' all-to-alls)
+        bottom = _bottom_rank(stack, b.ranks)
+        self.bottom_mp = bottom >= 0
+        self.bottom_batch = w.batch_per_gpu * (
+            b.ranks if r == bottom else 0 if self.bottom_mp else 1
+        )
         self.dt = w.precision["dense"]
         ps = lay.ps_pooled[r]
         self.servers = [int(k) for k in np.flatnonzero(ps)] if ps.size else []
@@ -532,7 +565,8 @@ def _lower_rank(b, w, r, node, local, lay, fused, c, c_ar, buckets, stack=BARE, 
         "fused": fused,
         "row_bytes": float(lay.lookup_bytes[r] / n_look) if n_look else 0.0,
     }
-    outs = _lower_embedding_fwd(o, node, local, e_args, first)
+    bottom = _lower_bottom_fwd(o, (first,)) if o.bottom_mp else None
+    outs = _lower_embedding_fwd(o, node, local, e_args, first, bottom)
     x = _lower_dense_fwd(o, outs[1:], outs[0] if stack.dense_waits_lookup else None, outs[0])
     grads_done: dict[str, int] = {}
     x = _lower_top_bwd(o, x, grads_done)
@@ -540,9 +574,12 @@ def _lower_rank(b, w, r, node, local, lay, fused, c, c_ar, buckets, stack=BARE, 
     _lower_dense_update(o, e_bwd, d2h, grads_done, c_ar, buckets)
 
 
-def _lower_embedding_fwd(o: _RankOps, node: int, local: int, e_args: dict, first=None) -> list:
+def _lower_embedding_fwd(
+    o: _RankOps, node: int, local: int, e_args: dict, first=None, bottom=None
+) -> list:
     """Parameter-server lookup, input all-to-all, UVM reads, embedding forward and the pooled
-    outputs' collectives; returns the embedding forward, then the ops the interaction waits for
+    outputs' collectives (the pooled all-to-all also after a model-parallel ``bottom`` MLP,
+    ``stack.py`` item 13); returns the embedding forward, then the ops the interaction waits for
     (None where absent)."""
     ps_in = o.ps(
         "ps_lookup", (), index=o.lay.ps_index, gather=o.lay.ps_gather, pooled=o.lay.ps_pooled
@@ -557,7 +594,7 @@ def _lower_embedding_fwd(o: _RankOps, node: int, local: int, e_args: dict, first
     )  # fmt: skip
     outs = [
         e_fwd,
-        o.coll("pooled_a2a", "pool", "all_to_all", "a2a", (e_fwd,)),
+        o.coll("pooled_a2a", "pool", "all_to_all", "a2a", (e_fwd, bottom)),
         o.coll("rw_reduce_scatter", "rs", "reduce_scatter", "a2a", (e_fwd,)),
     ]
     rs = o.coll("twrw_reduce_scatter", ("twrw_rs", node), "reduce_scatter", "a2a", (e_fwd,))
@@ -625,10 +662,7 @@ def _lower_dense_fwd(o: _RankOps, outs: list, lookup: int | None = None, emb=Non
     deduplication after ``emb_expand``, which waits for the exchanges, or for the lookup ``emb``
     where nothing is exchanged), top MLP and the loss; returns the loss op."""
     w, B = o.w, o.w.batch_per_gpu
-    last = None
-    for i, (k, n) in enumerate(w.bottom_layers()):
-        deps = (lookup,) if i == 0 else ()
-        last = o.gemm(f"bottom_fwd{i}", B, n, k, deps, o.stack.mlp_kernels[0], B * n)
+    last = None if o.bottom_mp else _lower_bottom_fwd(o, (lookup,))
     dedup = o.c.get("dedup")
     if dedup is not None:  # every key's vector gathered back from the distinct keys' ones
         nbytes = dedup.keys * DEDUP_INDEX_BYTES + 2 * dedup.vector_bytes
@@ -642,6 +676,17 @@ def _lower_dense_fwd(o: _RankOps, outs: list, lookup: int | None = None, emb=Non
     for i, (k, n) in enumerate(w.top_layers()):
         x = o.gemm(f"top_fwd{i}", B, n, k, (x,), o.stack.mlp_kernels[0], B * n)
     return o.b.op(o.r, "loss", "memory", "interaction", "compute", (x,), nbytes=float(16 * B))
+
+
+def _lower_bottom_fwd(o: _RankOps, deps: tuple):
+    """The rank's bottom-MLP forward over its ``bottom_batch`` samples, the first layer after
+    ``deps``; returns the last op (None without a bottom MLP on this rank)."""
+    B, last = o.bottom_batch, None
+    for i, (k, n) in enumerate(o.w.bottom_layers() if B else ()):
+        last = o.gemm(
+            f"bottom_fwd{i}", B, n, k, deps if i == 0 else (), o.stack.mlp_kernels[0], B * n
+        )
+    return last
 
 
 def _lower_top_bwd(o: _RankOps, x: int, grads_done: dict) -> int:
@@ -662,7 +707,7 @@ def _lower_sparse_bwd(o: _RankOps, node, local, e_args, x, grads_done) -> tuple:
     """Parameter-server update, embedding-gradient collectives, bottom-MLP backward (wgrads into
     ``grads_done``), embedding backward with its optimizer and UVM writes; returns
     (emb_bwd op, UVM write op or None)."""
-    w, B, lay = o.w, o.w.batch_per_gpu, o.lay
+    w, lay = o.w, o.lay
     o.ps("ps_update", (x,), push=lay.ps_pooled, update=lay.ps_update)
     dedup, ready = o.c.get("dedup"), x
     if dedup is not None:  # tf.gather's gradient: SOK's unsorted_segment_sum (zero, then add)
@@ -680,10 +725,12 @@ def _lower_sparse_bwd(o: _RankOps, node, local, e_args, x, grads_done) -> tuple:
     backs.append(o.coll("hier_intra_bwd", ("hier_bwd", node), "all_to_all", "a2a", (tb,)))
     if lay.hybrid:  # frequent rows' gradients: a local reduction of the output's gradient
         grads_done["dp_tables"] = x  # (hybrid_sparse_embedding.cu freq_backward), not the a2a's
-    for i, (k, n) in reversed(list(enumerate(w.bottom_layers()))):
-        grads_done[f"bottom{i}"] = o.gemm(f"bottom_wgrad{i}", k, n, B, (x,))
+    B = o.bottom_batch  # a model-parallel bottom MLP's gradient comes in the gradient exchange
+    y = backs[0] if o.bottom_mp else x
+    for i, (k, n) in reversed(list(enumerate(w.bottom_layers() if B else ()))):
+        grads_done[f"bottom{i}"] = o.gemm(f"bottom_wgrad{i}", k, n, B, (y,))
         if i > 0:
-            x = o.gemm(f"bottom_dgrad{i}", B, k, n, (x,), o.stack.mlp_kernels[1] - 1, B * n)
+            y = o.gemm(f"bottom_dgrad{i}", B, k, n, (y,), o.stack.mlp_kernels[1] - 1, B * n)
     n_look = e_args["lookups"]
     name, category, deps, args = "emb_bwd", "embedding", tuple(backs), e_args
     framework = o.stack.embedding_optimizer == "framework"

@@ -414,12 +414,20 @@ def hugectr_hybrid(cluster, w: WorkloadSpec, settings=None) -> Plan:
     return hybrid_plan(cluster, w, settings)
 
 
+def dle(cluster, w: WorkloadSpec) -> Plan:
+    """NVIDIA DeepLearningExamples' PyTorch DLRM device mapping (``dle_plan.py``)."""
+    from zionsim.dlrm.dle_plan import dle_plan
+
+    return dle_plan(cluster, w)
+
+
 PLANNERS: dict[str, Callable] = {
     "greedy": Planner().plan,
     "round_robin": round_robin,
     "ps": parameter_servers,
     "hugectr": hugectr,
     "hugectr_hybrid": hugectr_hybrid,
+    "dle": dle,
 }
 
 

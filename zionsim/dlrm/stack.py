@@ -108,13 +108,26 @@ TensorFlow + SOK.  A stack profile states, as data with sources, what differs be
     way round.
 10. ``planner`` — the sharding planner ``plan: auto`` means under this stack (``name``, one of
     ``planner.PLANNERS``; default ``greedy``) and its settings: ``hugectr`` is NVIDIA's MLPerf
-    planner with the settings of its configurations (``hugectr_plan.py``).
+    planner with the settings of its configurations (``hugectr_plan.py``); ``dle`` is
+    DeepLearningExamples' device mapping (``dle_plan.py``, no settings).
 12. ``interaction_kernel`` — the kernels of a ``dot`` interaction: ``gemm`` (default: a batched
     GEMM, priced as one GEMM over every sample's feature rows) or ``dot_based_interact``
     (NVIDIA DeepLearningExamples' custom CUDA kernels, which its PyTorch and TensorFlow 2 DLRMs
     and the SOK benchmark run: one forward and one backward kernel; FP16 and TF32 inputs on WMMA
     tensor cores, priced as the GEMM; FP32 on a GPU without TF32, a CUDA-core kernel priced by
     its shared-memory traffic, ``compute.dot_interaction_time_s``).
+13. ``bottom_mlp`` — where the bottom MLP runs: ``data_parallel`` (default: every rank for its
+    own samples, its gradients all-reduced with the top MLP's) or ``first_rank`` (NVIDIA
+    DeepLearningExamples' PyTorch DLRM on more than one GPU: rank 0 runs it for the whole global
+    batch, model-parallel like a table, and its output travels in the embeddings' all-to-all to
+    each sample's rank, its gradient back in theirs; it is not all-reduced: DDP wraps only the
+    top MLP).  Source: NVIDIA/DeepLearningExamples (commit 729963d)
+    PyTorch/Recommendation/DLRM ``dlrm/utils/distributed.py`` (``get_device_mapping``: "Bottom
+    MLP running on device 0", that device holds no tables above 4 GPUs: ``dle_plan.py``),
+    ``dlrm/scripts/main.py`` (``bottom_mlp_sizes`` only on the bottom-MLP rank; ``parallelize``
+    wraps ``model.top_model`` alone in DistributedDataParallel), ``dlrm/model/distributed.py``
+    (``BottomToTop``: one all_to_all of the bottom output and the embeddings, "bottom MLP is
+    considered as 1 vector").
 
 The fitted fields (``host.per_step``, ``host.per_sample``, ``gpu_per_step``) are fitted per
 stack on the cases marked calibrated in ``validation/cases.yaml`` (two per-GPU batch sizes per
@@ -156,11 +169,12 @@ STACK_KEYS = {
     "planner",
     "grouped_allreduce",
     "trainer",
+    "bottom_mlp",
 }
 #: what a stack trains on (``trainer:``): GPUs, or CPU trainer hosts
 TRAINER_KINDS = ("gpu", "cpu")
 #: planners a stack may name, with the parser of their settings (``planner:`` mapping)
-STACK_PLANNERS = ("greedy", "hugectr")
+STACK_PLANNERS = ("greedy", "hugectr", "dle")
 PRECISION_KEYS = ("embedding", "dense", "communication")
 #: ``embedding_update.optimizer``: in the embedding backward kernel, or the framework's optimizer
 EMBEDDING_OPTIMIZERS = ("fused", "framework")
@@ -173,6 +187,8 @@ INTERACTION_KERNELS = ("gemm", "dot_based_interact")
 HOST_KEYS = ("dispatch", "per_step", "per_sample", "overlap")
 #: ``precision.communication`` value: exchange in the dense math's 16-bit type under mixed precision
 FOLLOW_DENSE = "dense"
+#: ``bottom_mlp`` (item 13): on every rank for its own samples, or on the first rank for all
+BOTTOM_MLP_PLACEMENTS = ("data_parallel", "first_rank")
 
 
 @dataclass(frozen=True)
@@ -231,6 +247,8 @@ class StackSpec:
     planner_settings: object = None
     #: ``gpu`` or ``cpu`` (:data:`TRAINER_KINDS`)
     trainer: str = "gpu"
+    #: item 13: where the bottom MLP runs (:data:`BOTTOM_MLP_PLACEMENTS`)
+    bottom_mlp: str = "data_parallel"
     file: str = ""
 
     def to_dict(self) -> dict:
@@ -291,6 +309,7 @@ class StackSpec:
                 else {}
             ),
             **({"trainer": self.trainer} if self.trainer != "gpu" else {}),
+            **({"bottom_mlp": self.bottom_mlp} if self.bottom_mlp != "data_parallel" else {}),
         }
 
 
@@ -403,6 +422,7 @@ def stack_from_dict(data: dict, file: str = "<stack>") -> StackSpec:
         planner=planner,
         planner_settings=settings,
         trainer=f.choice("trainer", TRAINER_KINDS, "gpu"),
+        bottom_mlp=f.choice("bottom_mlp", BOTTOM_MLP_PLACEMENTS, "data_parallel"),
         file=file,
         **{key: f.flag(key, default) for key, default in FLAGS},
     )
@@ -475,7 +495,7 @@ def _planner(f: Fields) -> tuple[str, object]:
         return "greedy", None
     p = f.sub("planner")
     name = p.choice("name", STACK_PLANNERS, "greedy")
-    if name == "greedy":
+    if name in ("greedy", "dle"):
         p.check_keys({"name"})
         return name, None
     from zionsim.dlrm.hugectr_plan import settings_from_fields

@@ -171,6 +171,7 @@ def _stack_from_meta(data: dict | None) -> StackSpec | None:
         "hierarchical_reduction": bool(data.get("hierarchical_reduction", False)),
         "grouped_allreduce": bool(data.get("grouped_allreduce", False)),
         "planner": str(data.get("planner", "greedy")),
+        "bottom_mlp": str(data.get("bottom_mlp", "data_parallel")),
         "planner_settings": _Settings(data["planner_settings"])
         if data.get("planner_settings") is not None
         else None,
