@@ -54,8 +54,9 @@ OPTIONS: tuple[RunOption, ...] = (
     RunOption("gpus_per_node", "int", None, None, (), "GPUs per node (default: the topology's)"),
     RunOption(
         "plan", "text", "auto", "--plan", _BUILD,
-        "auto (the stack's planner: greedy, or HugeCTR's for --stack hugectr), greedy, "
-        "round_robin, ps (tables on CPU parameter servers), hugectr, or a plan YAML",
+        "auto (the stack's planner: greedy, HugeCTR's for --stack hugectr, DLE's device "
+        "mapping for --stack nvidia_pytorch_dlrm), greedy, round_robin, ps (tables on CPU "
+        "parameter servers), hugectr, hugectr_hybrid, dle, or a plan YAML",
     ),
     RunOption(
         "batch_per_gpu", "int", None, "--batch-per-gpu", _BUILD,
