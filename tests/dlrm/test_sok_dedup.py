@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 
 from zionsim.base.errors import InputError
-from zionsim.dlrm import lowering
+from zionsim.dlrm import lowering, sharding
 from zionsim.dlrm.cache import unique_rows
 from zionsim.dlrm.dedup import (
     DEDUP_INDEX_BYTES,
@@ -153,14 +153,14 @@ def test_row_wise_shards_shrink_their_reduce_scatter_too():
     """RW over every rank: the reduce-scatter / all-gather of the table shrink by its share."""
     plan = Plan("rw", (Shard(0, "TW", (0,)), Shard(1, "RW", (0, 1))))
     w = _workload()
-    base = lowering.layout(w, plan, 2, 2)
+    base = sharding.layout(w, plan, 2, 2)
     lay, d = deduplicated(w, plan, base, 2, 2, 1.0)
     share = _distinct(TABLES[1][0]) / B
     assert lay.rw_bytes == pytest.approx(base.rw_bytes * share)
     assert d.keys == 2 * B and d.distinct == pytest.approx(
         _distinct(TABLES[0][0]) + _distinct(TABLES[1][0])
     )
-    assert base.rw_bytes == lowering.layout(w, plan, 2, 2).rw_bytes  # the input is not changed
+    assert base.rw_bytes == sharding.layout(w, plan, 2, 2).rw_bytes  # the input is not changed
 
 
 def test_multi_hot_and_unsupported_shards_are_refused():
@@ -170,10 +170,10 @@ def test_multi_hot_and_unsupported_shards_are_refused():
         _trace(True, TW, _workload(pooling=3))
     ps = Plan("ps", (Shard(0, "TW", (0,)), Shard(1, "TW", (1,), tier="ps", server=0)))
     with pytest.raises(InputError, match="parameter server"):
-        deduplicated(_workload(), ps, lowering.layout(_workload(), TW, 2, 2), 2, 2, 1.0)
+        deduplicated(_workload(), ps, sharding.layout(_workload(), TW, 2, 2), 2, 2, 1.0)
     hyb = dataclasses.replace(TW, shards=(TW.shards[0], Shard(1, "HYB", (0, 1))))
     with pytest.raises(InputError, match="HYB"):
-        deduplicated(_workload(), hyb, lowering.layout(_workload(), TW, 2, 2), 2, 2, 1.0)
+        deduplicated(_workload(), hyb, sharding.layout(_workload(), TW, 2, 2), 2, 2, 1.0)
 
 
 def test_sok_fp32_cases_state_compress_and_amp_cases_do_not():

@@ -185,15 +185,19 @@ def test_alike_ops_share_their_arguments_and_launches_do_not(monkeypatch):
     """Equal op arguments are one dict (at 65,536 ranks the trace's largest part): the trace is
     the one lowered with a dict per op, and a stack's launch ops, whose seconds grow as ops
     join their run, keep their own."""
-    from zionsim.dlrm import lowering
+    from collections import OrderedDict
+
+    from zionsim.dlrm import lowering, trace_builder
     from zionsim.dlrm.stack import resolve_stack
 
     w = load_workload("tiny")
     plan = Plan("tw", tuple(Shard(t.index, "TW", (t.index % 4,)) for t in w.tables))
     stack = resolve_stack("torchrec")
     shared = lower(w, plan, 4, stack=stack)
-    monkeypatch.setattr(lowering._Builder, "_shared", lambda self, kind, args: args)
+    monkeypatch.setattr(trace_builder.TraceBuilder, "_shared", lambda self, kind, args: args)
+    monkeypatch.setattr(lowering, "_CACHE", OrderedDict())  # lowered again, not the kept trace
     alone = lower(w, plan, 4, stack=stack)
+    assert all(a is not b for a, b in zip(alone.ops, shared.ops))
     assert trace_to_dict(shared) == trace_to_dict(alone)
     top = [o for o in shared.ops if o.name == "top_fwd0"]
     assert len(top) == 4 and len({id(o.args) for o in top}) == 1

@@ -2,7 +2,8 @@
 
 :func:`lower` turns workload + plan + rank count (+ the dense sync and the software stack) into
 the per-rank DAG of typed ops that ``trace.py`` defines; the dense side (interaction, gradient
-buckets, sync rounds) is added by ``lower_dense.py``.
+buckets, sync rounds) is added by ``lower_dense.py``, the embedding exchange's layout and
+collectives come from ``lower_exchange.py``, and the op list is built by ``trace_builder.py``.
 
 The iteration, per rank (streams: ``compute``, ``a2a`` and ``allreduce``, each in order):
 
@@ -32,7 +33,6 @@ from __future__ import annotations
 
 import dataclasses
 import operator
-import sys
 from collections import OrderedDict
 
 import numpy as np
@@ -44,118 +44,26 @@ from zionsim.dlrm.dedup import (
     UNIQUE_BYTES_PER_KEY,
     UNIQUE_KERNELS,
     KeyDedup,
-    deduplicated,
+)
+from zionsim.dlrm.lower_exchange import (
+    block_inputs,
+    bottom_rank,
+    distributor_collectives,
+    embedding_collectives,
+    layout_of,
+    rank_rows,
 )
 from zionsim.dlrm.plan import Plan, Shard
-from zionsim.dlrm.sharding import layout
 from zionsim.dlrm.stack import BARE, StackSpec
 from zionsim.dlrm.sync import SyncSpec, TraceSync
-from zionsim.dlrm.trace import Collective, Op, Trace
+from zionsim.dlrm.trace import Trace
+from zionsim.dlrm.trace_builder import TraceBuilder
 from zionsim.dlrm.workload import (
     DENSE_OPTIMIZERS,
     DTYPE_BYTES,
     WorkloadSpec,
 )
 from zionsim.hardware import compute
-from zionsim.network.peer_bytes import OuterSum
-
-
-class _Builder:
-    """Accumulates the ops and collectives of a trace under construction.
-
-    With a host timeline (a stack's ``host``, ``stack.py`` item 5) every GPU op waits for the
-    host op that launches it: its own ``launch`` op on the rank's ``host`` stream when the stack
-    dispatches eagerly, else (a CUDA graph) the rank's batch preparation."""
-
-    def __init__(self, ranks: int, dispatch_s: float = 0.0):
-        self.ranks, self.ops, self.colls = ranks, [], []
-        self.dispatch_s = dispatch_s
-        self.prepared: dict[int, int] = {}  # rank -> its batch-preparation host op
-        self.last_launch: dict[int, int] = {}  # rank -> its latest launch op
-        self.shared: dict[tuple, dict] = {}  # op arguments by value (_shared)
-
-    def op(self, rank, name, kind, category, stream, deps=(), **args) -> int:
-        """Append an op (None deps dropped: absent ops) and return its id."""
-        deps = tuple(d for d in deps if d is not None)
-        if stream != "host" and rank in self.prepared:
-            if self.dispatch_s > 0:
-                deps += (self._launch(rank, name, kind, stream, args),)
-            elif not deps:
-                deps = (self.prepared[rank],)
-        return self._append(rank, name, kind, category, stream, deps, args)
-
-    def _launch(self, rank, name, kind, stream, args) -> int:
-        """The host op that launches a GPU op: a new ``launch_<name>``, or, for an op right after
-        another of the same stream, that one's launch lengthened (one host op per run of ops of
-        a stream keeps traces small; the run's first kernel then waits for the whole run's
-        launches, a difference of at most the run's GPU time when the host sets the pace)."""
-        seconds = self.dispatch_s * _kernels(kind, args)
-        last = self.ops[-1]
-        launch = self.last_launch.get(rank)
-        if last.rank == rank and last.stream == stream and last.deps[-1:] == (launch,):
-            self.ops[last.deps[-1]].args["seconds"] += seconds
-            return last.deps[-1]
-        i = self._append(rank, f"launch_{name}", "host", "framework", "host", (),
-                         {"seconds": seconds})  # fmt: skip
-        self.last_launch[rank] = i
-        return i
-
-    def _append(self, rank, name, kind, category, stream, deps, args) -> int:
-        i = len(self.ops)
-        if kind != "host":  # a launch op's seconds grow as its run does (_launch): not shared
-            args = self._shared(kind, args)
-        self.ops.append(Op(i, rank, sys.intern(name), kind, category, stream, deps, args))
-        return i
-
-    def _shared(self, kind: str, args: dict) -> dict:
-        """One dict for the equal arguments of many ops of one ``kind`` (alike ranks' GEMMs,
-        every member's op of a collective): at 65,536 ranks the trace's largest part.  Values
-        are compared with their types (``1`` and ``1.0`` stay apart); arguments holding lists
-        are not shared."""
-        try:
-            key = (kind, *((k, type(v), v) for k, v in args.items()))
-            return self.shared.setdefault(key, args)
-        except TypeError:  # an unhashable value (a parameter server's per-server bytes)
-            return args
-
-    def prepare_batch(self, rank: int, seconds: float) -> None:
-        """The host's per-iteration batch preparation of ``rank`` (the first op of its host
-        stream); the rank's GPU ops then wait for the host (class docstring)."""
-        self.prepared[rank] = self._append(
-            rank, "input_pipeline", "host", "framework", "host", (), {"seconds": seconds}
-        )
-
-    def copy_rank(self, rank: int, start: int, end: int) -> None:
-        """Append the ops ``[start, end)`` of another rank, whose inputs equal ``rank``'s
-        (``lower``), as ``rank``'s: ids and dependencies shifted, the same (finished, never
-        changed again) arguments."""
-        shift = len(self.ops) - start
-        add, append = shift.__add__, self.ops.append  # bound once: thousands of ops a rank
-        for op in self.ops[start:end]:
-            d = op.deps
-            k = len(d)  # most ops wait for one or two: spelled out, a fifth of a copy saved
-            if k == 2:
-                deps = (d[0] + shift, d[1] + shift)
-            elif k == 1:
-                deps = (d[0] + shift,)
-            else:
-                deps = tuple(map(add, d)) if k else ()
-            append(Op(op.id + shift, rank, op.name, op.kind, op.category, op.stream, deps, op.args))
-
-    def collective(self, op, size, matrix=None, ranks=None) -> int:
-        """Append a collective of ``size`` bytes over ``ranks`` (default all) and return its id."""
-        ranks = np.arange(self.ranks) if ranks is None else ranks
-        self.colls.append(Collective(len(self.colls), op, ranks, float(size), matrix))
-        return len(self.colls) - 1
-
-
-def _kernels(kind: str, args: dict) -> int:
-    """Kernels the host launches for one op: its ``launches`` (one per table for unfused
-    embeddings), one for a collective or a copy."""
-    if kind in ("embedding_fwd", "embedding_bwd") and not args.get("fused", True):
-        return max(int(args.get("tables", 1)), 1)
-    return int(args.get("launches", 1))
-
 
 #: lowered traces kept for reuse, at most this many ops in all (about 0.4 kB each): the
 #: planner lowers each candidate plan to estimate it, and the run then lowers the chosen one
@@ -249,11 +157,11 @@ def _remember(key: tuple, trace: Trace) -> None:
 
 def _lower(w, plan, ranks, fused, g, zipf_alpha, sync, stack) -> Trace:
     """:func:`lower` without the cache."""
-    lay, dedup = _layout_of(w, plan, ranks, g, zipf_alpha, stack)
-    b = _Builder(ranks, stack.host_dispatch_s)
-    c = {**_embedding_collectives(b, lay, ranks, g, stack.data_distributor), **dedup}
+    lay, dedup = layout_of(w, plan, ranks, g, zipf_alpha, stack)
+    b = TraceBuilder(ranks, stack.host_dispatch_s)
+    c = {**embedding_collectives(b, lay, ranks, g, stack.data_distributor), **dedup}
     if stack.data_distributor:
-        _distributor_collectives(b, c, lay, w, plan, stack.data_distributor_key_bytes)
+        distributor_collectives(b, c, lay, w, plan, stack.data_distributor_key_bytes)
     buckets = _dense_buckets(w, lay, stack, ranks)
     cb = DTYPE_BYTES[w.precision["communication"]]
     dense_groups = lower_dense.dense_groups(sync, ranks, g)
@@ -263,14 +171,14 @@ def _lower(w, plan, ranks, fused, g, zipf_alpha, sync, stack) -> Trace:
     }
     sync_bytes = float((w.dense_params + lay.dp_params) * cb)
     sync_colls = lower_dense.sync_collectives(b, sync, sync_bytes, ranks, g)
-    rows = [*_rank_rows(lay, ranks), np.arange(ranks) == _bottom_rank(stack, ranks)]
+    rows = [*rank_rows(lay, ranks), np.arange(ranks) == bottom_rank(stack, ranks)]
     blocks: dict[tuple, tuple] = {}  # a rank's inputs -> (rank, its ops' ids [start, end))
     alike: list[int] = []
     group_of: dict[int, str] = {}
     for k, grp in dense_groups.items():
         for r in grp.tolist():
             group_of.setdefault(r, k)
-    of_node, of_rail, row_bytes = _block_inputs(c, rows, ranks, g)
+    of_node, of_rail, row_bytes = block_inputs(c, rows, ranks, g)
     for r in range(ranks):
         group = group_of.get(r)
         ar = c_ar.get(group, [])
@@ -306,72 +214,10 @@ def _lower(w, plan, ranks, fused, g, zipf_alpha, sync, stack) -> Trace:
     return Trace(ranks, b.ops, b.colls, meta, stack, sync_of, tuple(alike))
 
 
-def _block_inputs(c: dict, rows: list, ranks: int, g: int) -> tuple:
-    """What tells a rank's block of ops apart beside its dense group and sync collectives: per
-    node and per rail its collectives (TWRW, hierarchical and hybrid stages), and per layout row
-    each rank's bytes (each row's bytes made once, cut per rank)."""
-    node_keys = ("twrw_rs", "twrw_ag", "hyb_intra", "hyb_intra_bwd", "hier_intra", "hier_bwd")
-    of_node = [tuple(c.get((k, n)) for k in node_keys) for n in range((ranks - 1) // g + 1)]
-    of_rail = [(c.get(("twrw_a2a", j)), c.get(("twrw_a2a_bwd", j))) for j in range(g)]
-    return of_node, of_rail, [_bytes_by_rank(row, ranks) for row in rows]
-
-
-def _bytes_by_rank(row: np.ndarray, ranks: int) -> list[bytes]:
-    """``[row[r].tobytes() for r in range(ranks)]``, cut from the whole row's bytes (one copy
-    instead of one per rank)."""
-    flat = np.ascontiguousarray(row).tobytes()
-    step = len(flat) // ranks
-    return [flat[r * step : (r + 1) * step] for r in range(ranks)]
-
-
-def _bottom_rank(stack: StackSpec, ranks: int) -> int:
-    """The rank that runs the bottom MLP for every sample (``stack.py`` item 13: rank 0 under
-    ``bottom_mlp: first_rank`` on more than one rank), else -1 (each rank for its own)."""
-    return 0 if stack.bottom_mlp == "first_rank" and ranks > 1 else -1
-
-
 def _dense_buckets(w: WorkloadSpec, lay, stack: StackSpec, ranks: int) -> list:
     """DDP buckets (``lower_dense.buckets``), without a model-parallel bottom MLP's layers."""
-    bottom = _bottom_rank(stack, ranks) < 0
+    bottom = bottom_rank(stack, ranks) < 0
     return lower_dense.buckets(w, lay.dp_params, stack.grouped_allreduce, bottom)
-
-
-def _with_bottom_output(lay, w: WorkloadSpec, rank: int):
-    """The layout with the bottom MLP's output sent from ``rank`` to every sample's rank in the
-    pooled all-to-all, as a table of the output's width would be (``stack.py`` item 13); the
-    cached layout is left as it was."""
-    pooled = lay.pooled_matrix.copy()
-    cb = DTYPE_BYTES[w.precision["communication"]]
-    pooled.add_to_row(rank, float(w.batch_per_gpu * w.bottom_mlp[-1] * cb))
-    return dataclasses.replace(lay, pooled_matrix=pooled)
-
-
-def _layout_of(w, plan, ranks, g, zipf_alpha, stack) -> tuple:
-    """The plan's layout (with a model-parallel bottom MLP's output in the pooled exchange,
-    :func:`_with_bottom_output`), and what joins the trace's collectives ``c``:
-    ``{"dedup": KeyDedup}`` where the stack deduplicates keys and the ranks have keys to
-    deduplicate, and HugeCTR's hierarchical reduction bytes where the stack reduces so
-    (:func:`_hier_reduction_bytes`)."""
-    lay, extra = layout(w, plan, ranks, g, zipf_alpha), {}
-    if stack.key_dedup:
-        lay, dedup = deduplicated(w, plan, lay, ranks, g, zipf_alpha)
-        extra = {"dedup": dedup} if dedup.keys > 0 else {}
-    if _bottom_rank(stack, ranks) >= 0:  # after deduplication: dense vectors, not keys
-        lay = _with_bottom_output(lay, w, _bottom_rank(stack, ranks))
-    if stack.hierarchical_reduction:
-        extra.update(_hier_reduction_bytes(lay, ranks, g))
-    return lay, extra
-
-
-def _rank_rows(lay, ranks: int) -> list[np.ndarray]:
-    """Every per-rank array of the layout (first axis: the ranks; the n×n byte matrices are
-    not arrays and reach a rank's ops only through its collectives): with its dense group's,
-    node's and rail's collectives, what tells one rank's ops from another's."""
-    return [
-        v
-        for v in vars(lay).values()
-        if isinstance(v, np.ndarray) and v.ndim and v.shape[0] == ranks
-    ]
 
 
 def model_figures(w: WorkloadSpec) -> dict:
@@ -384,125 +230,18 @@ def model_figures(w: WorkloadSpec) -> dict:
     }
 
 
-def _embedding_collectives(b: _Builder, lay, ranks: int, g: int, distributor=False) -> dict:
-    """The embedding collectives the layout implies, by key: input (unless a ``distributor``
-    stands in, :func:`_distributor_collectives`), pooled and gradient all-to-alls, RW
-    reduce-scatter/all-gather, TWRW per-node and per-rail collectives."""
-    c: dict = {}
-    if lay.input_matrix.any() and not distributor:
-        c["in"] = b.collective("all_to_all", lay.input_matrix.sum(1).max(), lay.input_matrix)
-    if lay.pooled_matrix.any():
-        pm = lay.pooled_matrix
-        c["pool"] = b.collective("all_to_all", pm.sum(1).max(), pm)
-        c["grad"] = b.collective("all_to_all", pm.T.sum(1).max(), pm.T.copy())
-    if lay.rw_bytes:
-        c["rs"] = b.collective("reduce_scatter", lay.rw_bytes)
-        c["ag"] = b.collective("all_gather", lay.rw_bytes)
-    for node, size in sorted(lay.twrw_rs.items()):
-        members = np.arange(node * g, (node + 1) * g)
-        c["twrw_rs", node] = b.collective("reduce_scatter", size, ranks=members)
-        c["twrw_ag", node] = b.collective("all_gather", size, ranks=members)
-    if lay.hyb_intra_bytes:  # hierarchical hybrid embedding: the stage inside each node
-        per_pair = np.full(g, lay.hyb_intra_bytes)
-        for node in range(ranks // g):
-            members = np.arange(node * g, (node + 1) * g)
-            hm = OuterSum(row=per_pair, col=np.zeros(g))
-            size = g * lay.hyb_intra_bytes
-            for key in ("hyb_intra", "hyb_intra_bwd"):
-                c[key, node] = b.collective("all_to_all", size, hm.copy(), members)
-    if lay.hier_intra is not None and lay.hier_intra.any():  # HugeCTR hierarchical TW/RW shards
-        for node in range(ranks // g):
-            members = np.arange(node * g, (node + 1) * g)
-            hm = OuterSum(row=lay.hier_intra[members].copy(), col=np.zeros(g))
-            size = float(lay.hier_intra[members].max()) * (g - 1)
-            c["hier_intra", node] = b.collective("all_to_all", size, hm, members)
-            c["hier_bwd", node] = b.collective("all_to_all", size, hm.T.copy(), members)
-    if lay.twrw_matrix.any():
-        tm = lay.twrw_matrix
-        for j in range(g):
-            rail = np.arange(ranks // g) * g + j
-            c["twrw_a2a", j] = b.collective("all_to_all", tm.sum(1).max(), tm, ranks=rail)
-            c["twrw_a2a_bwd", j] = b.collective(
-                "all_to_all", tm.T.sum(1).max(), tm.T.copy(), ranks=rail
-            )
-    return c
-
-
-def _hier_reduction_bytes(lay, ranks: int, g: int) -> dict:
-    """Bytes HugeCTR's ``dst_reduction`` moves per rank (``stack.py`` item 8f), as
-    ``{"hier_red_bytes": array}`` where some rank has any (else ``{}``): after the intra-node
-    stage a rank reads every partial output its node's GPUs wrote for its rail and writes the
-    reduced outputs once.
-    A TWRW node (every table row-split over the node's ``g`` GPUs) of reduce-scatter size ``S``
-    (the global batch's outputs of the node's tables): ``S`` read (``g`` partials of ``S / g``),
-    ``S / g`` written.  Hierarchical TW/RW shards: the rank reads what its node's holders wrote
-    to it (each node GPU ``p`` writes ``hier_intra[p]`` to every GPU of its node, itself
-    included) and writes as much (exact for TW, where one GPU holds the lookup; an upper bound
-    for a table row-split inside the node).  Source: NVIDIA-Merlin/HugeCTR (commit 2f2016f)
-    ``embedding/operators/hier_model_forward.cu``, ``IntraModelForward::dst_reduction``
-    (``IntraModelDstReductionMultiToOneDesc`` over ``network_gpu_ids``/``network_offsets``,
-    the holders of each lookup in the node)."""
-    nbytes = np.zeros(ranks)
-    for node, size in lay.twrw_rs.items():
-        nbytes[node * g : (node + 1) * g] += size * (1.0 + 1.0 / g)
-    if lay.hier_intra is not None and lay.hier_intra.any():
-        per_node = lay.hier_intra.reshape(ranks // g, g).sum(axis=1)
-        nbytes += 2.0 * np.repeat(per_node, g)
-    return {"hier_red_bytes": nbytes} if nbytes.any() else {}
-
-
-def _distributor_collectives(
-    b: _Builder, c: dict, lay, w: WorkloadSpec, plan: Plan, key_bytes: int = 0
-) -> None:
-    """HugeCTR's data distributor (``stack.py`` item 8d) in place of the input all-to-all ``in``:
-    an all-to-all of the key counts, one per local sample and model-parallel table part the
-    receiver serves (``keys_per_bucket``; the offset type has the key's width), then one of the
-    keys themselves, the rest of the index bytes, both ``key_bytes`` wide (0: the workload's
-    ``index_bytes``).  Data-parallel tables exchange nothing (``SparseDPDataDistributionOp``).
-
-    Source: NVIDIA-Merlin/HugeCTR HugeCTR/embedding/data_distributor/
-    sparse_data_distribution_op_impl.cu (``SparseMPDataDistributionOp::distribute``:
-    ``all2all_keys_per_bucket`` then ``all2all_keys``, each an ``ncclGroupStart``/``ncclSend``/
-    ``ncclRecv`` loop over every global GPU, a ``cudaStreamSynchronize`` between them), and
-    HugeCTR/src/pybind/model_compile.cpp (offset type = key type)."""
-    if not lay.input_matrix.any():
-        return
-    n_dp = sum(1 for s in plan.shards if s.kind == "DP" and s.tier != "ps")
-    index_col = lay.input_matrix.col  # B·(pooling·share + 1)·index_bytes per owner
-    owners = index_col > 0
-    counts_col = np.where(owners, w.batch_per_gpu * w.index_bytes * (lay.tables - n_dp), 0.0)
-    counts_col = np.clip(counts_col, 0.0, index_col)
-    scale = (key_bytes or w.index_bytes) / w.index_bytes
-    zero = np.zeros_like(index_col)
-    counts = OuterSum(row=zero, col=counts_col * scale)
-    keys = OuterSum(row=zero.copy(), col=(index_col - counts_col) * scale)
-    c["ddl_counts"] = b.collective("all_to_all", counts.sum(1).max(), counts)
-    c["ddl_keys"] = b.collective("all_to_all", keys.sum(1).max(), keys)
-    kb = float(key_bytes or w.index_bytes)
-    dp_keys = w.batch_per_gpu * sum(
-        w.tables[s.table].pooling for s in plan.shards if s.kind == "DP" and s.tier != "ps"
-    )
-    # bytes the distributor's kernels move per rank (_lower_distributor): each local
-    # model-parallel key is labelled (read k, write k + a 4-byte label), sorted by owner (a
-    # label histogram pass, then one radix pass reading and writing key + label) and, received,
-    # swizzled into bucket order (read k, write k): 6k + 16 bytes; a data-parallel key is copied
-    # into the lookup's input (read k, write k)
-    mp_keys = keys.sum(1) / kb
-    c["ddl_kernel_bytes"] = mp_keys * (6 * kb + 16) + dp_keys * 2 * kb
-
-
 class _RankOps:
     """Op constructors for one rank ``r``: its collectives (by key in ``c``), GEMMs, UVM host
     transfers and parameter-server transfers; each returns the new op's id, or None when the rank
     has no such work."""
 
-    def __init__(self, b: _Builder, w: WorkloadSpec, r: int, lay, c: dict, stack=BARE):
+    def __init__(self, b: TraceBuilder, w: WorkloadSpec, r: int, lay, c: dict, stack=BARE):
         self.b, self.w, self.r, self.lay, self.c = b, w, r, lay, c
         self.stack = stack
         self.emb_stream = "embedding" if stack.embedding_stream else "compute"
         #: samples of the rank's bottom MLP (``stack.py`` item 13) and whether it is
         #: model-parallel (its output and gradient in the embeddings' all-to-alls)
-        bottom = _bottom_rank(stack, b.ranks)
+        bottom = bottom_rank(stack, b.ranks)
         self.bottom_mp = bottom >= 0
         self.bottom_batch = w.batch_per_gpu * (
             b.ranks if r == bottom else 0 if self.bottom_mp else 1
