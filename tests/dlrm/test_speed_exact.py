@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from zionsim.dlrm import estimate, lowering, walks
+from zionsim.dlrm import estimate, flat_walk, lowering
 from zionsim.dlrm.planner import Planner, parameter_servers, round_robin
 from zionsim.network import nccl
 from zionsim.sim.inputs import resolve_inputs
@@ -182,8 +182,8 @@ def test_a_twrw_plan_walks_one_rank_for_alike_ranks_of_every_copy(monkeypatch):
     one class (``estimate.COPIES``): fewer ranks walked, the same estimate as classes within one
     collective and as every rank walked."""
     inputs, cluster, plan, trace, seconds, moved = _twrw({"workload": "mlperf_dlrm", "nodes": 4})
-    merged = walks.Shape(trace, seconds, moved, True, copies=True)
-    plain = walks.Shape(trace, seconds, moved, True)
+    merged = flat_walk.Shape(trace, seconds, moved, True, copies=True)
+    plain = flat_walk.Shape(trace, seconds, moved, True)
     assert merged.valid and merged.spans
     assert sum(map(bool, merged.weight)) < sum(map(bool, plain.weight))
     joined: dict[int, int] = {}  # a walked collective's members, as its walked ranks count them
@@ -206,8 +206,8 @@ def test_copies_priced_apart_are_walked_apart(monkeypatch):
         return [*times[:1], *(t * 100 for t in times[1:2]), *times[2:]]
 
     monkeypatch.setattr(estimate, "together_of", apart)
-    merged = walks.Shape(trace, seconds, moved, True, copies=True)
-    walk = walks.FlatWalk(
+    merged = flat_walk.Shape(trace, seconds, moved, True, copies=True)
+    walk = flat_walk.FlatWalk(
         cluster, trace, merged, trace.stack.compute_slowdown, moved,
         lambda c: estimate.choice_of(cluster, c), lambda ch: apart(cluster, ch),
     )  # fmt: skip
@@ -240,7 +240,7 @@ def _walk_of(inputs, cluster, plan):
     for copies in (True, False):
         shape = estimate._shape(trace, seconds, moved, copies=copies)
         if shape.valid:
-            walk = walks.FlatWalk(cluster, trace, shape, stack.compute_slowdown, moved, choose,
+            walk = flat_walk.FlatWalk(cluster, trace, shape, stack.compute_slowdown, moved, choose,
                                   together)  # fmt: skip
             if not copies or walk.copies_alike():
                 return walk
@@ -286,8 +286,8 @@ def test_the_planner_skipping_candidates_picks_the_plan_it_picks_walking_all(mon
         return out
 
     runs = []
-    real_run = walks.FlatWalk.run
-    monkeypatch.setattr(walks.FlatWalk, "run", lambda s, n: runs.append(1) or real_run(s, n))
+    real_run = flat_walk.FlatWalk.run
+    monkeypatch.setattr(flat_walk.FlatWalk, "run", lambda s, n: runs.append(1) or real_run(s, n))
     monkeypatch.setattr(estimate, "REUSE", False)  # every walk that is not skipped walked
     skipped = plans()
     some = len(runs)
@@ -295,9 +295,9 @@ def test_the_planner_skipping_candidates_picks_the_plan_it_picks_walking_all(mon
     walked = plans()
     assert skipped == walked
     assert some < len(runs) - some  # candidates were skipped
-    real = walks.FlatWalk.lower_bound
+    real = flat_walk.FlatWalk.lower_bound
     monkeypatch.setattr(estimate, "PRUNE", True)
-    monkeypatch.setattr(walks.FlatWalk, "lower_bound", lambda s, *_: 3 * real(s))
+    monkeypatch.setattr(flat_walk.FlatWalk, "lower_bound", lambda s, *_: 3 * real(s))
     assert plans() != walked
 
 
@@ -306,8 +306,8 @@ def test_walks_kept_by_their_inputs_end_as_walks_made_anew(monkeypatch):
     plan on NIC speeds that price its collectives alike and apart, estimated with walks kept and
     with none."""
     estimates, runs = {}, []
-    real_run = walks.FlatWalk.run
-    monkeypatch.setattr(walks.FlatWalk, "run", lambda s, n: runs.append(1) or real_run(s, n))
+    real_run = flat_walk.FlatWalk.run
+    monkeypatch.setattr(flat_walk.FlatWalk, "run", lambda s, n: runs.append(1) or real_run(s, n))
     monkeypatch.setattr(estimate, "PRUNE", False)
     for reuse in (True, False):
         monkeypatch.setattr(estimate, "REUSE", reuse)

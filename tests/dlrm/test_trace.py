@@ -197,7 +197,7 @@ def test_alike_ops_share_their_arguments_and_launches_do_not(monkeypatch):
     monkeypatch.setattr(trace_builder.TraceBuilder, "_shared", lambda self, kind, args: args)
     monkeypatch.setattr(lowering, "_CACHE", OrderedDict())  # lowered again, not the kept trace
     alone = lower(w, plan, 4, stack=stack)
-    assert all(a is not b for a, b in zip(alone.ops, shared.ops))
+    assert all(a is not b for a, b in zip(alone.ops, shared.ops, strict=True))
     assert trace_to_dict(shared) == trace_to_dict(alone)
     top = [o for o in shared.ops if o.name == "top_fwd0"]
     assert len(top) == 4 and len({id(o.args) for o in top}) == 1

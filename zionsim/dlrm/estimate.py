@@ -24,8 +24,9 @@ all-to-all beside a host read), and ShadowSync's background rounds.  Foreground 
 every K-th iteration as in a run, so the walked iterations hold one only when K divides 2.
 docs/plans.md tabulates the estimate's error on every shipped workload.
 
-The walk itself is ``walks.py``; this module holds what it prices with (op seconds, host
-transfers' seconds, NCCL's choices), the settings both walks read and the per-trace memos.
+The walks themselves are ``walks.py`` (the reference) and ``flat_walk.py``; this module holds
+what they price with (op seconds, host transfers' seconds, NCCL's choices), the settings both
+walks read and the per-trace memos.
 
 Two iterations run back to back, as in a run (the input all-to-all of the next iteration may
 start during this one's compute); the estimate is the second's end-to-end time, the measure of
@@ -44,7 +45,7 @@ from functools import partial
 import numpy as np
 
 from zionsim.base.kept import Registry, kept_for
-from zionsim.dlrm import walks
+from zionsim.dlrm import flat_walk, walks
 from zionsim.dlrm.lowering import lower
 from zionsim.dlrm.op_costs import op_durations, stack_compute_model, transfer_flows
 from zionsim.dlrm.stack import BARE, StackSpec
@@ -110,12 +111,12 @@ def evaluate(
         if COPIES and CLASSES:  # one rank for alike ranks of every copy, where that holds
             shape = _shape(trace, durations, transfer_s, copies=True)
             if shape.valid:
-                walk = walks.FlatWalk(cluster, trace, shape, slow, transfer_s, choose, together)
+                walk = flat_walk.FlatWalk(cluster, trace, shape, slow, transfer_s, choose, together)
                 if not walk.copies_alike():
                     walk = None
         if walk is None:
             shape = _shape(trace, durations, transfer_s)
-            walk = walks.FlatWalk(cluster, trace, shape, slow, transfer_s, choose, together)
+            walk = flat_walk.FlatWalk(cluster, trace, shape, slow, transfer_s, choose, together)
     else:
         walk = walks.Walk(
             cluster, trace, durations, slow, transfer_s, choose, CLASSES, together
@@ -129,9 +130,9 @@ def evaluate(
     return float(np.diff(ends).mean()) if len(ends) > 1 else float(ends[0])
 
 
-def _walk_ends(walk: walks.FlatWalk, iterations: int, cutoff: float | None):
+def _walk_ends(walk: flat_walk.FlatWalk, iterations: int, cutoff: float | None):
     """``walk.run(iterations)``, kept on the walk's shape by what else it reads
-    (:meth:`walks.FlatWalk.inputs`) while :data:`REUSE`; None where :data:`PRUNE`, two
+    (:meth:`flat_walk.FlatWalk.inputs`) while :data:`REUSE`; None where :data:`PRUNE`, two
     iterations and ``cutoff`` allow skipping the walk (its lower bound, less a margin for
     rounding, is above ``cutoff``)."""
     shape = walk.shape
@@ -153,14 +154,14 @@ def _walk_ends(walk: walks.FlatWalk, iterations: int, cutoff: float | None):
     return ends
 
 
-#: skip walking a candidate whose lower bound (``walks.FlatWalk.lower_bound``) is above the best
+#: skip walking a candidate whose lower bound (``flat_walk.FlatWalk.lower_bound``) is above the best
 #: estimate so far (``evaluate``'s ``cutoff``); False: walk every candidate (the tests)
 PRUNE = True
 #: the bound must exceed the cutoff by this share of itself: the walk adds op seconds one at a
 #: time from the first iteration's end, the bound from zero, so the two roundings differ by
 #: about the number of ops times 1e-16 of the times involved
 PRUNE_MARGIN = 1e-7
-#: walks kept per shape (``walks.Shape.ends``), at most
+#: walks kept per shape (``flat_walk.Shape.ends``), at most
 KEEP_WALKS = 64
 
 
@@ -177,10 +178,10 @@ KEEP_OPS = 200_000
 KEEP_MODELS = 32
 #: the flat walk's rank classes also span the copies of a step's collective (a TWRW table's
 #: reduce-scatter in each node, its all-to-all on each rail) where every copy is priced alike
-#: (``walks.Shape``'s ``copies``: one rank of a class for alike ranks of every node or rail);
+#: (``flat_walk.Shape``'s ``copies``: one rank of a class for alike ranks of every node or rail);
 #: False: classes within one collective (the tests comparing the two)
 COPIES = True
-#: play the walk on flat per-op lists (:class:`walks.FlatWalk`); False: the op-object walk
+#: play the walk on flat per-op lists (:class:`flat_walk.FlatWalk`); False: the op-object walk
 #: (:class:`walks.Walk`, the tests comparing the two)
 FLAT = True
 
@@ -293,14 +294,14 @@ def durations_of(cluster, trace: Trace, model) -> np.ndarray:
 
 def _shape(
     trace: Trace, durations: np.ndarray, transfer_s: dict, copies: bool = False
-) -> walks.Shape:
-    """The flat walk's :class:`walks.Shape` of ``trace`` (with ``copies``: its classes spanning
+) -> flat_walk.Shape:
+    """The flat walk's :class:`flat_walk.Shape` of ``trace`` (with ``copies``: its classes spanning
     collective copies), kept while :data:`REUSE` (by the ops' and transfers' seconds, by
     value)."""
     extra = (durations.tobytes(), tuple(sorted(transfer_s.items())), CLASSES, copies)
     shape = _SHAPES.get(trace, extra)
     if shape is None:
-        shape = walks.Shape(trace, durations, transfer_s, CLASSES, copies)
+        shape = flat_walk.Shape(trace, durations, transfer_s, CLASSES, copies)
         _SHAPES.put(trace, extra, shape)
     return shape
 

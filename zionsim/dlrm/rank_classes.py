@@ -24,7 +24,7 @@ def rank_classes(
     lowering knows to have equal ops, whose ops are then compared once (their host transfers'
     seconds, which depend on the rank's own routes, still each time).  ``group_of``: a
     collective as the first of its copies (ranks alike but for which copy they join are
-    alike, ``walks.Shape``'s ``copies``)."""
+    alike, ``flat_walk.Shape``'s ``copies``)."""
     first: dict[tuple, int] = {}
     weight = [0] * len(by_rank)
     owner = [0] * len(by_rank)
