@@ -333,16 +333,8 @@ def _arch(f: Fields, g: Fields, dtype_fits: tuple[tuple[str, GemmFit], ...] = ()
             if "shared_memory_bytes_per_clock" in f.data
             else 0.0
         ),
-        gemm_overlap=_flag(f, "gemm_overlap"),
+        gemm_overlap=f.flag("gemm_overlap", False),
     )
-
-
-def _flag(f: Fields, key: str) -> bool:
-    """An optional true/false field (absent: false)."""
-    value = f.data.get(key, False)
-    if not isinstance(value, bool):
-        raise f.error(key, f"must be true or false, got {value!r}", allowed="true, false")
-    return value
 
 
 def architecture(gpu: GpuSpec) -> str:
