@@ -159,18 +159,31 @@ def host_staged_cap(cluster, t: dict, st: Setting, protocol: str, phase, routes)
 def crosses_fabric(cluster, routes, n_rows: int) -> np.ndarray:
     """Which of a phase's ``n_rows`` flows cross the scale-out fabric: a plain row whose route
     has a fabric edge, a flow-class row whose members' routes have a NIC edge."""
+    plain, on_net, nic_up, nic_down = _fabric_edges(cluster, routes)
+    out = np.zeros(n_rows, dtype=bool)
+    if on_net is not None:
+        out[: len(plain)] = on_net.any(axis=1)
+    if nic_up is not None:
+        out[len(plain) : n_rows] = (nic_up | nic_down).any(axis=1)
+    return out
+
+
+def _fabric_edges(cluster, routes) -> tuple:
+    """(the plain routes; per plain route step whether it is a fabric edge, None without plain
+    steps; per flow-class member route step whether it is a NIC → fabric edge, and whether a
+    fabric → NIC edge, both None without classes).  ``routes``: a phase's route array, or its
+    flow classes (``plain`` rows, then ``routes`` of the class members)."""
     router = cluster.router
     classed = not isinstance(routes, np.ndarray)
     plain = routes.plain if classed else routes
-    out = np.zeros(n_rows, dtype=bool)
+    on_net = nic_up = nic_down = None
     if len(plain) and plain.shape[1]:
+        # fabric edges, and False at index -1 for the routes' padding
         on_net = np.append(router.edge_kind == cluster.spec.scale_out.kind, False)[plain]
-        out[: len(plain)] = on_net.any(axis=1)
     if classed and len(routes.classes):
-        r = routes.routes
-        nic = np.isin(r, router.nic_up_edges()) | np.isin(r, router.nic_down_edges())
-        out[len(plain) : n_rows] = nic.any(axis=1)
-    return out
+        nic_up = np.isin(routes.routes, router.nic_up_edges())
+        nic_down = np.isin(routes.routes, router.nic_down_edges())
+    return plain, on_net, nic_up, nic_down
 
 
 def p2p_net_efficiency(cluster, t: dict, phase, routes) -> np.ndarray:
@@ -187,15 +200,13 @@ def p2p_net_efficiency(cluster, t: dict, phase, routes) -> np.ndarray:
     plain = routes.plain if classed else routes
     if c == 0.0 or not len(ones) or (plain.shape[1] == 0 and not classed):
         return ones
-    router = cluster.router
-    n_edges = len(router.capacity_Bps)
+    n_edges = len(cluster.router.capacity_Bps)
     pairs = ones if phase.weight is None else np.asarray(phase.weight, dtype=float)
+    plain, on_net, c_out, c_in = _fabric_edges(cluster, routes)  # c_: a member's NIC edges
     n_plain = len(plain)
     k_out, k_in = np.zeros(n_edges), np.zeros(n_edges)
     crosses = np.zeros(n_plain, dtype=bool)
-    if plain.shape[1]:
-        # fabric edges, and False at index -1 for the routes' padding
-        on_net = np.append(router.edge_kind == cluster.spec.scale_out.kind, False)[plain]
+    if on_net is not None:
         crosses = on_net.any(axis=1)
         rows = np.arange(n_plain)
         egress = plain[rows, np.argmax(on_net, axis=1)]  # NIC → fabric: the first fabric edge
@@ -203,11 +214,8 @@ def p2p_net_efficiency(cluster, t: dict, phase, routes) -> np.ndarray:
         w = pairs[:n_plain][crosses]
         k_out += np.bincount(egress[crosses], weights=w, minlength=n_edges)
         k_in += np.bincount(ingress[crosses], weights=w, minlength=n_edges)
-    c_out = c_in = None
-    if classed and len(routes.classes):
+    if c_out is not None:
         r = routes.routes
-        c_out = np.isin(r, router.nic_up_edges())  # a member's NIC → fabric edge
-        c_in = np.isin(r, router.nic_down_edges())
         row_w = np.broadcast_to(pairs[n_plain:, None], r.shape)
         k_out += np.bincount(r[c_out], weights=(row_w * routes.frac)[c_out], minlength=n_edges)
         k_in += np.bincount(r[c_in], weights=(row_w * routes.frac)[c_in], minlength=n_edges)
