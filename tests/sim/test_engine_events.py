@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import pytest
 
+from zionsim.base import kept
+from zionsim.dlrm import estimate
 from zionsim.io.files import to_json
-from zionsim.sim import engine, results
+from zionsim.sim import engine
 from zionsim.sim.inputs import resolve_inputs
 from zionsim.sim.run import simulate_inputs
 
@@ -26,8 +28,9 @@ def test_elided_events_and_kept_derivations_change_nothing(options, monkeypatch)
     params = {"topology": "zionex", "iterations": 3, **options}
     fast = [simulate_inputs(resolve_inputs(params)) for _ in range(2)]  # the second reuses
     monkeypatch.setattr(engine, "ELIDE", False)
-    monkeypatch.setattr(results, "_KEPT", [])
-    monkeypatch.setattr(results, "KEEP_OPS", 0)
+    monkeypatch.setattr(kept, "_KEPT", [])
+    monkeypatch.setattr(kept, "KEEP_OPS", 0)
+    monkeypatch.setattr(estimate, "REUSE", False)  # op seconds priced afresh
     slow = simulate_inputs(resolve_inputs(params))
     for run in fast:
         assert run.timing["simpy_events"] == slow.timing["simpy_events"]

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from zionsim.base import config
+from zionsim.base import config, kept
 from zionsim.dlrm import estimate, lowering
 from zionsim.io.files import to_json
 from zionsim.network import nccl
@@ -44,8 +44,8 @@ def _alone(params: dict, monkeypatch) -> dict:
     monkeypatch.setattr(nccl, "MEMO_SCHEDULES", 0)
     monkeypatch.setattr(config, "_PARSED", {})
     monkeypatch.setattr(config, "KEEP_PARSED_CHARS", 0)  # every input file parsed anew
-    monkeypatch.setattr(results, "_KEPT", [])
-    monkeypatch.setattr(results, "KEEP_OPS", 0)
+    monkeypatch.setattr(kept, "_KEPT", [])
+    monkeypatch.setattr(kept, "KEEP_OPS", 0)
     figures = summary_row(run_point(params).summary)
     return json.loads(to_json(figures))  # as a point file holds them
 
@@ -188,14 +188,14 @@ def test_the_analysis_of_equal_ops_is_derived_once(monkeypatch):
     from zionsim.sim.inputs import resolve_inputs
     from zionsim.sim.run import simulate_inputs
 
-    monkeypatch.setattr(results, "_KEPT", [])
+    monkeypatch.setattr(kept, "_KEPT", [])
     base = {"topology": "zionex", "nodes": 2, "workload": "mlperf_dlrm", "iterations": 2}
     runs = [
         simulate_inputs(resolve_inputs({**base, "topology.scale_out.nic_bw": bw}))
         for bw in ("100Gbps", "400Gbps")
     ]
-    assert len(results._KEPT) == 1
-    monkeypatch.setattr(results, "KEEP_OPS", 0)
+    assert len(kept._KEPT) == 1
+    monkeypatch.setattr(kept, "KEEP_OPS", 0)
     again = simulate_inputs(resolve_inputs({**base, "topology.scale_out.nic_bw": "400Gbps"}))
     assert to_json(again.summary) == to_json(runs[1].summary)
     assert again.events.equals(runs[1].events)

@@ -102,7 +102,7 @@ def evaluate(
     a lower bound shows the estimate to be above ``cutoff`` (:data:`PRUNE`), so that the trace
     need not be walked; any estimate not above it is the estimate."""
     stack = trace.stack or BARE
-    durations = durations_of(cluster, trace, _compute_model(cluster, stack))
+    durations = op_seconds(cluster, trace)
     transfer_s = transfer_seconds(cluster, trace)
     choose, together = partial(choice_of, cluster), partial(together_of, cluster)
     slow = stack.compute_slowdown
@@ -273,6 +273,20 @@ def _model_repr(model) -> str:
     if _LAST_MODEL[0] is not model:
         _LAST_MODEL[:] = [model, repr(model)]
     return _LAST_MODEL[1]
+
+
+def op_seconds(cluster, trace: Trace, base=None) -> np.ndarray:
+    """Seconds of every op of ``trace`` on ``cluster`` (``op_costs.op_durations``) under its
+    stack's compute model (``op_costs.stack_compute_model`` of ``base``, default the built-in
+    compute model), kept per trace, GPU and model while :data:`REUSE`: the planner prices a
+    candidate with them and the engine runs the chosen trace with the same vector.  Read
+    only (shared)."""
+    stack = trace.stack or BARE
+    if base is None:
+        model = _compute_model(cluster, stack)
+    else:
+        model = stack_compute_model(cluster, stack, base)
+    return durations_of(cluster, trace, model)
 
 
 def durations_of(cluster, trace: Trace, model) -> np.ndarray:

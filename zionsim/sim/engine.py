@@ -26,10 +26,10 @@ import numpy as np
 import simpy
 
 from zionsim.base.errors import InputError
-from zionsim.base.kept import Registry, kept_for
+from zionsim.base.kept import Registry, kept_for, kept_with
+from zionsim.dlrm import estimate
 from zionsim.dlrm.op_costs import (  # noqa: F401 - op_durations is imported from here too
     op_durations,
-    stack_compute_model,
     transfer_flows,
 )
 from zionsim.dlrm.stack import BARE
@@ -41,7 +41,6 @@ from zionsim.network.flows import FlowNetwork, NetworkStats
 from zionsim.network.simulate import CountingEnvironment
 from zionsim.sim import templates as TEMPLATES
 from zionsim.sim.records import OpRecords, SpanTag, SyncRound
-from zionsim.sim.results import _kept_for
 from zionsim.sim.templates import TemplateBroken, templates
 
 
@@ -96,7 +95,7 @@ def simulate_trace(
     ``variability`` (a :class:`~zionsim.sim.variability.VariabilitySpec`): realisation
     ``realisation`` of its noise and stragglers, drawn from ``(seed, realisation)``."""
     check_cluster(cluster, trace)
-    durations = _op_seconds(cluster, trace, compute_model)
+    durations = estimate.op_seconds(cluster, trace, compute_model)
     per_iteration = None
     if variability is not None and variability.perturbs:
         from zionsim.sim.variability import realise
@@ -150,32 +149,6 @@ ENDED = object()
 #: mark an op's end that no op waits for instead of firing its event (``_Run._finished``);
 #: False: every end fires one (the tests comparing the two)
 ELIDE = True
-
-
-def _op_seconds(cluster, trace: Trace, compute_model=None) -> np.ndarray:
-    """``op_durations`` of ``trace`` on ``cluster`` under the stack's compute model, kept with
-    the trace's ops (``results._kept_for``) for the same GPU (every field), rank copies, stack
-    launch cost and compute model (the same objects): what it reads of the cluster is its GPU,
-    so a sweep's points that differ only in the network share it.  Read-only."""
-    stack = trace.stack or BARE
-    launch = stack.kernel_launch_s
-    base = compute.load_compute_model() if launch is not None and compute_model is None else None
-    key = (repr(cluster.spec.gpu), launch, trace.alike, trace.ranks)
-    memo = _kept_for(trace.ops).setdefault("op_seconds", [])
-    for k, given, b, seconds in memo:
-        if k == key and given is compute_model and b is base:
-            return seconds
-    model = stack_compute_model(cluster, stack, compute_model)
-    seconds = op_durations(cluster, trace, model)
-    seconds.setflags(write=False)
-    if len(memo) >= KEEP_OP_SECONDS:
-        memo.pop(0)
-    memo.append((key, compute_model, base, seconds))
-    return seconds
-
-
-#: op-seconds vectors kept per lowered trace (GPUs, compute models), at most
-KEEP_OP_SECONDS = 4
 
 
 class _Stalled(Exception):
@@ -235,10 +208,10 @@ def start_trace(
 
 def _ranks_and_templates(trace: Trace, durations_s: np.ndarray, alone: bool, g: int):
     """``trace.by_rank()`` and its rank templates (``templates.py``), kept with the trace's ops
-    (``results._kept_for``: a sweep's points that differ only in the cluster's rates run the
+    (``base.kept.kept_with``: a sweep's points that differ only in the cluster's rates run the
     same lowered ops, mostly with the same op seconds) for the same collectives, rank copies,
     op seconds and flags; both are only read."""
-    kept = _kept_for(trace.ops)
+    kept = kept_with(trace.ops)
     by_rank = kept.get("by_rank")
     if by_rank is None or len(by_rank) != trace.ranks:
         by_rank = kept["by_rank"] = trace.by_rank()
@@ -344,7 +317,7 @@ class _Run:
         self.iteration = [0] * trace.ranks  # iterations each rank's compute stream finished
         self.progress = [env.event() for _ in range(trace.ranks)]  # fires at each such end
         by_rank = by_rank if by_rank is not None else trace.by_rank()
-        kept = _kept_for(trace.ops)  # what the ops alone give, kept with them
+        kept = kept_with(trace.ops)  # what the ops alone give, kept with them
         if "computing" not in kept or len(by_rank) != kept["ranks"]:
             kept["computing"] = sum(1 for r in by_rank if any(o.stream == "compute" for o in r))
             kept["ranks"] = len(by_rank)

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from zionsim.base.errors import InputError
-from zionsim.base.kept import Registry, kept_for
+from zionsim.base.kept import Registry, kept_for, kept_with
 from zionsim.dlrm.trace import CATEGORIES, STREAMS
 from zionsim.sim.records import SpanTag
 
@@ -46,9 +46,9 @@ class Analysis:
         self.row = np.full((rec.iterations, len(self.trace.ops)), -1, dtype=np.int64)
         self.row[self.it, self.op] = np.arange(len(self.it))
         self.ends = np.array([self.end[self.it == i].max() for i in range(rec.iterations)])
-        self._kept = _kept_for(self.trace.ops)
+        self._kept = kept_with(self.trace.ops)
         self._paths: dict[int, list] = {}  # critical paths walked, by iteration
-        #: per-op arrays, built on first use (_codes); kept with the trace's ops (_kept_for)
+        #: per-op arrays, built on first use (_codes); kept with the trace's ops (kept_with)
         self._op_codes: dict | None = self._kept.get("codes")
         if "prev" in self._kept:
             self.prev = self._kept["prev"]
@@ -349,31 +349,6 @@ class Analysis:
             "end_s": np.array([x[2] for x in sr], dtype=float),
             "wait_s": 0.0,
         }
-
-
-#: what :class:`Analysis` derives from a trace's ops alone (stream links, per-op codes) is
-#: kept for the next run of equal ops, for at most this many ops in all (a sweep's points
-#: that differ only in the cluster's rates run the same lowered trace); 0: never kept
-KEEP_OPS = 100_000
-_KEPT: list[tuple[list, dict]] = []  # (ops, derived), the most recent last
-
-
-def _kept_for(ops: list) -> dict:
-    """The kept derivations of ``ops`` (a dict to read and fill; never changed once filled):
-    an earlier run's when its ops equal these and begin with the same op object (the lowering
-    hands out the same op objects again), else a new one kept beside them."""
-    if not ops:
-        return {}
-    for i, (kept_ops, derived) in enumerate(_KEPT):
-        if len(kept_ops) == len(ops) and kept_ops[0] is ops[0] and kept_ops == ops:
-            _KEPT.append(_KEPT.pop(i))
-            return derived
-    derived: dict = {}
-    if len(ops) <= KEEP_OPS:
-        _KEPT.append((list(ops), derived))
-        while sum(len(o) for o, _ in _KEPT) > KEEP_OPS:
-            _KEPT.pop(0)
-    return derived
 
 
 #: each stream's index (``trace.STREAMS``) in the per-op codes of :class:`Analysis`

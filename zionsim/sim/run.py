@@ -36,10 +36,10 @@ from zionsim.sim.resources import check_inputs, check_trace
 
 if TYPE_CHECKING:  # pandas is imported where a table is built (a sweep's worker needs none)
     import pandas as pd
+from zionsim.base.kept import kept_with
 from zionsim.sim.perfetto import perfetto, perfetto_json
 from zionsim.sim.results import (
     Analysis,
-    _kept_for,
     link_utilisation,
     links_table,
     rank_totals,
@@ -375,7 +375,7 @@ def _path_summary(segs) -> list[dict]:
 def _collectives(rec, trace: Trace) -> list[dict]:
     it = rec.iterations - 1
     out = []
-    kept = _kept_for(trace.ops)  # derived from the ops alone: kept with them (sim/results.py)
+    kept = kept_with(trace.ops)  # derived from the ops alone: kept with them (base/kept.py)
     names: dict[int, str] | None = kept.get("coll_names")
     if names is None:  # each collective's name: its first op's (one pass over the ops)
         names = kept["coll_names"] = {}
