@@ -214,6 +214,30 @@ def test_only_a100_h100_up_to_8_nodes_may_be_calibrated(tmp_path, extra):
     assert case.gpu in ("H200", "B200", "H100") and not case.calibrated
 
 
+def test_a_collective_on_more_than_8_nodes_cannot_be_calibrated(tmp_path):
+    case = {
+        "id": "c",
+        "family": "collectives",
+        "calibrated": True,
+        "fast": True,
+        "source": "s",
+        "simulate": {
+            "kind": "collective",
+            "topology": "dgx_a100",
+            "nodes": 16,
+            "op": "all_reduce",
+            "size": "8 GiB",
+            "metric": "busbw",
+        },
+        "measured": {"value": 192, "unit": "GB/s"},
+    }
+    with pytest.raises(InputError, match="cannot be calibrated"):
+        load_cases(_write(tmp_path, [case]))
+    case["simulate"]["nodes"] = 8
+    (loaded,) = load_cases(_write(tmp_path, [case]))
+    assert loaded.calibrated and loaded.nodes == 8
+
+
 def test_system_defaults_to_the_simulated_topology(tmp_path):
     """Without a `system` mapping, the measured GPU and nodes are the simulated topology's."""
     (case,) = load_cases(_write(tmp_path, [RUN_CASE]))

@@ -181,8 +181,22 @@ def load_whatifs(path: str | Path | None = None) -> list[WhatIf]:
 
 
 def _check_fit_split(c: Case, file: str, i: int) -> None:
-    """Assumption 4: only A100/H100-class runs on up to FIT_MAX_NODES nodes may be calibrated."""
-    if c.family != "end_to_end" or not c.calibrated:
+    """Assumption 4: only A100/H100-class runs on up to FIT_MAX_NODES nodes may be calibrated.
+
+    A collective that sets a constant is held to the same scale (a measurement on more nodes
+    stays held out); kernel cases are one GPU's microbenchmarks, where the part's own
+    STREAM-like figure is a hardware fact of that part (docs/validation.md).
+    """
+    if not c.calibrated:
+        return
+    if c.family == "collectives" and c.nodes > FIT_MAX_NODES:
+        raise InputError(
+            f"case {c.id!r} on {c.nodes} nodes cannot be calibrated: collective constants are "
+            f"set from measurements on up to {FIT_MAX_NODES} nodes; larger ones stay held out",
+            file=file,
+            field=f"cases[{i}].calibrated",
+        )
+    if c.family != "end_to_end":
         return
     if c.gpu not in FIT_GPUS or c.nodes > FIT_MAX_NODES:
         raise InputError(
