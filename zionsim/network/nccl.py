@@ -77,6 +77,7 @@ from zionsim.network.nccl_model import (  # noqa: F401 - re-exported: callers us
     load_model,
     nvls_channels,
     nvls_heads,
+    p2p_channels_per_peer,
     per_generation,
     remote_peers,
     setting,
@@ -322,7 +323,7 @@ def _protocols(
             (float((p.nbytes / p.members()).max()) for p in sched.phases if len(p.nbytes)),
             default=0.0,
         )
-    per_peer = per_generation(model.table, "p2p_channels", generation(cluster))
+    per_peer = p2p_channels_per_peer(model, setting(cluster, sched))
     small = biggest <= model.table["p2p_ll_threshold"] * per_peer
     return ("LL", "Simple") if small else ("Simple",)
 
