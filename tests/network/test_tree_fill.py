@@ -71,3 +71,18 @@ def test_fill_grows_with_size():
         t = nccl.estimate_s(c, sched, "LL128", model)
         assert t > last
         last = t
+
+
+@pytest.mark.parametrize(("nodes", "stages"), [(2, 4), (3, 4), (4, 6), (8, 8)])
+def test_nvls_tree_fills_one_stage_per_tree_level(nodes, stages):
+    """NVLSTree: scatter and gather on the node plus one stage per level of the tree up and
+    down (each level's GPU receives a whole step, reduces and sends it on; all_reduce.h:527-640
+    at v2.26.2-1): 2 + 2 x log2i(nodes) stages, the fill (stages - 1) loop-times."""
+    size = 2**28
+    c = Cluster.load("dgx_h100", nodes=nodes)
+    model = nccl.cluster_model(c)
+    sched = schedule(c, "all_reduce", c.gpus, size, "nvls_tree")
+    st = nccl.setting(c, sched)
+    loop = 16 * 8 * nccl.nvls_chunk_bytes(model.table, st, "nvls_tree")
+    fill = nccl.pipeline_fill_s(model, st, "nvls_tree", 1e-3, "Simple")
+    assert fill == pytest.approx((stages - 1) * loop / size * 1e-3)

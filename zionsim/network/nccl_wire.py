@@ -391,11 +391,13 @@ def pipeline_fill_s(
     NVLS all_reduce (one node) and NVLSTree all_reduce: the kernel's warp groups are pipeline
     stages that each work on one loop of ``nChannels x nHeads x chunk`` bytes at a time
     (``loopCount = nHeads * chunkSize`` per channel): NVLS has three (scatter to the NVLS buffer,
-    multimem reduce + multicast, gather; src/device/all_reduce.h:410-457), NVLSTree four
-    (scatter, reduce and send up the tree, receive down the tree and multicast, gather;
-    all_reduce.h:527-640).  The last loop leaves the last stage ``stages - 1`` loop-times after
-    the fluid model would have it done; a loop-time is the loop's share of ``bw_s``.  The
-    network hops between NVLSTree's stages add no fill of their own here (a lower bound).
+    multimem reduce + multicast, gather; src/device/all_reduce.h:410-457), NVLSTree scatter and
+    gather on the node and, across nodes, one stage per level of the tree up (receive from the
+    children, reduce, send to the parent) and one per level down (all_reduce.h:527-640): each
+    level's GPU waits for a whole step before it sends on, so 2 + 2 x log2i(nodes) stages, 4 on
+    two nodes (issue 26 round 9 added the levels past the first; before, the further network
+    hops added nothing).  The last loop leaves the last stage ``stages - 1`` loop-times after
+    the fluid model would have it done; a loop-time is the loop's share of ``bw_s``.
 
     Tree LL128 all_reduce across nodes (issue 26 round 9): LL128 forwards inside a node line by
     line (a 128-byte line carries its own flag), but a network hop moves whole steps: the
@@ -420,6 +422,8 @@ def pipeline_fill_s(
         uncorrected = bw_s * tree_correction(model, st, algorithm, protocol)
         return (stages - 1) * min(1.0, loop / st.nbytes) * uncorrected
     stages = int(t["nvls_pipeline_stages"].get(algorithm, 0))
+    if algorithm == "nvls_tree":
+        stages += 2 * log2i(st.nodes)
     if stages < 2 or (algorithm == "nvls" and st.nodes != 1):
         return 0.0
     loop = nvls_channels(t, st) * st.ppn * nvls_chunk_bytes(t, st, algorithm)
