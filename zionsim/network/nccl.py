@@ -77,6 +77,7 @@ from zionsim.network.nccl_model import (  # noqa: F401 - re-exported: callers us
     load_model,
     nvls_channels,
     nvls_heads,
+    p2p_channels_per_peer,
     per_generation,
     remote_peers,
     setting,
@@ -123,11 +124,11 @@ def estimate_s(
     routes: list[np.ndarray] | None = None,
 ) -> float:
     """The collective's time alone, as it executes: latency + each phase's bytes over its most
-    loaded link or flow cap (+ the chunk-pipeline fill of NVLS, :func:`pipeline_fill_s`).  The
-    tuner (:func:`choose`) ranks candidates by this same number."""
+    loaded link or flow cap (+ the chunk-pipeline fill of NVLS and tree LL128,
+    :func:`pipeline_fill_s`).  The tuner (:func:`choose`) ranks candidates by this same number."""
     st = setting(cluster, sched)
     bw_s = bandwidth_s(cluster, sched, protocol, model, routes)
-    fill = pipeline_fill_s(model, st, sched.algorithm, bw_s)
+    fill = pipeline_fill_s(model, st, sched.algorithm, bw_s, protocol)
     return latency_s(model, st, sched.algorithm, protocol) + bw_s + fill
 
 
@@ -174,7 +175,7 @@ def estimate_together_s(
             worst = float((total[k][mine] / cap[mine]).max()) if mine.any() else 0.0
             bw_s += max(worst, own)
         alg = ch.schedule.algorithm
-        fill = pipeline_fill_s(model, st, alg, bw_s)
+        fill = pipeline_fill_s(model, st, alg, bw_s, ch.protocol)
         out.append(latency_s(model, st, alg, ch.protocol) + bw_s + fill)
     return out
 
@@ -322,7 +323,7 @@ def _protocols(
             (float((p.nbytes / p.members()).max()) for p in sched.phases if len(p.nbytes)),
             default=0.0,
         )
-    per_peer = per_generation(model.table, "p2p_channels", generation(cluster))
+    per_peer = p2p_channels_per_peer(model, setting(cluster, sched))
     small = biggest <= model.table["p2p_ll_threshold"] * per_peer
     return ("LL", "Simple") if small else ("Simple",)
 
@@ -390,9 +391,9 @@ def prepare(
     routes = choice.routes if choice.routes is not None else phase_routes(cluster, sched)
     st = setting(cluster, sched)
     start = latency_s(model, st, sched.algorithm, proto)
-    if sched.algorithm in ("nvls", "nvls_tree"):  # the chunk pipeline's fill, paid once
+    if sched.algorithm in ("nvls", "nvls_tree", "tree"):  # the chunk pipeline's fill, paid once
         bw_s = bandwidth_s(cluster, sched, proto, model, routes)
-        start += pipeline_fill_s(model, st, sched.algorithm, bw_s)
+        start += pipeline_fill_s(model, st, sched.algorithm, bw_s, proto)
     phases = []
     for p, r in zip(sched.phases, routes, strict=True):
         w = phase_wire(cluster, model, st, sched.algorithm, proto, p, r)

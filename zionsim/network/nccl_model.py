@@ -350,3 +350,38 @@ def ll128_enabled(st: Setting) -> bool:
     if st.ppn > 1 and st.intra != "nvlink":
         return False
     return st.nodes <= 1 or st.nic_near_gpu
+
+
+def comm_channels(model: CollectiveModel, st: Setting) -> int:
+    """The communicator's collective channels: the graph's (:func:`graph_channels`) doubled at
+    connection (src/graph/connect.cc:452), at most MAXCHANNELS (the YAML's
+    ``ll_channel_tuning``)."""
+    ll = model.table["ll_channel_tuning"]
+    return int(min(ll["connect_duplication"] * graph_channels(model, st), ll["max_channels"]))
+
+
+def pow2_up(x: int) -> int:
+    """The smallest power of two >= ``x`` (NCCL's ``pow2Up``), 1 for ``x`` <= 1."""
+    return 1 << max(0, int(x) - 1).bit_length()
+
+
+def p2p_channels_per_peer(model: CollectiveModel, st: Setting) -> int:
+    """NCCL's channels per point-to-point peer (``comm->p2pnChannelsPerPeer``), the multiple of
+    NCCL_P2P_LL_THRESHOLD up to which a send runs LL (enqueue.cc:779 at v2.26.2-1).
+
+    Across nodes: the fewest of any peer, a network peer's (ncclTopoGetNchannels,
+    src/graph/paths.cc:758-793 at v2.26.2-1): 2, halved while ``2 x nRanks > 4 x
+    p2pnChannels`` (p2pnChannels the communicator's channels rounded up to a power of two,
+    paths.cc:802-829), and at least the NICs needed to match the GPU's bandwidth
+    (getLocalNetCountByBw, topo.cc:1430): 1 on every built-in topology (one NIC per GPU at
+    most; zionsim does not describe which NICs share a GPU's PCIe switch).  At most
+    p2pnChannels.  On one node the YAML's ``p2p_channels`` (NCCL gives NVLink peers 2 x the
+    links between them; zionsim keeps its earlier 2 there, docs/validation.md round 9)."""
+    t = model.table
+    if st.nodes <= 1:
+        return int(per_generation(t, "p2p_channels", st.generation))
+    p2p_n = pow2_up(comm_channels(model, st))
+    n = int(t["p2p_net_channels_per_peer"])
+    while n * st.n > p2p_n * t["p2p_net_peer_channel_budget"] and n > 1:
+        n //= 2
+    return max(1, min(pow2_up(n), p2p_n))

@@ -5,8 +5,8 @@ in use for this size, the per-channel caps of LL128 and tree, LL's cap (across n
 channels NCCL keeps for the size, :func:`ll_cap_GBps`), NVLS's switch
 rate and NVLSTree's per-channel cap), the many-connection efficiency of a NIC for point-to-point
 traffic (:func:`p2p_net_efficiency`), the fluid time of a collective alone
-(:func:`bandwidth_s`) and the fill of NVLS chunk pipelines (:func:`pipeline_fill_s`).  Constants
-and their sources: ``zionsim/data/nccl_model.yaml``.
+(:func:`bandwidth_s`) and the fill of NVLS and tree LL128 chunk pipelines
+(:func:`pipeline_fill_s`).  Constants and their sources: ``zionsim/data/nccl_model.yaml``.
 """
 
 from __future__ import annotations
@@ -21,8 +21,10 @@ from zionsim.network.nccl_model import (
     FAMILY,
     CollectiveModel,
     Setting,
+    comm_channels,
     graph_channels,
     graph_speed_GBps,
+    log2i,
     nvls_channels,
     nvls_heads,
     per_generation,
@@ -361,22 +363,69 @@ def nvls_chunk_bytes(t: dict, st: Setting, algorithm: str = "nvls") -> int:
     return chunk
 
 
-def pipeline_fill_s(model: CollectiveModel, st: Setting, algorithm: str, bw_s: float) -> float:
-    """Time the chunk pipeline of an NVLS all_reduce (one node) or NVLSTree all_reduce takes to
-    fill, on top of the fluid time ``bw_s`` of its bytes.  The kernel's warp groups are pipeline
+def tree_ll128_chunk_bytes(t: dict, st: Setting, channels: int) -> int:
+    """NCCL's chunk (payload bytes) of a tree LL128 all_reduce on ``channels`` channels, at
+    v2.26.2-1: the LL128 step (DEFAULT_LL128_BUFFSIZE = 120 elements x 640 threads x
+    NCCL_STEPS 8 x 8 B, src/init.cc:607, over NCCL_STEPS; src/include/device.h:24,81-86), 15 of
+    each 16 elements data (src/enqueue.cc:1862-1864), halved while nBytes / (channels x chunk)
+    < nsteps x 64 / ppn and the chunk > 128 KiB, then while < nsteps x 16 / ppn and > 32 KiB,
+    nsteps = 1 + log2i(nodes) + 0.1 ppn (enqueue.cc:1902-1909; the same at 5067397c)."""
+    c = t["tree_ll128_chunking"]
+    chunk = c["elems_per_thread"] * c["max_threads"] * 8  # one step: NCCL_STEPS cancels
+    chunk = chunk // c["line_elems"] * (c["line_elems"] - 1)
+    ppn = st.n / max(1, st.nodes)
+    nsteps = 1 + log2i(st.nodes) + 0.1 * ppn
+    per = max(1, int(channels))
+    for factor, floor in ((64, 131072), (16, 32768)):
+        while int(st.nbytes) // (per * chunk) < nsteps * factor / ppn and chunk > floor:
+            chunk //= 2
+    return int(chunk)
+
+
+def pipeline_fill_s(
+    model: CollectiveModel, st: Setting, algorithm: str, bw_s: float, protocol: str | None = None
+) -> float:
+    """Time a collective's chunk pipeline takes to fill, on top of the fluid time ``bw_s`` of
+    its bytes.
+
+    NVLS all_reduce (one node) and NVLSTree all_reduce: the kernel's warp groups are pipeline
     stages that each work on one loop of ``nChannels x nHeads x chunk`` bytes at a time
     (``loopCount = nHeads * chunkSize`` per channel): NVLS has three (scatter to the NVLS buffer,
-    multimem reduce + multicast, gather; src/device/all_reduce.h:410-457), NVLSTree four
-    (scatter, reduce and send up the tree, receive down the tree and multicast, gather;
-    all_reduce.h:527-640).  The last loop leaves the last stage ``stages - 1`` loop-times after
-    the fluid model would have it done; a loop-time is the loop's share of ``bw_s``.  The
-    network hops between NVLSTree's stages add no fill of their own here (a lower bound).  0 for
-    other algorithms (their per-step pipelining is in NCCL's per-hop latencies) and for NVLS
-    across nodes (in-network reduction)."""
-    stages = int(model.table["nvls_pipeline_stages"].get(algorithm, 0))
-    if stages < 2 or st.nbytes <= 0 or bw_s <= 0 or (algorithm == "nvls" and st.nodes != 1):
+    multimem reduce + multicast, gather; src/device/all_reduce.h:410-457), NVLSTree scatter and
+    gather on the node and, across nodes, one stage per level of the tree up (receive from the
+    children, reduce, send to the parent) and one per level down (all_reduce.h:527-640): each
+    level's GPU waits for a whole step before it sends on, so 2 + 2 x log2i(nodes) stages, 4 on
+    two nodes (issue 26 round 9 added the levels past the first; before, the further network
+    hops added nothing).  The last loop leaves the last stage ``stages - 1`` loop-times after
+    the fluid model would have it done; a loop-time is the loop's share of ``bw_s``.
+
+    Tree LL128 all_reduce across nodes (issue 26 round 9): LL128 forwards inside a node line by
+    line (a 128-byte line carries its own flag), but a network hop moves whole steps: the
+    proxy posts a step once every line of it is written (src/transport/net.cc, sendProxyProgress)
+    and NCCL puts one chunk in a step (enqueue.cc:1860).  A chunk so waits once per network hop,
+    up the tree and back down: 2 x log2i(nodes) store-and-forward stages, each a chunk-time
+    (the chunk's share of the channel's fluid time), the last of them in ``bw_s``.  The chunk
+    is NCCL's (:func:`tree_ll128_chunk_bytes`), on the communicator's channels; the
+    chunk-time is taken before NCCL's medium-size derating (:func:`tree_correction`, which
+    ``bw_s`` includes), so that the fill grows with the size and shrinks with any link's rate.
+    0 for other algorithms and protocols (their per-step pipelining is in NCCL's per-hop
+    latencies) and for NVLS across nodes (in-network reduction)."""
+    if st.nbytes <= 0 or bw_s <= 0:
         return 0.0
     t = model.table
+    if FAMILY[algorithm] == "tree":
+        if protocol != "LL128" or st.nodes <= 1 or st.op != "all_reduce":
+            return 0.0
+        stages = 2 * log2i(st.nodes)
+        nc = comm_channels(model, st)
+        loop = nc * tree_ll128_chunk_bytes(t, st, nc)
+        uncorrected = bw_s * tree_correction(model, st, algorithm, protocol)
+        return (stages - 1) * min(1.0, loop / st.nbytes) * uncorrected
+    stages = int(t["nvls_pipeline_stages"].get(algorithm, 0))
+    if algorithm == "nvls_tree":
+        stages += 2 * log2i(st.nodes)
+    if stages < 2 or (algorithm == "nvls" and st.nodes != 1):
+        return 0.0
     loop = nvls_channels(t, st) * st.ppn * nvls_chunk_bytes(t, st, algorithm)
     return (stages - 1) * min(1.0, loop / st.nbytes) * bw_s
 
