@@ -1,10 +1,17 @@
-"""Sensitivity study of the GPU-swap what-ifs to L2-resident embedding lookups (issue 25,
-round 9, h25s).  It is NOT part of the model: it patches ``compute._transfer_s`` in its own
-process only, refits hugectr's ``gpu_per_step`` on the stack's two H100 calibration cases
-(as tools/calibrate_stacks.py does) and prints the HugeCTR DCNv2 cases and GPU-swap what-ifs.
+"""Sensitivity studies of the GPU-swap what-ifs (issue 25, round 9, h25s).  NOT part of the
+model: each patches the compute model in its own process only (op pricing afresh,
+``estimate.REUSE`` off), refits hugectr's ``gpu_per_step`` on the stack's two H100 calibration
+cases (as tools/calibrate_stacks.py does) and prints the HugeCTR DCNv2 cases and the GPU-swap
+and batch what-ifs.
 
-    PYTHONPATH=$PWD python3 tools/gpu_swap_l2_study.py --l2-rate-h100 5.5   # TB/s
     PYTHONPATH=$PWD python3 tools/gpu_swap_l2_study.py --share 0            # today's model
+    PYTHONPATH=$PWD python3 tools/gpu_swap_l2_study.py --l2-rate-h100 5.5   # L2, every gather
+    PYTHONPATH=$PWD python3 tools/gpu_swap_l2_study.py --forward-only       # L2, lookups only
+    PYTHONPATH=$PWD python3 tools/gpu_swap_l2_study.py --scale 0.85         # bytes x 0.85
+
+``--scale k`` multiplies every memory-bound byte the op list prices (streams and gathers, every
+GPU) by ``k``: a diagnostic of "too much per-sample HBM traffic on every GPU" against "too much
+gain on the new GPU", not a mechanism.
 
 What it assumes (docs/validation.md, "Issue 25, round 9"):
 
@@ -17,6 +24,8 @@ What it assumes (docs/validation.md, "Issue 25, round 9"):
    enabled), H200 50 MB (the same GH100 die), B200 126 MB (Chips and Cheese, "Nvidia's B200:
    Keeping the CUDA Juggernaut Rolling", 2025).  Hot rows of the large tables (skew) are left
    out: an under-estimate of ``f``.
+   ``--forward-only`` applies it to the lookups alone: the backward updates each distinct row
+   once (no reuse) and reads each lookup's gradient from the exchange buffer once.
 2. L2-served gather bytes move at a rate that scales with SMs x SM clock (the L2 is fed by the
    SMs' load ports, not by HBM), ``--l2-rate-h100`` for an H100 SXM5; no public figure of random
    512-byte-row gathers from L2 was found, so the study sweeps it.
@@ -29,6 +38,7 @@ import math
 
 import yaml
 
+from zionsim.dlrm import estimate
 from zionsim.hardware import compute
 from zionsim.measure.validate import load_cases
 from zionsim.sim import run as runmod
@@ -71,8 +81,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--l2-rate-h100", type=float, default=5.5, help="TB/s of L2-served gathers on H100 SXM5")
     ap.add_argument("--share", type=float, default=None, help="override f for every GPU (0: today's model)")
+    ap.add_argument("--forward-only", action="store_true", help="L2 serves the forward lookups only")
+    ap.add_argument("--scale", type=float, default=None, help="diagnostic: every memory-bound byte x k")
     args = ap.parse_args()
-    original = compute._transfer_s
+    estimate.REUSE = False
+    original, original_memory = compute._transfer_s, compute.memory_time_s
+    original_fwd = compute.embedding_forward_time_s
+    forward = [False]
 
     def share(gpu) -> float:
         if args.share is not None:
@@ -86,13 +101,27 @@ def main() -> None:
         return args.l2_rate_h100 * 1e12 * sms * CLOCK_MHZ[arch] / (132 * 1980)
 
     def patched(gpu, a, scattered, streamed):
-        f = share(gpu)
+        if args.scale is not None:
+            return original(gpu, a, scattered * args.scale, streamed * args.scale)
+        f = share(gpu) if (forward[0] or not args.forward_only) else 0.0
         if f <= 0:
             return original(gpu, a, scattered, streamed)
         hbm = scattered * (1 - f) / (a.gather_eff * gpu.hbm_bw_Bps)
         return hbm + scattered * f / l2_rate(gpu, a) + streamed / (a.stream_eff * gpu.hbm_bw_Bps)
 
+    def forward_patched(*a, **k):
+        forward[0] = True
+        try:
+            return original_fwd(*a, **k)
+        finally:
+            forward[0] = False
+
+    def memory_patched(gpu, nbytes, model=None):
+        return original_memory(gpu, nbytes * (args.scale or 1.0), model)
+
     compute._transfer_s = patched
+    compute.embedding_forward_time_s = forward_patched
+    compute.memory_time_s = memory_patched
     cases = {c.id: c for c in load_cases()}
 
     def sim(cid: str, gps_us: float) -> float:
@@ -103,7 +132,7 @@ def main() -> None:
     def loss(g: float) -> float:
         return sum(math.log(sim(c, g) / cases[c].measured) ** 2 for c in CALIBRATION)
 
-    lo, hi = 0.0, 1000.0
+    lo, hi = 0.0, 2000.0
     for _ in range(20):  # golden-section-like ternary search: the loss is unimodal in g
         m1, m2 = lo + (hi - lo) / 3, hi - (hi - lo) / 3
         lo, hi = (lo, m2) if loss(m1) < loss(m2) else (m1, hi)
