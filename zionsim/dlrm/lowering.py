@@ -49,6 +49,7 @@ from zionsim.dlrm.lower_exchange import (
     block_inputs,
     bottom_rank,
     distributor_collectives,
+    dp_backward,
     embedding_collectives,
     layout_of,
     rank_rows,
@@ -162,6 +163,8 @@ def _lower(w, plan, ranks, fused, g, zipf_alpha, sync, stack) -> Trace:
     c = {**embedding_collectives(b, lay, ranks, g, stack.data_distributor), **dedup}
     if stack.data_distributor:
         distributor_collectives(b, c, lay, w, plan, stack.data_distributor_key_bytes)
+    if stack.dp_local_reduce:  # stack.py item 8g
+        c.update(dp_backward(w, plan, ranks, g, zipf_alpha))
     buckets = _dense_buckets(w, lay, stack, ranks)
     cb = DTYPE_BYTES[w.precision["communication"]]
     dense_groups = lower_dense.dense_groups(sync, ranks, g)
@@ -470,9 +473,14 @@ def _lower_sparse_bwd(o: _RankOps, node, local, e_args, x, grads_done) -> tuple:
         grads_done[f"bottom{i}"] = o.gemm(f"bottom_wgrad{i}", k, n, B, (y,))
         if i > 0:
             y = o.gemm(f"bottom_dgrad{i}", B, k, n, (y,), o.stack.mlp_kernels[1] - 1, B * n)
+    framework = o.stack.embedding_optimizer == "framework"
+    state, unique = float(lay.state_bytes[o.r]), float(lay.unique_rows[o.r])
+    if "dp_bwd" in o.c and e_args["fused"] and not framework:
+        e_args, state, unique = _lower_dp_bwd(o, e_args, ready, grads_done)
+        if not e_args["lookups"]:  # every table of the rank replicated: its backward is done
+            return grads_done["dp_tables"], o.host("uvm_write", "d2h", (grads_done["dp_tables"],))
     n_look = e_args["lookups"]
     name, category, deps, args = "emb_bwd", "embedding", tuple(backs), e_args
-    framework = o.stack.embedding_optimizer == "framework"
     if (framework or not e_args["fused"]) and n_look:
         deps, args = _sparse_gradient(o, e_args, deps)
         name, category = "emb_opt", "optimizer"
@@ -481,10 +489,39 @@ def _lower_sparse_bwd(o: _RankOps, node, local, e_args, x, grads_done) -> tuple:
     e_bwd = o.b.op(
         o.r, name, "embedding_bwd", category, o.emb_stream, deps,
         optimizer=w.optimizer["embedding"],
-        state_bytes_per_row=float(lay.state_bytes[o.r] / n_look) if n_look else 0.0,
-        unique_rows=float(lay.unique_rows[o.r]), **args,
+        state_bytes_per_row=state / n_look if n_look else 0.0,
+        unique_rows=unique, **args,
     )  # fmt: skip
     return e_bwd, o.host("uvm_write", "d2h", (e_bwd,))
+
+
+def _lower_dp_bwd(o: _RankOps, e_args: dict, ready, grads_done: dict) -> dict:
+    """The replicated tables' backward (``stack.py`` item 8g, HugeCTR's ``ebc_dp_local_reduce``)
+    as an op of its own on the embedding stream once the top MLP's backward is done
+    (``ready``), priced as the embedding backward of their lookups, distinct rows and state; the
+    all-reduce of their gradients waits for it (``grads_done["dp_tables"]``).  Returns the
+    rest of the rank's embedding backward, its model-parallel tables': the arguments, the
+    optimizer-state bytes and the distinct rows."""
+    dp, r, lay = o.c["dp_bwd"], o.r, o.lay
+    look = float(dp.lookups[r])
+    if look <= 0:
+        return e_args, float(lay.state_bytes[r]), float(lay.unique_rows[r])
+    args = {"lookups": look, "tables": int(dp.tables[r]), "fused": True,
+            "row_bytes": float(dp.lookup_bytes[r] / look)}  # fmt: skip
+    if o.stack.local_reduce:  # stack.py item 7c
+        args["grad_bytes"] = _exchange_row_bytes(o.w, args["row_bytes"])
+    grads_done["dp_tables"] = o.b.op(
+        r, "emb_dp_bwd", "embedding_bwd", "embedding", o.emb_stream, (ready,),
+        optimizer=o.w.optimizer["embedding"],
+        state_bytes_per_row=float(dp.state_bytes[r] / look),
+        unique_rows=float(dp.unique_rows[r]), **args,
+    )  # fmt: skip
+    rest = max(e_args["lookups"] - look, 0.0)
+    mp_bytes = float(lay.lookup_bytes[r] - dp.lookup_bytes[r])
+    args = {**e_args, "lookups": rest, "tables": int(lay.tables[r] - dp.tables[r]),
+            "row_bytes": mp_bytes / rest if rest else 0.0}  # fmt: skip
+    state = max(float(lay.state_bytes[r] - dp.state_bytes[r]), 0.0)
+    return args, state, max(float(lay.unique_rows[r] - dp.unique_rows[r]), 0.0)
 
 
 def _exchange_row_bytes(w: WorkloadSpec, row: float) -> float:
