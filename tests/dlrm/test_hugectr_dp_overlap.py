@@ -1,6 +1,7 @@
 """Issue 25: HugeCTR's grouped all-reduce waits for the replicated (DP) tables' local reduce, not
 for the model-parallel tables' backward, which runs beside it (stack ``dp_local_reduce``,
-``zionsim/dlrm/stack.py`` item 8g; HugeCTR ``model_pipeline.cpp`` create_train_pipeline_with_ebc)."""
+``zionsim/dlrm/stack.py`` item 8g; HugeCTR ``model_pipeline.cpp``,
+``create_train_pipeline_with_ebc``)."""
 
 from __future__ import annotations
 
@@ -92,9 +93,10 @@ def test_overlap_shortens_the_step_at_the_same_fixed_cost():
 def test_a_plan_without_replicated_tables_is_unchanged():
     ops = _rank0(NO_DP)
     assert "emb_dp_bwd" not in ops
-    assert run_point(NO_DP).summary["iteration_time_s"] == run_point(
-        {**NO_DP, "stack.dp_local_reduce": False}
-    ).summary["iteration_time_s"]
+    assert (
+        run_point(NO_DP).summary["iteration_time_s"]
+        == run_point({**NO_DP, "stack.dp_local_reduce": False}).summary["iteration_time_s"]
+    )
 
 
 def test_dp_local_reduce_must_be_a_flag():
