@@ -101,9 +101,11 @@ TensorFlow + SOK.  A stack profile states, as data with sources, what differs be
    ``embedding/operators/hier_model_forward.cu`` (``IntraModelForward::dst_reduction``, a
    multi-to-one copy summing the node's holders of each lookup).
 8g. ``dp_local_reduce`` — the replicated (data-parallel) tables' backward is a local reduce of
-   its own, on the embedding stream once the top MLP's backward is done (it needs no exchange):
-   the grouped all-reduce waits for it and for the dense backward, not for the model-parallel
-   tables' backward, which runs beside the all-reduce after the gradient exchange; each
+   its own, on the embedding stream once the top and bottom MLPs' backward is done (it needs no
+   exchange; HugeCTR issues the graph's bottom backward before it, and the GPU here runs one
+   kernel at a time in request order): the grouped all-reduce waits for it and for the dense
+   backward, not for the model-parallel tables' backward, which runs beside the all-reduce
+   after the gradient exchange and is issued after it (HugeCTR's issue order); each
    replicated table's update, over every one of its rows (the all-reduced gradient is dense),
    runs after the all-reduce, with the dense update (``dense_opt``).  Without it the
    all-reduce waits for the rank's whole embedding backward, which updates its replicated
