@@ -212,6 +212,10 @@ FOLLOW_DENSE = "dense"
 BOTTOM_MLP_PLACEMENTS = ("data_parallel", "first_rank")
 
 
+#: yes/no fields :meth:`StackSpec.to_dict` writes only where set (in this order)
+_SET_ONLY = ("one_communicator", "hierarchical_reduction", "dp_local_reduce")
+
+
 @dataclass(frozen=True)
 class StackSpec:
     """A software-stack profile (see the module docstring for each field's meaning)."""
@@ -322,9 +326,7 @@ class StackSpec:
                 if self.data_distributor
                 else {}
             ),
-            **({"one_communicator": True} if self.one_communicator else {}),
-            **({"hierarchical_reduction": True} if self.hierarchical_reduction else {}),
-            **({"dp_local_reduce": True} if self.dp_local_reduce else {}),
+            **{k: True for k in _SET_ONLY if getattr(self, k)},
             "grouped_allreduce": self.grouped_allreduce,
             "planner": self.planner,
             **(
