@@ -147,6 +147,18 @@ def _hier_reduction_bytes(lay, ranks: int, g: int) -> dict:
     return {"hier_red_bytes": nbytes} if nbytes.any() else {}
 
 
+def dp_backward(w: WorkloadSpec, plan: Plan, ranks: int, g: int, zipf_alpha: float) -> dict:
+    """The replicated (DP) tables' share of each rank's embedding backward, for a stack whose
+    all-reduce waits for their local reduce only (``stack.py`` item 8g): ``{"dp_bwd": Layout}``,
+    the layout of the plan's DP shards alone (their lookups, bytes, distinct rows and tables per
+    rank), or ``{}`` where the plan replicates no table."""
+    shards = tuple(s for s in plan.shards if s.kind == "DP")
+    if not shards:
+        return {}
+    part = layout(w, Plan(plan.name, shards), ranks, g, zipf_alpha)
+    return {"dp_bwd": part} if part.lookups.any() else {}
+
+
 def distributor_collectives(
     b: TraceBuilder, c: dict, lay, w: WorkloadSpec, plan: Plan, key_bytes: int = 0
 ) -> None:

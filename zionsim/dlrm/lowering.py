@@ -49,6 +49,7 @@ from zionsim.dlrm.lower_exchange import (
     block_inputs,
     bottom_rank,
     distributor_collectives,
+    dp_backward,
     embedding_collectives,
     layout_of,
     rank_rows,
@@ -162,6 +163,8 @@ def _lower(w, plan, ranks, fused, g, zipf_alpha, sync, stack) -> Trace:
     c = {**embedding_collectives(b, lay, ranks, g, stack.data_distributor), **dedup}
     if stack.data_distributor:
         distributor_collectives(b, c, lay, w, plan, stack.data_distributor_key_bytes)
+    if stack.dp_local_reduce:  # stack.py item 8g
+        c.update(dp_backward(w, plan, ranks, g, zipf_alpha))
     buckets = _dense_buckets(w, lay, stack, ranks)
     cb = DTYPE_BYTES[w.precision["communication"]]
     dense_groups = lower_dense.dense_groups(sync, ranks, g)
@@ -309,8 +312,17 @@ def _lower_rank(b, w, r, node, local, lay, fused, c, c_ar, buckets, stack=BARE, 
     x = _lower_dense_fwd(o, outs[1:], outs[0] if stack.dense_waits_lookup else None, outs[0])
     grads_done: dict[str, int] = {}
     x = _lower_top_bwd(o, x, grads_done)
-    e_bwd, d2h = _lower_sparse_bwd(o, node, local, e_args, x, grads_done)
-    _lower_dense_update(o, e_bwd, d2h, grads_done, c_ar, buckets)
+
+    # stack.py item 8g: HugeCTR issues the all-reduce before the model-parallel local reduce
+    # (where no bucket waits for the embedding backward)
+    def early():
+        done = all(m in grads_done for _, members in buckets[: len(c_ar)] for m in members)
+        return _lower_allreduces(o, None, grads_done, c_ar, buckets) if done else None
+
+    e_bwd, d2h, ars = _lower_sparse_bwd(
+        o, node, local, e_args, x, grads_done, early if stack.dp_local_reduce else None
+    )
+    _lower_dense_update(o, e_bwd, d2h, grads_done, c_ar, buckets, ars)
 
 
 def _lower_embedding_fwd(
@@ -442,10 +454,12 @@ def _lower_top_bwd(o: _RankOps, x: int, grads_done: dict) -> int:
     return x
 
 
-def _lower_sparse_bwd(o: _RankOps, node, local, e_args, x, grads_done) -> tuple:
+def _lower_sparse_bwd(o: _RankOps, node, local, e_args, x, grads_done, early=None) -> tuple:
     """Parameter-server update, embedding-gradient collectives, bottom-MLP backward (wgrads into
     ``grads_done``), embedding backward with its optimizer and UVM writes; returns
-    (emb_bwd op, UVM write op or None)."""
+    (emb_bwd op, UVM write op or None, the all-reduce ops or None).  Where the replicated tables'
+    backward is an op of its own (``stack.py`` item 8g), ``early()`` lowers the all-reduces
+    after it and before the model-parallel backward, in HugeCTR's issue order."""
     w, lay = o.w, o.lay
     o.ps("ps_update", (x,), push=lay.ps_pooled, update=lay.ps_update)
     dedup, ready = o.c.get("dedup"), x
@@ -470,9 +484,17 @@ def _lower_sparse_bwd(o: _RankOps, node, local, e_args, x, grads_done) -> tuple:
         grads_done[f"bottom{i}"] = o.gemm(f"bottom_wgrad{i}", k, n, B, (y,))
         if i > 0:
             y = o.gemm(f"bottom_dgrad{i}", B, k, n, (y,), o.stack.mlp_kernels[1] - 1, B * n)
+    framework = o.stack.embedding_optimizer == "framework"
+    state, unique = float(lay.state_bytes[o.r]), float(lay.unique_rows[o.r])
+    ars = None
+    if "dp_bwd" in o.c and e_args["fused"] and not framework:
+        e_args, state, unique = _lower_dp_bwd(o, e_args, ready, grads_done)
+        ars = early() if early is not None else None
+        if not e_args["lookups"]:  # every table of the rank replicated: its backward is done
+            dp = grads_done["dp_tables"]
+            return dp, o.host("uvm_write", "d2h", (dp,)), ars
     n_look = e_args["lookups"]
     name, category, deps, args = "emb_bwd", "embedding", tuple(backs), e_args
-    framework = o.stack.embedding_optimizer == "framework"
     if (framework or not e_args["fused"]) and n_look:
         deps, args = _sparse_gradient(o, e_args, deps)
         name, category = "emb_opt", "optimizer"
@@ -481,10 +503,44 @@ def _lower_sparse_bwd(o: _RankOps, node, local, e_args, x, grads_done) -> tuple:
     e_bwd = o.b.op(
         o.r, name, "embedding_bwd", category, o.emb_stream, deps,
         optimizer=w.optimizer["embedding"],
-        state_bytes_per_row=float(lay.state_bytes[o.r] / n_look) if n_look else 0.0,
-        unique_rows=float(lay.unique_rows[o.r]), **args,
+        state_bytes_per_row=state / n_look if n_look else 0.0,
+        unique_rows=unique, **args,
     )  # fmt: skip
-    return e_bwd, o.host("uvm_write", "d2h", (e_bwd,))
+    return e_bwd, o.host("uvm_write", "d2h", (e_bwd,)), ars
+
+
+def _lower_dp_bwd(o: _RankOps, e_args: dict, ready, grads_done: dict) -> tuple:
+    """The replicated tables' backward (``stack.py`` item 8g, HugeCTR's ``ebc_dp_local_reduce``)
+    as an op of its own on the embedding stream once the top MLP's backward (``ready``) and the
+    bottom MLP's are done, priced as the embedding backward of their lookups, distinct rows and
+    state; the all-reduce of their gradients waits for it (``grads_done["dp_tables"]``).  Returns
+    the rest of the rank's embedding backward, its model-parallel tables': the arguments, the
+    optimizer-state bytes and the distinct rows."""
+    dp, r, lay = o.c["dp_bwd"], o.r, o.lay
+    look = float(dp.lookups[r])
+    if look <= 0:
+        return e_args, float(lay.state_bytes[r]), float(lay.unique_rows[r])
+    args = {"lookups": look, "tables": int(dp.tables[r]), "fused": True,
+            "row_bytes": float(dp.lookup_bytes[r] / look)}  # fmt: skip
+    if o.stack.local_reduce:  # stack.py item 7c
+        args["grad_bytes"] = _exchange_row_bytes(o.w, args["row_bytes"])
+    # after the bottom MLP's backward too: HugeCTR issues it (in network_graph) before the local
+    # reduce, and the engine's GPU runs one kernel at a time in request order, so a reduce
+    # requested beside that chain would split it and let the model-parallel backward, requested
+    # after the gradient exchange, run ahead of the chain's end and of the all-reduce
+    bottom = grads_done.get("bottom0")
+    grads_done["dp_tables"] = o.b.op(
+        r, "emb_dp_bwd", "embedding_bwd", "embedding", o.emb_stream, (ready, bottom),
+        optimizer=o.w.optimizer["embedding"],
+        state_bytes_per_row=float(dp.state_bytes[r] / look),
+        unique_rows=float(dp.unique_rows[r]), **args,
+    )  # fmt: skip
+    rest = max(e_args["lookups"] - look, 0.0)
+    mp_bytes = float(lay.lookup_bytes[r] - dp.lookup_bytes[r])
+    args = {**e_args, "lookups": rest, "tables": int(lay.tables[r] - dp.tables[r]),
+            "row_bytes": mp_bytes / rest if rest else 0.0}  # fmt: skip
+    state = max(float(lay.state_bytes[r] - dp.state_bytes[r]), 0.0)
+    return args, state, max(float(lay.unique_rows[r] - dp.unique_rows[r]), 0.0)
 
 
 def _exchange_row_bytes(w: WorkloadSpec, row: float) -> float:
@@ -530,9 +586,10 @@ def _native_gradient(o: _RankOps, e_args: dict, deps: tuple) -> int:
     )
 
 
-def _lower_dense_update(o: _RankOps, e_bwd, d2h, grads_done, c_ar, buckets) -> None:
+def _lower_allreduces(o: _RankOps, e_bwd, grads_done, c_ar, buckets) -> list:
     """One all-reduce per DDP bucket once its layers' gradients are done (DP tables' wait for
-    the embedding backward, which computes them), then the dense optimizer step."""
+    the embedding backward ``e_bwd``, which computes them, unless their own backward is in
+    ``grads_done``); returns their ops."""
     ars = []
     stream = "a2a" if o.stack.one_communicator else "allreduce"  # stack.py item 8e
     for j, ((_, members), cid) in enumerate(zip(buckets[: len(c_ar)], c_ar, strict=True)):
@@ -540,6 +597,14 @@ def _lower_dense_update(o: _RankOps, e_bwd, d2h, grads_done, c_ar, buckets) -> N
         ars.append(
             o.b.op(o.r, f"allreduce{j}", "collective", "all_reduce", stream, ready, coll=cid)
         )
+    return ars
+
+
+def _lower_dense_update(o: _RankOps, e_bwd, d2h, grads_done, c_ar, buckets, ars=None) -> None:
+    """The all-reduces (:func:`_lower_allreduces`, unless lowered already: ``ars``), then the
+    dense optimizer step."""
+    if ars is None:
+        ars = _lower_allreduces(o, e_bwd, grads_done, c_ar, buckets)
     state = DENSE_OPTIMIZERS[o.w.optimizer["dense"]]
     tensors = 2 * (len(o.w.top_layers()) + len(o.w.bottom_layers()))  # weight, bias per layer
     per_tensor = o.stack.optimizer_kernels_per_tensor

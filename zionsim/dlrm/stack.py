@@ -100,6 +100,26 @@ TensorFlow + SOK.  A stack profile states, as data with sources, what differs be
    ``HugeCTR/embedding/hier_model_parallel_embedding.cpp`` (``model_forward``) and
    ``embedding/operators/hier_model_forward.cu`` (``IntraModelForward::dst_reduction``, a
    multi-to-one copy summing the node's holders of each lookup).
+8g. ``dp_local_reduce`` — the replicated (data-parallel) tables' backward is a local reduce of
+   its own, on the embedding stream once the top and bottom MLPs' backward is done (it needs no
+   exchange; HugeCTR issues the graph's bottom backward before it, and the GPU here runs one
+   kernel at a time in request order): the grouped all-reduce waits for it and for the dense
+   backward, not for the model-parallel tables' backward, which runs beside the all-reduce
+   after the gradient exchange and is issued after it (HugeCTR's issue order); each
+   replicated table's update, over every one of its rows (the all-reduced gradient is dense),
+   runs after the all-reduce, with the dense update (``dense_opt``).  Without it the
+   all-reduce waits for the rank's whole embedding backward, which updates its replicated
+   rows.  Source: NVIDIA-Merlin/HugeCTR (commit 2f2016f) ``HugeCTR/src/pybind/model_pipeline.cpp``
+   ``create_train_pipeline_with_ebc`` under ``train_intra_iteration_overlap``:
+   ``ebc_dp_local_reduce`` (stream ``dp``) waits for ``done_top_network_bprop``,
+   ``network_exchange_wgrad`` (the default stream, after ``network_graph``) waits for
+   ``done_ebc_dp_local_reduce`` only, ``ebc_mp_network_backward``, ``ebc_mp_local_reduce`` and
+   ``ebc_mp_update`` run on stream ``mp``, ``ebc_dp_update`` waits for the all-reduce
+   (``done_ebc_dp_allreduce``) and ``sync_back`` for both updates;
+   ``embedding/data_parallel_embedding.cpp`` (``DPLocalReduce``; ``DPAllreduce`` is a no-op
+   under ``AllreduceStrategy::GroupDense``, which ``model_compile.cpp`` sets when
+   ``solver.grouped_all_reduce``); ``embedding/common.cpp``
+   ``AllreduceWgradInitializer::init_indices``: the gradient covers every row of the table.
 9. ``grouped_allreduce`` — one all-reduce of every dense (and replicated-table) gradient once
    the backward has produced the last of them, instead of DDP's buckets during the backward.
 10b. ``trainer`` — what the stack trains on: ``gpu`` (default) or ``cpu``, a CPU trainer host
@@ -166,6 +186,7 @@ STACK_KEYS = {
     "data_distributor",
     "one_communicator",
     "hierarchical_reduction",
+    "dp_local_reduce",
     "planner",
     "grouped_allreduce",
     "trainer",
@@ -189,6 +210,10 @@ HOST_KEYS = ("dispatch", "per_step", "per_sample", "overlap")
 FOLLOW_DENSE = "dense"
 #: ``bottom_mlp`` (item 13): on every rank for its own samples, or on the first rank for all
 BOTTOM_MLP_PLACEMENTS = ("data_parallel", "first_rank")
+
+
+#: yes/no fields :meth:`StackSpec.to_dict` writes only where set (in this order)
+_SET_ONLY = ("one_communicator", "hierarchical_reduction", "dp_local_reduce")
 
 
 @dataclass(frozen=True)
@@ -241,6 +266,8 @@ class StackSpec:
     one_communicator: bool = False
     #: item 8f: HugeCTR's hierarchical exchange reduces a node's partial outputs in a kernel
     hierarchical_reduction: bool = False
+    #: item 8g: the all-reduce waits for the replicated tables' local reduce only
+    dp_local_reduce: bool = False
     grouped_allreduce: bool = False
     #: planner ``plan: auto`` runs, and its settings (a ``hugectr_plan.Settings`` for hugectr)
     planner: str = "greedy"
@@ -299,8 +326,7 @@ class StackSpec:
                 if self.data_distributor
                 else {}
             ),
-            **({"one_communicator": True} if self.one_communicator else {}),
-            **({"hierarchical_reduction": True} if self.hierarchical_reduction else {}),
+            **{k: True for k in _SET_ONLY if getattr(self, k)},
             "grouped_allreduce": self.grouped_allreduce,
             "planner": self.planner,
             **(
@@ -367,6 +393,7 @@ FLAGS = (
     ("dense_waits_lookup", False),
     ("one_communicator", False),
     ("hierarchical_reduction", False),
+    ("dp_local_reduce", False),
     ("grouped_allreduce", False),
 )
 
