@@ -410,8 +410,9 @@ def _lower_dense_fwd(o: _RankOps, outs: list, lookup: int | None = None, emb=Non
                         nbytes=float(nbytes))  # fmt: skip
         outs = [expand, outs[-1]]
     x = lower_dense.interaction(
-        o.b, w, o.r, B, o.dt, (last, *outs), "fwd", o.stack.interaction_kernel
-    )
+        o.b, w, o.r, B, o.dt, (last, *outs), "fwd", o.stack.interaction_kernel,
+        o.stack.dcn_kernels,
+    )  # fmt: skip
     for i, (k, n) in enumerate(w.top_layers()):
         x = o.gemm(f"top_fwd{i}", B, n, k, (x,), o.stack.mlp_kernels[0], B * n)
     return o.b.op(o.r, "loss", "memory", "interaction", "compute", (x,), nbytes=float(16 * B))
@@ -436,7 +437,9 @@ def _lower_top_bwd(o: _RankOps, x: int, grads_done: dict) -> int:
     for i, (k, n) in reversed(list(enumerate(w.top_layers()))):
         grads_done[f"top{i}"] = o.gemm(f"top_wgrad{i}", k, n, B, (x,))
         x = o.gemm(f"top_dgrad{i}", B, k, n, (x,), o.stack.mlp_kernels[1] - 1, B * n)
-    x = lower_dense.interaction(o.b, w, o.r, B, o.dt, (x,), "bwd", o.stack.interaction_kernel)
+    x = lower_dense.interaction(
+        o.b, w, o.r, B, o.dt, (x,), "bwd", o.stack.interaction_kernel, o.stack.dcn_kernels
+    )
     if w.interaction_params:
         grads_done["interaction"] = x
     return x

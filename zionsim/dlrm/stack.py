@@ -116,6 +116,13 @@ TensorFlow + SOK.  A stack profile states, as data with sources, what differs be
     and the SOK benchmark run: one forward and one backward kernel; FP16 and TF32 inputs on WMMA
     tensor cores, priced as the GEMM; FP32 on a GPU without TF32, a CUDA-core kernel priced by
     its shared-memory traffic, ``compute.dot_interaction_time_s``).
+12b. ``dcn_kernels`` — the element-wise kernels of a ``dcn`` interaction: ``generic`` (default:
+    per cross layer one multiply-add kernel, ``lower_dense.py``) or ``multicross`` (HugeCTR's
+    ``MultiCrossLayer`` and the ``ConcatLayer`` before it, kernel by kernel as
+    ``HugeCTR/src/layers/multi_cross_layer.cu`` and ``concat_layer.cu`` run them: the concat
+    copies, the forward's ``x0 .* h + x_i`` kernel, the backward's zeroed accumulator, fused
+    multiply/FMA kernel per layer and final sum, the concat's split; ``lower_dense.py``,
+    :func:`~zionsim.dlrm.lower_dense.multicross_bytes`).
 13. ``bottom_mlp`` — where the bottom MLP runs: ``data_parallel`` (default: every rank for its
     own samples, its gradients all-reduced with the top MLP's) or ``first_rank`` (NVIDIA
     DeepLearningExamples' PyTorch DLRM on more than one GPU: rank 0 runs it for the whole global
@@ -157,6 +164,7 @@ STACK_KEYS = {
     "interference",
     "fused_embedding",
     "interaction_kernel",
+    "dcn_kernels",
     "embedding_update",
     "local_reduce",
     "key_dedup",
@@ -184,6 +192,8 @@ EMBEDDING_GRADIENTS = ("kernel", "view")
 DISTRIBUTOR_KEYS = ("key_bytes", "host_sync")
 #: ``interaction_kernel`` values (item 12)
 INTERACTION_KERNELS = ("gemm", "dot_based_interact")
+#: ``dcn_kernels`` values (item 12b)
+DCN_KERNELS = ("generic", "multicross")
 HOST_KEYS = ("dispatch", "per_step", "per_sample", "overlap")
 #: ``precision.communication`` value: exchange in the dense math's 16-bit type under mixed precision
 FOLLOW_DENSE = "dense"
@@ -220,6 +230,8 @@ class StackSpec:
     #: priced as one GEMM over every sample's rows; ``dot_based_interact``, DeepLearningExamples'
     #: custom kernels (item 12)
     interaction_kernel: str = "gemm"
+    #: a DCN interaction's element-wise kernels (:data:`DCN_KERNELS`, item 12b)
+    dcn_kernels: str = "generic"
     #: ``embedding_update``: optimizer (EMBEDDING_OPTIMIZERS), gradient on one GPU and on several
     #: (EMBEDDING_GRADIENTS), the loss scaler's unscale of the values under mixed precision
     embedding_optimizer: str = "fused"
@@ -272,6 +284,7 @@ class StackSpec:
                 if self.interaction_kernel != "gemm"
                 else {}
             ),
+            **({"dcn_kernels": self.dcn_kernels} if self.dcn_kernels != "generic" else {}),
             **(
                 {
                     "embedding_update": {
@@ -413,6 +426,7 @@ def stack_from_dict(data: dict, file: str = "<stack>") -> StackSpec:
         compute_slowdown=i.quantity("compute_slowdown", "fraction", 0.0, strict=False),
         comm_slowdown=i.quantity("comm_slowdown", "fraction", 0.0, strict=False),
         interaction_kernel=f.choice("interaction_kernel", INTERACTION_KERNELS, "gemm"),
+        dcn_kernels=f.choice("dcn_kernels", DCN_KERNELS, "generic"),
         embedding_optimizer=e_opt,
         embedding_gradient=e_grad,
         amp_unscale=unscale,
