@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from zionsim.dlrm.sync import SyncSpec
-from zionsim.dlrm.workload import DTYPE_BYTES, WorkloadSpec
+from zionsim.dlrm.workload import DENSE_OPTIMIZERS, DTYPE_BYTES, WorkloadSpec
 
 #: PyTorch DDP's default bucket_cap_mb (torch.nn.parallel.DistributedDataParallel docs)
 BUCKET_BYTES = 25 * 2**20
@@ -194,6 +194,35 @@ def _multicross_interaction(b, w, r, B, dt, deps, phase, width):
         x = gemm(f"l{layer}_v1", (x,), B, width, P)  # dY = dH U^T + dY
     x = mem("bwd_sum", (x,))
     return mem("bwd_split", (x,), launches=2)
+
+
+def dense_update_bytes(params: int, optimizer: str, dt: str, master: bool) -> tuple[float, float]:
+    """HBM bytes per step of the dense parameters' upkeep: (weight copy and gradient zeroing at
+    the start of the dense step, the optimizer's update).  Without ``master`` weights (the
+    stack's ``dense_master_weights``): the update reads FP32 weights and gradients and writes
+    the weights, and reads and writes each FP32 state tensor of ``optimizer``
+    (``DENSE_OPTIMIZERS``); nothing at the start.  With them (HugeCTR), in dense precision
+    ``dt`` of ``e`` bytes: the update reads the FP32 weight, the ``e``-byte gradient and the
+    state and writes the weight and the state; at the start, the gradient buffer is zeroed
+    (``e`` written) and, in a 16-bit ``dt``, the FP32 weights are read and their 16-bit copy
+    written (4 + ``e``), which SGD's update writes instead.  Source: NVIDIA-Merlin/HugeCTR,
+    commit 2f2016f: ``HugeCTR/src/core23_network.cpp`` 340-347 (mixed precision: FP32 master
+    weights, ``__half`` wgrads), 360-373 (``conv_weight_``: FP32 to ``__half``),
+    ``src/pybind/model_pipeline.cpp`` 237-244 (``network_init``: ``conv_weight_`` every step
+    but under SGD) and 255-258 (``init_wgrad``), ``src/regularizers/no_regularizer.cu`` 34-38
+    (``cudaMemsetAsync`` of the wgrads), ``src/optimizers/adagrad_optimizer.cu`` 25-75
+    (``ada_grad_update4_kernel``: reads the FP32 weight, the ``T`` wgrad and the FP32
+    accumulator, writes the weight and the accumulator), ``sgd_optimizer.cu`` 59-114 (SGD
+    writes the ``__half`` weight as it updates)."""
+    state = DENSE_OPTIMIZERS[optimizer]
+    if not master:
+        return 0.0, float(params * 4 * (3 + 2 * state))
+    e = DTYPE_BYTES[dt]
+    half = e == 2
+    copy_in_update = half and optimizer == "sgd"
+    update = 4 + e + 4 + 8 * state + (e if copy_in_update else 0)
+    start = e + (4 + e if half and not copy_in_update else 0)
+    return float(params * start), float(params * update)
 
 
 def _stated_width_interaction(b, w, r, B, dt, deps, phase):

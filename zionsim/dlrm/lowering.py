@@ -59,7 +59,6 @@ from zionsim.dlrm.sync import SyncSpec, TraceSync
 from zionsim.dlrm.trace import Trace
 from zionsim.dlrm.trace_builder import TraceBuilder
 from zionsim.dlrm.workload import (
-    DENSE_OPTIMIZERS,
     DTYPE_BYTES,
     WorkloadSpec,
 )
@@ -401,6 +400,10 @@ def _lower_dense_fwd(o: _RankOps, outs: list, lookup: int | None = None, emb=Non
     deduplication after ``emb_expand``, which waits for the exchanges, or for the lookup ``emb``
     where nothing is exchanged), top MLP and the loss; returns the loss op."""
     w, B = o.w, o.w.batch_per_gpu
+    start, _ = _dense_update_bytes(o)
+    if start:  # the 16-bit weight copy and the zeroed gradients (stack.py item 4b)
+        lookup = o.b.op(o.r, "dense_weight_cast", "memory", "optimizer", "compute", (lookup,),
+                        nbytes=start, launches=2)  # fmt: skip
     last = None if o.bottom_mp else _lower_bottom_fwd(o, (lookup,))
     dedup = o.c.get("dedup")
     if dedup is not None:  # every key's vector gathered back from the distinct keys' ones
@@ -543,11 +546,17 @@ def _lower_dense_update(o: _RankOps, e_bwd, d2h, grads_done, c_ar, buckets) -> N
         ars.append(
             o.b.op(o.r, f"allreduce{j}", "collective", "all_reduce", stream, ready, coll=cid)
         )
-    state = DENSE_OPTIMIZERS[o.w.optimizer["dense"]]
     tensors = 2 * (len(o.w.top_layers()) + len(o.w.bottom_layers()))  # weight, bias per layer
     per_tensor = o.stack.optimizer_kernels_per_tensor
     extra = {"launches": tensors * per_tensor} if per_tensor else {}
     o.b.op(
         o.r, "dense_opt", "memory", "optimizer", "compute", (*ars, e_bwd, d2h),
-        nbytes=float(o.w.dense_params * 4 * (3 + 2 * state)), **extra,
+        nbytes=_dense_update_bytes(o)[1], **extra,
     )  # fmt: skip
+
+
+def _dense_update_bytes(o: _RankOps) -> tuple[float, float]:
+    """The rank's dense-parameter bytes per step (``lower_dense.dense_update_bytes``)."""
+    return lower_dense.dense_update_bytes(
+        o.w.dense_params, o.w.optimizer["dense"], o.dt, o.stack.dense_master_weights
+    )

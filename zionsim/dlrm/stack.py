@@ -16,6 +16,12 @@ TensorFlow + SOK.  A stack profile states, as data with sources, what differs be
    bias and activation in the GEMM; eager PyTorch runs them as separate kernels).
 4. ``dense_optimizer_kernels_per_tensor`` — kernels the dense optimizer launches per parameter
    tensor (0: one fused multi-tensor kernel for all of them).
+4b. ``dense_master_weights`` — the dense layers compute in the 16-bit dense precision from a copy
+   of FP32 master weights and write 16-bit weight gradients; the optimizer updates the master
+   weights from them.  Each step a kernel writes the 16-bit copy (HugeCTR's ``conv_weight_``,
+   except under SGD, whose update writes it) and the gradient buffer is zeroed (its GEMMs
+   accumulate into it); ``lower_dense.dense_update_bytes`` has the bytes.  Without it the dense
+   update reads and writes FP32 weights, gradients and state, and nothing else runs per step.
 5. ``host`` — the host thread that feeds the GPU, as a timeline of its own (the ``host`` stream
    of every rank): each iteration it first prepares the batch (``per_step`` seconds of fixed
    work — data-loader hand-off, pipeline bookkeeping, a CUDA graph's launch — plus
@@ -159,6 +165,7 @@ STACK_KEYS = {
     "kernel_launch",
     "mlp_kernels",
     "dense_optimizer_kernels_per_tensor",
+    "dense_master_weights",
     "host",
     "gpu_per_step",
     "interference",
@@ -215,6 +222,8 @@ class StackSpec:
     mlp_kernels: tuple[int, int] = (1, 2)
     #: dense-optimizer kernels per parameter tensor (0: one fused kernel)
     optimizer_kernels_per_tensor: int = 0
+    #: item 4b: FP32 master weights, 16-bit copies and weight gradients
+    dense_master_weights: bool = False
     #: host thread: seconds per kernel launched, fixed seconds per step, seconds per local sample
     host_dispatch_s: float = 0.0
     host_per_step_s: float = 0.0
@@ -299,6 +308,7 @@ class StackSpec:
                 else {}
             ),
             **({"local_reduce": True} if self.local_reduce else {}),
+            **({"dense_master_weights": True} if self.dense_master_weights else {}),
             **({"key_dedup": True} if self.key_dedup else {}),
             "embedding_stream": self.embedding_stream,
             **({"iteration_join": True} if self.iteration_join else {}),
@@ -373,6 +383,7 @@ def load_stack(
 #: the stack's yes/no fields (each a ``StackSpec`` field of the same name) and their defaults
 FLAGS = (
     ("fused_embedding", True),
+    ("dense_master_weights", False),
     ("local_reduce", False),
     ("key_dedup", False),
     ("embedding_stream", False),
