@@ -400,11 +400,11 @@ def _lower_dense_fwd(o: _RankOps, outs: list, lookup: int | None = None, emb=Non
     deduplication after ``emb_expand``, which waits for the exchanges, or for the lookup ``emb``
     where nothing is exchanged), top MLP and the loss; returns the loss op."""
     w, B = o.w, o.w.batch_per_gpu
-    start, _ = _dense_update_bytes(o)
+    start, cast = _dense_update_bytes(o)[0], None
     if start:  # the 16-bit weight copy and the zeroed gradients (stack.py item 4b)
-        lookup = o.b.op(o.r, "dense_weight_cast", "memory", "optimizer", "compute", (lookup,),
-                        nbytes=start, launches=2)  # fmt: skip
-    last = None if o.bottom_mp else _lower_bottom_fwd(o, (lookup,))
+        cast = o.b.op(o.r, "dense_weight_cast", "memory", "optimizer", "compute", (lookup,),
+                      nbytes=start, launches=2)  # fmt: skip
+    last = None if o.bottom_mp else _lower_bottom_fwd(o, (lookup, cast))
     dedup = o.c.get("dedup")
     if dedup is not None:  # every key's vector gathered back from the distinct keys' ones
         nbytes = dedup.keys * DEDUP_INDEX_BYTES + 2 * dedup.vector_bytes
