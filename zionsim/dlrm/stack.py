@@ -288,12 +288,8 @@ class StackSpec:
             "compute_slowdown": self.compute_slowdown,
             "comm_slowdown": self.comm_slowdown,
             "fused_embedding": self.fused_embedding,
-            **(
-                {"interaction_kernel": self.interaction_kernel}
-                if self.interaction_kernel != "gemm"
-                else {}
-            ),
-            **({"dcn_kernels": self.dcn_kernels} if self.dcn_kernels != "generic" else {}),
+            **_unless_default("interaction_kernel", self.interaction_kernel, "gemm"),
+            **_unless_default("dcn_kernels", self.dcn_kernels, "generic"),
             **(
                 {
                     "embedding_update": {
@@ -334,6 +330,11 @@ class StackSpec:
             **({"trainer": self.trainer} if self.trainer != "gpu" else {}),
             **({"bottom_mlp": self.bottom_mlp} if self.bottom_mlp != "data_parallel" else {}),
         }
+
+
+def _unless_default(key: str, value, default) -> dict:
+    """``{key: value}``, or nothing where ``value`` is the field's default."""
+    return {} if value == default else {key: value}
 
 
 def apply_stack(workload, stack: StackSpec):
