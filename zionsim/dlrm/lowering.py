@@ -60,7 +60,6 @@ from zionsim.dlrm.sync import SyncSpec, TraceSync
 from zionsim.dlrm.trace import Trace
 from zionsim.dlrm.trace_builder import TraceBuilder
 from zionsim.dlrm.workload import (
-    DENSE_OPTIMIZERS,
     DTYPE_BYTES,
     WorkloadSpec,
 )
@@ -413,7 +412,11 @@ def _lower_dense_fwd(o: _RankOps, outs: list, lookup: int | None = None, emb=Non
     deduplication after ``emb_expand``, which waits for the exchanges, or for the lookup ``emb``
     where nothing is exchanged), top MLP and the loss; returns the loss op."""
     w, B = o.w, o.w.batch_per_gpu
-    last = None if o.bottom_mp else _lower_bottom_fwd(o, (lookup,))
+    start, cast = _dense_update_bytes(o)[0], None
+    if start:  # the 16-bit weight copy and the zeroed gradients (stack.py item 4b)
+        cast = o.b.op(o.r, "dense_weight_cast", "memory", "optimizer", "compute", (lookup,),
+                      nbytes=start, launches=2)  # fmt: skip
+    last = None if o.bottom_mp else _lower_bottom_fwd(o, (lookup, cast))
     dedup = o.c.get("dedup")
     if dedup is not None:  # every key's vector gathered back from the distinct keys' ones
         nbytes = dedup.keys * DEDUP_INDEX_BYTES + 2 * dedup.vector_bytes
@@ -422,8 +425,9 @@ def _lower_dense_fwd(o: _RankOps, outs: list, lookup: int | None = None, emb=Non
                         nbytes=float(nbytes))  # fmt: skip
         outs = [expand, outs[-1]]
     x = lower_dense.interaction(
-        o.b, w, o.r, B, o.dt, (last, *outs), "fwd", o.stack.interaction_kernel
-    )
+        o.b, w, o.r, B, o.dt, (last, *outs), "fwd", o.stack.interaction_kernel,
+        o.stack.dcn_kernels,
+    )  # fmt: skip
     for i, (k, n) in enumerate(w.top_layers()):
         x = o.gemm(f"top_fwd{i}", B, n, k, (x,), o.stack.mlp_kernels[0], B * n)
     return o.b.op(o.r, "loss", "memory", "interaction", "compute", (x,), nbytes=float(16 * B))
@@ -448,7 +452,9 @@ def _lower_top_bwd(o: _RankOps, x: int, grads_done: dict) -> int:
     for i, (k, n) in reversed(list(enumerate(w.top_layers()))):
         grads_done[f"top{i}"] = o.gemm(f"top_wgrad{i}", k, n, B, (x,))
         x = o.gemm(f"top_dgrad{i}", B, k, n, (x,), o.stack.mlp_kernels[1] - 1, B * n)
-    x = lower_dense.interaction(o.b, w, o.r, B, o.dt, (x,), "bwd", o.stack.interaction_kernel)
+    x = lower_dense.interaction(
+        o.b, w, o.r, B, o.dt, (x,), "bwd", o.stack.interaction_kernel, o.stack.dcn_kernels
+    )
     if w.interaction_params:
         grads_done["interaction"] = x
     return x
@@ -605,11 +611,17 @@ def _lower_dense_update(o: _RankOps, e_bwd, d2h, grads_done, c_ar, buckets, ars=
     dense optimizer step."""
     if ars is None:
         ars = _lower_allreduces(o, e_bwd, grads_done, c_ar, buckets)
-    state = DENSE_OPTIMIZERS[o.w.optimizer["dense"]]
     tensors = 2 * (len(o.w.top_layers()) + len(o.w.bottom_layers()))  # weight, bias per layer
     per_tensor = o.stack.optimizer_kernels_per_tensor
     extra = {"launches": tensors * per_tensor} if per_tensor else {}
     o.b.op(
         o.r, "dense_opt", "memory", "optimizer", "compute", (*ars, e_bwd, d2h),
-        nbytes=float(o.w.dense_params * 4 * (3 + 2 * state)), **extra,
+        nbytes=_dense_update_bytes(o)[1], **extra,
     )  # fmt: skip
+
+
+def _dense_update_bytes(o: _RankOps) -> tuple[float, float]:
+    """The rank's dense-parameter bytes per step (``lower_dense.dense_update_bytes``)."""
+    return lower_dense.dense_update_bytes(
+        o.w.dense_params, o.w.optimizer["dense"], o.dt, o.stack.dense_master_weights
+    )

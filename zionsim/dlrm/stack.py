@@ -16,6 +16,12 @@ TensorFlow + SOK.  A stack profile states, as data with sources, what differs be
    bias and activation in the GEMM; eager PyTorch runs them as separate kernels).
 4. ``dense_optimizer_kernels_per_tensor`` — kernels the dense optimizer launches per parameter
    tensor (0: one fused multi-tensor kernel for all of them).
+4b. ``dense_master_weights`` — the dense layers compute in the 16-bit dense precision from a copy
+   of FP32 master weights and write 16-bit weight gradients; the optimizer updates the master
+   weights from them.  Each step a kernel writes the 16-bit copy (HugeCTR's ``conv_weight_``,
+   except under SGD, whose update writes it) and the gradient buffer is zeroed (its GEMMs
+   accumulate into it); ``lower_dense.dense_update_bytes`` has the bytes.  Without it the dense
+   update reads and writes FP32 weights, gradients and state, and nothing else runs per step.
 5. ``host`` — the host thread that feeds the GPU, as a timeline of its own (the ``host`` stream
    of every rank): each iteration it first prepares the batch (``per_step`` seconds of fixed
    work — data-loader hand-off, pipeline bookkeeping, a CUDA graph's launch — plus
@@ -136,6 +142,13 @@ TensorFlow + SOK.  A stack profile states, as data with sources, what differs be
     and the SOK benchmark run: one forward and one backward kernel; FP16 and TF32 inputs on WMMA
     tensor cores, priced as the GEMM; FP32 on a GPU without TF32, a CUDA-core kernel priced by
     its shared-memory traffic, ``compute.dot_interaction_time_s``).
+12b. ``dcn_kernels`` — the element-wise kernels of a ``dcn`` interaction: ``generic`` (default:
+    per cross layer one multiply-add kernel, ``lower_dense.py``) or ``multicross`` (HugeCTR's
+    ``MultiCrossLayer`` and the ``ConcatLayer`` before it, kernel by kernel as
+    ``HugeCTR/src/layers/multi_cross_layer.cu`` and ``concat_layer.cu`` run them: the concat
+    copies, the forward's ``x0 .* h + x_i`` kernel, the backward's zeroed accumulator, fused
+    multiply/FMA kernel per layer and final sum, the concat's split; ``lower_dense.py``,
+    :func:`~zionsim.dlrm.lower_dense.multicross_bytes`).
 13. ``bottom_mlp`` — where the bottom MLP runs: ``data_parallel`` (default: every rank for its
     own samples, its gradients all-reduced with the top MLP's) or ``first_rank`` (NVIDIA
     DeepLearningExamples' PyTorch DLRM on more than one GPU: rank 0 runs it for the whole global
@@ -172,11 +185,13 @@ STACK_KEYS = {
     "kernel_launch",
     "mlp_kernels",
     "dense_optimizer_kernels_per_tensor",
+    "dense_master_weights",
     "host",
     "gpu_per_step",
     "interference",
     "fused_embedding",
     "interaction_kernel",
+    "dcn_kernels",
     "embedding_update",
     "local_reduce",
     "key_dedup",
@@ -205,6 +220,8 @@ EMBEDDING_GRADIENTS = ("kernel", "view")
 DISTRIBUTOR_KEYS = ("key_bytes", "host_sync")
 #: ``interaction_kernel`` values (item 12)
 INTERACTION_KERNELS = ("gemm", "dot_based_interact")
+#: ``dcn_kernels`` values (item 12b)
+DCN_KERNELS = ("generic", "multicross")
 HOST_KEYS = ("dispatch", "per_step", "per_sample", "overlap")
 #: ``precision.communication`` value: exchange in the dense math's 16-bit type under mixed precision
 FOLLOW_DENSE = "dense"
@@ -230,6 +247,8 @@ class StackSpec:
     mlp_kernels: tuple[int, int] = (1, 2)
     #: dense-optimizer kernels per parameter tensor (0: one fused kernel)
     optimizer_kernels_per_tensor: int = 0
+    #: item 4b: FP32 master weights, 16-bit copies and weight gradients
+    dense_master_weights: bool = False
     #: host thread: seconds per kernel launched, fixed seconds per step, seconds per local sample
     host_dispatch_s: float = 0.0
     host_per_step_s: float = 0.0
@@ -245,6 +264,8 @@ class StackSpec:
     #: priced as one GEMM over every sample's rows; ``dot_based_interact``, DeepLearningExamples'
     #: custom kernels (item 12)
     interaction_kernel: str = "gemm"
+    #: a DCN interaction's element-wise kernels (:data:`DCN_KERNELS`, item 12b)
+    dcn_kernels: str = "generic"
     #: ``embedding_update``: optimizer (EMBEDDING_OPTIMIZERS), gradient on one GPU and on several
     #: (EMBEDDING_GRADIENTS), the loss scaler's unscale of the values under mixed precision
     embedding_optimizer: str = "fused"
@@ -294,11 +315,8 @@ class StackSpec:
             "compute_slowdown": self.compute_slowdown,
             "comm_slowdown": self.comm_slowdown,
             "fused_embedding": self.fused_embedding,
-            **(
-                {"interaction_kernel": self.interaction_kernel}
-                if self.interaction_kernel != "gemm"
-                else {}
-            ),
+            **_unless_default("interaction_kernel", self.interaction_kernel, "gemm"),
+            **_unless_default("dcn_kernels", self.dcn_kernels, "generic"),
             **(
                 {
                     "embedding_update": {
@@ -313,6 +331,7 @@ class StackSpec:
                 else {}
             ),
             **({"local_reduce": True} if self.local_reduce else {}),
+            **({"dense_master_weights": True} if self.dense_master_weights else {}),
             **({"key_dedup": True} if self.key_dedup else {}),
             "embedding_stream": self.embedding_stream,
             **({"iteration_join": True} if self.iteration_join else {}),
@@ -337,6 +356,11 @@ class StackSpec:
             **({"trainer": self.trainer} if self.trainer != "gpu" else {}),
             **({"bottom_mlp": self.bottom_mlp} if self.bottom_mlp != "data_parallel" else {}),
         }
+
+
+def _unless_default(key: str, value, default) -> dict:
+    """``{key: value}``, or nothing where ``value`` is the field's default."""
+    return {} if value == default else {key: value}
 
 
 def apply_stack(workload, stack: StackSpec):
@@ -386,6 +410,7 @@ def load_stack(
 #: the stack's yes/no fields (each a ``StackSpec`` field of the same name) and their defaults
 FLAGS = (
     ("fused_embedding", True),
+    ("dense_master_weights", False),
     ("local_reduce", False),
     ("key_dedup", False),
     ("embedding_stream", False),
@@ -440,6 +465,7 @@ def stack_from_dict(data: dict, file: str = "<stack>") -> StackSpec:
         compute_slowdown=i.quantity("compute_slowdown", "fraction", 0.0, strict=False),
         comm_slowdown=i.quantity("comm_slowdown", "fraction", 0.0, strict=False),
         interaction_kernel=f.choice("interaction_kernel", INTERACTION_KERNELS, "gemm"),
+        dcn_kernels=f.choice("dcn_kernels", DCN_KERNELS, "generic"),
         embedding_optimizer=e_opt,
         embedding_gradient=e_grad,
         amp_unscale=unscale,
