@@ -22,9 +22,7 @@ def _generator_distinct(rows, samples, pooling, alpha, batches, seed=0):
     )
     p = np.arange(1, rows + 1, dtype=float) ** -alpha
     p /= p.sum()
-    got = [
-        np.unique(lists[rng.choice(rows, size=samples, p=p)]).size for _ in range(batches)
-    ]
+    got = [np.unique(lists[rng.choice(rows, size=samples, p=p)]).size for _ in range(batches)]
     return float(np.mean(got))
 
 
