@@ -10,6 +10,10 @@ Model (documented assumptions):
 4. The distinct rows among ``L`` such draws (what an embedding backward that merges duplicate
    indices updates) are ``Σ_k 1 - exp(-L p_k)`` (each row's count is Poisson), summed exactly for
    the hottest rows and by the trapezoidal rule on a logarithmic grid beyond.
+5. A pooled table's lookups are such independent draws (workload ``multi_hot: independent``)
+   unless the workload says its multi-hot lists are MLPerf DLRM-DCNv2's synthetic ones
+   (``multi_hot: fixed_uniform``, :func:`multi_hot_unique_rows`): each sample's one-hot id is a
+   Zipf draw and brings a fixed list of ``L`` rows, itself and ``L - 1`` uniform random rows.
 """
 
 from __future__ import annotations
@@ -53,6 +57,34 @@ def unique_rows(rows: float, draws: float, alpha: float) -> float:
         y = -np.expm1(-draws * x**-alpha / h)
         total += float(np.sum((y[1:] + y[:-1]) * np.diff(x)) / 2) + float(y[0])
     return min(total, float(rows), float(draws))
+
+
+def multi_hot_unique_rows(rows: float, samples: float, pooling: float, alpha: float) -> float:
+    """Expected distinct rows ``samples`` samples touch in a table of ``rows`` rows whose
+    multi-hot lists of ``pooling`` ids come from MLPerf DLRM-DCNv2's generator.
+
+    The generator (mlcommons/training recommendation_v2/torchrec_dlrm/multi_hot.py, commit
+    aa344c7f, ``Multihot.__make_multi_hot_indices_tables``, lines 87-109, ``dist_type`` "uniform"
+    as the benchmark's dataset is made: scripts/materialize_synthetic_multihot_dataset.py lines
+    93 and 114-137, and NVIDIA's HugeCTR submissions use that dataset) seeds numpy once and builds
+    for every table a fixed list per one-hot id ``x``: ``[x, r_1, ..., r_(L-1)]``, the ``r`` drawn
+    with ``np.random.randint(0, rows)`` (independent, uniform, not contiguous).  A sample's
+    ``L`` lookups are the list of its one-hot id (``nn.functional.embedding`` of the id into that
+    table, lines 137-143), so a one-hot id repeated in a batch repeats its whole list.
+
+    Hence, with ``D`` the distinct one-hot ids among the ``samples`` Zipf(α) draws
+    (:func:`unique_rows`, assumption 1 for Criteo's ids), a row is untouched when it is not in
+    ``D`` and none of the ``D·(L - 1)`` random entries of their lists is it: expected distinct
+    rows ``rows - (rows - D)·(1 - 1/rows)^(D·(L - 1))`` (``D`` taken at its mean: its relative
+    spread is below ``1/sqrt(D)``).  ``L = 1`` gives :func:`unique_rows` of the samples."""
+    if rows <= 0 or samples <= 0 or pooling <= 0:
+        return 0.0
+    ids = unique_rows(rows, samples, alpha)
+    entries = ids * max(float(pooling) - 1.0, 0.0)
+    if rows <= 1:
+        return 1.0
+    untouched = (rows - ids) * math.exp(entries * math.log1p(-1.0 / rows))
+    return min(float(rows) - untouched, float(rows), float(samples) * float(pooling))
 
 
 def hit_rate(rows: float, cached_rows: float, alpha: float) -> float:

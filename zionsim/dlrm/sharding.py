@@ -47,7 +47,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from zionsim.dlrm.cache import hit_rate, unique_rows
+from zionsim.dlrm.cache import hit_rate, multi_hot_unique_rows, unique_rows
 from zionsim.dlrm.workload import DTYPE_BYTES, EMBEDDING_OPTIMIZERS, WorkloadSpec, row_bytes
 from zionsim.network.peer_bytes import OuterSum
 
@@ -96,6 +96,21 @@ class Layout:
 @lru_cache(maxsize=4096)
 def _unique(rows: float, draws: float, alpha: float) -> float:
     return unique_rows(rows, draws, alpha) if draws > 0 else 0.0
+
+
+@lru_cache(maxsize=4096)
+def _multi_hot_unique(rows: float, samples: float, pooling: float, alpha: float) -> float:
+    return multi_hot_unique_rows(rows, samples, pooling, alpha) if samples > 0 else 0.0
+
+
+def table_unique_rows(w: WorkloadSpec, t, draws: float, zipf_alpha: float) -> float:
+    """Expected distinct rows of table ``t`` among ``draws`` lookups of whole samples (``draws /
+    t.pooling`` samples), as the workload's ``multi_hot`` says its lists are made: independent
+    Zipf draws (``independent``) or MLPerf DCNv2's fixed random lists (``fixed_uniform``,
+    ``cache.multi_hot_unique_rows``)."""
+    if w.multi_hot == "fixed_uniform" and t.pooling > 0:
+        return _multi_hot_unique(t.rows, draws / t.pooling, t.pooling, zipf_alpha)
+    return _unique(t.rows, draws, zipf_alpha)
 
 
 def column_splits(dim: int, k: int) -> list[int]:
@@ -175,7 +190,7 @@ def _serve(out: Layout, w: WorkloadSpec, s, r, lookups, rows, dim: int, zipf_alp
     if lookups > 0:
         t = w.tables[s.table]
         drawn = lookups * t.rows / rows  # lookups of the whole table; this shard sees its part
-        out.unique_rows[r] += _unique(t.rows, drawn, zipf_alpha) * lookups / drawn
+        out.unique_rows[r] += table_unique_rows(w, t, drawn, zipf_alpha) * lookups / drawn
     out.lookup_bytes[r] += lookups * rb
     out.state_bytes[r] += lookups * state
     out.tables[r] += 1

@@ -24,6 +24,9 @@ DENSE_DTYPES = ("fp32", "tf32", "fp16", "bf16")
 COMM_DTYPES = ("fp32", "fp16", "bf16")
 #: optimizer state: (values per element, values per row), each a 4-byte float
 EMBEDDING_OPTIMIZERS = {"sgd": (0, 0), "adagrad": (1, 0), "rowwise_adagrad": (0, 1), "adam": (2, 0)}
+#: how a sample's ids of a pooled table are drawn (``cache.py``): each an independent Zipf draw,
+#: or MLPerf DLRM-DCNv2's synthetic lists (the one-hot id and fixed uniform random rows)
+MULTI_HOT = ("independent", "fixed_uniform")
 DENSE_OPTIMIZERS = {"sgd": 0, "adagrad": 1, "adam": 2, "lamb": 2}
 INTERACTIONS = ("dot", "concat", "dcn", "reduce", "projection")
 #: interaction kinds whose output width the workload states (``interaction.output_width``)
@@ -31,6 +34,7 @@ STATED_WIDTH = ("reduce", "projection")
 WORKLOAD_KEYS = {
     "sync",
     "zipf_alpha",
+    "multi_hot",
     "batch_per_gpu",
     "dense_features",
     "precision",
@@ -77,6 +81,9 @@ class WorkloadSpec:
     index_bytes: int = 8
     #: skew of row accesses (Zipf exponent), for the HBM cache of UVM tables (``cache.py``)
     zipf_alpha: float = 1.0
+    #: how a pooled table's ids are drawn (:data:`MULTI_HOT`; distinct rows per batch,
+    #: ``cache.py``)
+    multi_hot: str = "independent"
     #: dense-parameter sync (``sync.py``): mode, every, servers, period_s, trainer
     sync: dict = field(default_factory=dict, compare=False)
     file: str = ""
@@ -214,6 +221,7 @@ def workload_from_dict(data: dict, file: str = "<workload>") -> WorkloadSpec:
         interaction_width=inter.integer("output_width") if kind in STATED_WIDTH else 0,
         index_bytes=f.integer("index_bytes", 8),
         zipf_alpha=f.quantity("zipf_alpha", "fraction", 1.0, strict=False),
+        multi_hot=f.choice("multi_hot", MULTI_HOT, "independent"),
         sync=sync_spec(base=f.raw("sync", {}), file=file).to_dict(),
         file=file,
         raw=data,
