@@ -16,8 +16,9 @@ import numpy as np
 
 from zionsim.base.errors import InputError
 from zionsim.dlrm.rank_classes import collective_copies
+from zionsim.dlrm.stack import slowed_s
 from zionsim.dlrm.trace import Trace
-from zionsim.dlrm.walks import NAN, Walk, gates, walked_ranks
+from zionsim.dlrm.walks import NAN, Walk, gates, landed, quiet_at, walked_ranks
 from zionsim.network import nccl
 
 _COMPUTE, _HOST, _COLLECTIVE, _TRANSFER = 0, 1, 2, 3
@@ -335,11 +336,8 @@ class FlatWalk(Walk):
                 on_gpu = gpu_free is not None and not host and seconds > 0
                 if on_gpu:
                     t = max(t, gpu_free[r])
-                if slow and not host and flight[r]:  # Walk._in_flight
-                    live = [(a, x) for a, x in flight[r] if x > t]
-                    flight[r] = live
-                    if any(a <= t for a, _ in live):
-                        seconds *= 1.0 + slow
+                if slow and not host and flight[r]:  # Walk._quiet_at
+                    seconds = slowed_s(seconds, quiet_at(flight, r, t) - t, slow)
                 if on_gpu:
                     gpu_free[r] = t + seconds
                 finish(i, it, t + seconds)
@@ -348,9 +346,9 @@ class FlatWalk(Walk):
         """:meth:`Walk._arrive` of op ``i`` of stream ``k``, iteration ``it``, at ``t``."""
         sh, inf = self.shape, np.inf
         r = sh.rank[i]
-        st.flight[r].append((t, inf))
-        st.in_coll[k] = True
         cid = sh.coll[i]
+        st.flight[r].append((t, inf, t + self._collective_s(cid)))
+        st.in_coll[k] = True
         members = st.arrived.setdefault((it, cid), [0])
         members.append((i, t))
         members[0] += sh.joins[i]
@@ -358,9 +356,7 @@ class FlatWalk(Walk):
             return
         e = max(a for _, a in members[1:]) + self._collective_s(cid)
         for o, a in members[1:]:
-            fl = st.flight[sh.rank[o]]
-            if (a, inf) in fl:
-                fl[fl.index((a, inf))] = (a, e)
+            landed(st.flight[sh.rank[o]], a, e)
             finish(o, it, e)
         del st.arrived[it, cid]
 
@@ -378,7 +374,7 @@ class _State:
         self.step, self.it_of, self.free = [0] * n, [0] * n, [0.0] * n
         self.queued, self.in_coll = [False] * n, [False] * n
         self.arrived: dict = {}
-        self.flight: list[list[tuple[float, float]]] = [[] for _ in range(ranks)]
+        self.flight: list[list[tuple[float, float, float]]] = [[] for _ in range(ranks)]
         self.gpu = [0.0] * ranks if sh.two else None
         self.heap: list = []
 

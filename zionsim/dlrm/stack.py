@@ -39,7 +39,9 @@ TensorFlow + SOK.  A stack profile states, as data with sources, what differs be
    does.  Fitted where the host cannot explain a stack's fixed cost (a replayed CUDA graph).
 6. ``interference`` — while a rank's NCCL kernels are in flight, its compute kernels run
    ``compute_slowdown`` slower (NCCL takes SMs and HBM bandwidth) and its collectives
-   ``comm_slowdown`` slower while its compute stream is busy.
+   ``comm_slowdown`` slower while its compute stream is busy.  A kernel that starts under
+   NCCL kernels is slowed only until they have ended, then runs at full speed
+   (:func:`slowed_s`): [lee2025]'s factor is the slowdown *while* the two overlap.
 7. ``fused_embedding`` — table-batched (fused) embedding kernels, or one kernel per table.
 7b. ``embedding_update`` — where the embedding rows are updated: ``optimizer: fused`` (default:
    inside the embedding backward kernel, FBGEMM's TBE, HugeCTR, SOK: each distinct row once) or
@@ -554,3 +556,15 @@ def _planner(f: Fields) -> tuple[str, object]:
     from zionsim.dlrm.hugectr_plan import settings_from_fields
 
     return name, settings_from_fields(p)
+
+
+def slowed_s(seconds: float, overlap_s: float, slowdown: float) -> float:
+    """Wall seconds of a kernel of ``seconds`` alone that starts with NCCL kernels in flight
+    for ``overlap_s`` more seconds: ``1 + slowdown`` times slower until they end, at full speed
+    after (item 6)."""
+    f = 1.0 + slowdown
+    if overlap_s <= 0.0:
+        return seconds
+    if overlap_s >= seconds * f:
+        return seconds * f
+    return overlap_s + seconds - overlap_s / f

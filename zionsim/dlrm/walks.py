@@ -26,6 +26,7 @@ import numpy as np
 
 from zionsim.base.errors import InputError
 from zionsim.dlrm.rank_classes import rank_classes, split_by_copies
+from zionsim.dlrm.stack import slowed_s
 from zionsim.dlrm.trace import Trace
 from zionsim.network import nccl
 
@@ -137,7 +138,7 @@ class Walk:
         self.pos = [0] * len(self.streams)  # next op index, over iterations
         self.free = [0.0] * len(self.streams)
         self.arrived: dict = {}
-        self.flight: list[list[tuple[float, float]]] = [[] for _ in range(self.trace.ranks)]
+        self.flight: list[list[tuple[float, float, float]]] = [[] for _ in range(self.trace.ranks)]
         self.heap: list = []
         self.queued: set[int] = set()
         self.in_collective: set[int] = set()  # streams waiting inside a collective
@@ -190,7 +191,8 @@ class Walk:
         if op.kind == "collective":
             if op.category == "sync" and (it + 1) % op.args.get("every", 1):
                 return self._finish(op, it, t)
-            self.flight[op.rank].append((t, np.inf))
+            cid = op.args["coll"]
+            self.flight[op.rank].append((t, np.inf, t + self._collective_s(cid)))
             self.in_collective.add(k)
             return self._arrive(op, it, t)
         if op.kind == "transfer":
@@ -200,18 +202,17 @@ class Walk:
         on_gpu = self.gpu_free is not None and op.kind != "host" and seconds > 0
         if on_gpu:
             t = max(t, self.gpu_free[op.rank])
-        if self.slow and op.kind != "host" and self._in_flight(op.rank, t):
-            seconds *= 1.0 + self.slow
+        if self.slow and op.kind != "host":
+            seconds = slowed_s(seconds, self._quiet_at(op.rank, t) - t, self.slow)
         if on_gpu:
             self.gpu_free[op.rank] = t + seconds
         self._finish(op, it, t + seconds)
 
-    def _in_flight(self, rank: int, t: float) -> bool:
-        if not self.flight[rank]:
-            return False
-        live = [(a, e) for a, e in self.flight[rank] if e > t]
-        self.flight[rank] = live
-        return any(a <= t for a, _ in live)
+    def _quiet_at(self, rank: int, t: float) -> float:
+        """When the collectives ``rank`` has in flight at ``t`` end: their end where known,
+        else their arrival plus their own time (a collective still waiting for its peers);
+        ``t`` when none is in flight (``stack.slowed_s``)."""
+        return quiet_at(self.flight, rank, t)
 
     def _arrive(self, op, it: int, t: float) -> None:
         cid = op.args["coll"]
@@ -223,9 +224,7 @@ class Walk:
             return
         end = max(a for _, a in members[1:]) + self._collective_s(cid)
         for o, a in members[1:]:
-            fl = self.flight[o.rank]
-            if (a, np.inf) in fl:
-                fl[fl.index((a, np.inf))] = (a, end)
+            landed(self.flight[o.rank], a, end)
             self._finish(o, it, end)
         del self.arrived[it, cid]
 
@@ -265,3 +264,26 @@ class Walk:
 
 
 #: op kinds of the flat walk
+
+
+def quiet_at(flight: list, rank: int, t: float) -> float:
+    """When the collectives ``rank`` has in flight at ``t`` end (``Walk._quiet_at``); prunes the
+    ended ones from ``flight[rank]``, a list of (arrival, end or inf, arrival + own time)."""
+    fl = flight[rank]
+    if not fl:
+        return t
+    live = [x for x in fl if x[1] > t]
+    flight[rank] = live
+    quiet = t
+    for a, end, est in live:
+        if a <= t:
+            quiet = max(quiet, end if end < np.inf else est)
+    return quiet
+
+
+def landed(fl: list, arrival: float, end: float) -> None:
+    """The flight entry of the collective that arrived at ``arrival`` ends at ``end``."""
+    for j, x in enumerate(fl):
+        if x[0] == arrival and x[1] == np.inf:
+            fl[j] = (arrival, end, end)
+            return

@@ -336,6 +336,8 @@ class _Run:
         self.slow_compute = stack.compute_slowdown
         self.slow_comm = stack.comm_slowdown
         self.comm_in_flight = [0] * trace.ranks  # a rank's collective ops launched, not ended
+        #: per rank, the event a slowed kernel waits on: its NCCL kernels have all ended
+        self.comm_quiet: list[simpy.Event | None] = [None] * trace.ranks
         self.compute_busy = np.zeros(trace.ranks, dtype=bool)  # a compute kernel is running
         #: the host starts a step only once the previous one has ended (a stack's host overlap)
         self.host_waits = not stack.host_overlap
@@ -402,7 +404,7 @@ class _Run:
                 elif kind == "collective":
                     self.comm_in_flight[rank] += 1
                     yield self._arrive(it, op.args["coll"], rank)
-                    self.comm_in_flight[rank] -= 1
+                    self._comm_ended(rank)
                 elif kind == "transfer":
                     yield self._host_transfer(it, rank, op.args)
                 elif dur[i] > 0 and self.gpu is not None and kind != "host":
@@ -411,11 +413,11 @@ class _Run:
                         start = env.now
                         yield from self._compute(rank, op, dur[i])
                 elif dur[i] > 0:  # :meth:`_compute`, inline (most ops step here)
-                    seconds = dur[i]
-                    if slow and self.comm_in_flight[rank] and kind != "host":
-                        seconds *= 1.0 + slow
                     busy[rank] = kind != "host"
-                    yield env.timeout(seconds)
+                    if slow and self.comm_in_flight[rank] and kind != "host":
+                        yield from self._slowed(rank, dur[i])
+                    else:
+                        yield env.timeout(dur[i])
                     busy[rank] = False
                 rows.append((it, i, free, start, env.now))
                 if i in member_ops:  # the other members of its class: the same times
@@ -441,11 +443,35 @@ class _Run:
         """A compute kernel: slowed by the stack's interference factor when NCCL kernels of this
         rank are in flight as it starts (they hold SMs and HBM bandwidth while they run or wait
         for their peers); host work (``host`` ops) is not slowed."""
-        if self.slow_compute and self.comm_in_flight[rank] and op.kind != "host":
-            seconds *= 1.0 + self.slow_compute
         self.compute_busy[rank] = op.kind != "host"
-        yield self.env.timeout(seconds)
+        if self.slow_compute and self.comm_in_flight[rank] and op.kind != "host":
+            yield from self._slowed(rank, seconds)
+        else:
+            yield self.env.timeout(seconds)
         self.compute_busy[rank] = False
+
+    def _slowed(self, rank: int, seconds: float):
+        """A kernel of ``seconds`` that starts under ``rank``'s NCCL kernels: slower by the
+        stack's factor until they have all ended, at full speed for the rest
+        (``stack.slowed_s``: NCCL kernels that start later, while it runs, do not slow it)."""
+        env, f = self.env, 1.0 + self.slow_compute
+        quiet = self.comm_quiet[rank]
+        if quiet is None:
+            quiet = self.comm_quiet[rank] = env.event()
+        start = env.now
+        yield env.any_of((env.timeout(seconds * f), quiet))
+        rest = seconds - (env.now - start) / f
+        if rest > 1e-12 * seconds:
+            yield env.timeout(rest)
+
+    def _comm_ended(self, rank: int) -> None:
+        """One of ``rank``'s collective ops has ended; the last one wakes its slowed kernel."""
+        self.comm_in_flight[rank] -= 1
+        if not self.comm_in_flight[rank]:
+            quiet = self.comm_quiet[rank]
+            if quiet is not None:
+                self.comm_quiet[rank] = None
+                quiet.succeed()
 
     def _skipped(self, op, it: int) -> bool:
         """Foreground sync ops run only every K-th iteration, and not at all without traffic."""
@@ -482,7 +508,7 @@ class _Run:
             else:  # NCCL kernels of the round hold SMs from launch to end (interference)
                 self.comm_in_flight[rank] += 1
                 yield self._arrive_round(background[rank], n_round, rank)
-                self.comm_in_flight[rank] -= 1
+                self._comm_ended(rank)
             self.rec.sync_rounds.append(SyncRound(rank, start, env.now, it0, self.iteration[rank]))
             n_round += 1
             wait = spec.period_s - (env.now - start)
