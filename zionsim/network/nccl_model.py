@@ -259,6 +259,38 @@ def _net_post_s(t: dict, st: Setting, protocol: str, scale: float) -> float:
     return t["net_overhead_us"][st.vendor] * 1e-6 * scale * (3 if protocol == "Simple" else 1)
 
 
+def gdr_flush_s(model: CollectiveModel, st: Setting, protocol: str) -> float:
+    """The GPUDirect RDMA flush after a network receive (0 where NCCL does none).
+
+    With GDR the NIC writes a Simple step straight into GPU memory, and before the proxy tells
+    the GPU the step has arrived it makes the data visible with a flush: an RDMA read of one
+    byte through a loopback queue pair of the same NIC (net_ib.cc ncclIbIflush, :2250-2280 at
+    v2.26.2-1), posted and tested by the proxy thread (net.cc:1386-1440), "an extra round-trip
+    to the NIC" (NVIDIA/nccl issue 683, sjeaugey, 2022-05-25).  NCCL flushes only Simple
+    receives (net.cc:1406: ``p == NCCL_PROTO_SIMPLE && needFlush``), only with GDR (net.cc:253,
+    :1402; LL and LL128 buffers are read by the GPU with flags, no flush), and only below sm90
+    (paths.cc:476-486, ncclTopoNeedFlush: "Flush is required on Ampere and earlier"; C2C hosts
+    and NCCL_NET_FORCE_FLUSH aside; NCCL_GDR_FLUSH_DISABLE=1 turns it off, net_ib.cc:1657).
+    NCCL's own tuner adds it as one more network latency to a Simple step (tuning.cc:303-304,
+    "Also add the flush extra latency"), of the size the net plugin reports, 0 for InfiniBand
+    (net_ib.cc:782).  zionsim prices it as one network operation of the proxy (NCCL's net post
+    overhead, getNetOverhead) plus the NIC's read of GPU memory, taken as NCCL's latency of one
+    step over PCIe (hwLat[PCI], the ring LL entry): both NCCL's own figures, nothing fitted
+    (``gdr_flush`` in the YAML; issue 26 round 9, h26f)."""
+    t = model.table
+    spec = t.get("gdr_flush")
+    if (
+        spec is None
+        or protocol != "Simple"
+        or st.nodes <= 1
+        or not st.nic_near_gpu
+        or st.generation not in spec["generations"]
+    ):
+        return 0.0
+    pcie = model.step_s["ring"]["pcie"][spec["pcie_read_like"]]
+    return _net_post_s(t, st, "LL", model.latency_scale) + pcie
+
+
 def latency_s(model: CollectiveModel, st: Setting, algorithm: str, protocol: str) -> float:
     """NCCL's latency of ``algorithm``/``protocol`` (tuning.cc:384-435), overhead included."""
     fam = FAMILY[algorithm]
@@ -273,9 +305,18 @@ def latency_s(model: CollectiveModel, st: Setting, algorithm: str, protocol: str
     if fam == "p2p":
         if st.nodes <= 1:
             return base + intra
-        return base + step["net"][protocol] + remote_peers(st) * _net_post_s(t, st, protocol, scale)
+        peers = remote_peers(st)
+        lat = base + step["net"][protocol] + peers * _net_post_s(t, st, protocol, scale)
+        flush = gdr_flush_s(model, st, protocol)
+        if flush > 0.0:
+            # the proxy posts each remote peer's flush in turn (one network operation each);
+            # the NIC's reads of GPU memory overlap, one is on the path
+            post = _net_post_s(t, st, "LL", scale)
+            lat += peers * post + (flush - post)
+        return lat
     net_family = "tree" if (st.ppn == 1 and fam == "ring") else fam
-    inter = model.step_s[net_family]["net"][protocol]
+    # NCCL adds the flush to the network latency of every Simple step (tuning.cc:303-304)
+    inter = model.step_s[net_family]["net"][protocol] + gdr_flush_s(model, st, protocol)
     if fam == "ring":
         steps = 2 * (st.n - 1) if st.op == "all_reduce" else st.n - 1
         if algorithm == "hierarchical" and st.nodes > 1:
