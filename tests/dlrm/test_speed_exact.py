@@ -367,3 +367,61 @@ def test_least_loaded_single_gpu_is_the_sorts_first():
         pool = ok if len(ok) else np.arange(16)
         want = int(pool[np.lexsort((pool, load[pool]))][0])
         assert _least_loaded(load, room, need, 1) == (want,)
+
+
+@pytest.mark.parametrize("pair", [("fp32", "tf32"), ("bf16", "fp16")])
+def test_a_trace_retyped_from_its_twin_is_the_trace_lowered(case, monkeypatch, pair):
+    """A workload whose dense precision differs from a kept trace's only by a format of the same
+    width and kind (``lowering.RETYPE``) gets that trace with its GEMMs retyped: the same ops,
+    collectives and meta as lowering it anew, for every candidate plan of each case."""
+    from zionsim.dlrm.workload import with_precision
+
+    inputs, cluster, plans = case
+    made = []
+    retyped = lowering._retyped
+
+    def counting(*args):
+        out = retyped(*args)
+        made.append(out is not None)
+        return out
+
+    monkeypatch.setattr(lowering, "_retyped", counting)
+    monkeypatch.setattr(lowering, "_CACHE", lowering.OrderedDict())
+    monkeypatch.setattr(lowering, "_TWINS", {})
+    first, second = (replace(inputs, workload=with_precision(inputs.workload, {"dense": d}))
+                     for d in pair)  # fmt: skip
+    for p in plans:
+        _lower(first, cluster, p)
+    fast = [_lower(second, cluster, p) for p in plans]
+    assert made[-len(plans):] == [True] * len(plans)  # each from its twin
+    monkeypatch.setattr(lowering, "RETYPE", False)
+    monkeypatch.setattr(lowering, "_CACHE", lowering.OrderedDict())
+    slow = [_lower(second, cluster, p) for p in plans]
+    for a, c in zip(fast, slow, strict=True):
+        assert a.ops == c.ops
+        assert a.meta == c.meta and a.alike == c.alike
+        assert [(x.id, x.op, x.size_bytes, x.ranks.tolist()) for x in a.collectives] == [
+            (x.id, x.op, x.size_bytes, x.ranks.tolist()) for x in c.collectives
+        ]
+        gemms = [op.args["dtype"] for op in a.ops if op.kind == "gemm"]
+        assert gemms and set(gemms) == {pair[1]}
+
+
+def test_no_twin_across_widths_or_plans(monkeypatch):
+    """A dense precision of another width (fp32 and fp16: other bytes per element) or another
+    plan is lowered anew, not retyped."""
+    from zionsim.dlrm.workload import with_precision
+
+    inputs, cluster, plans = _candidates({"workload": "mlperf_dlrm", "nodes": 2})
+    monkeypatch.setattr(lowering, "_CACHE", lowering.OrderedDict())
+    monkeypatch.setattr(lowering, "_TWINS", {})
+    calls = []
+    lowered = lowering._lower
+    monkeypatch.setattr(lowering, "_lower", lambda *a: calls.append(1) or lowered(*a))
+    w32, w16, tf = (with_precision(inputs.workload, {"dense": d}) for d in ("fp32", "fp16", "tf32"))
+    _lower(replace(inputs, workload=w32), cluster, plans[0])
+    _lower(replace(inputs, workload=w16), cluster, plans[0])
+    _lower(replace(inputs, workload=tf), cluster, plans[1])
+    assert len(calls) == 3
+    _lower(replace(inputs, workload=tf), cluster, plans[0])
+    assert len(calls) == 3

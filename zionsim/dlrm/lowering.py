@@ -56,7 +56,7 @@ from zionsim.dlrm.lower_exchange import (
 from zionsim.dlrm.plan import Plan, Shard
 from zionsim.dlrm.stack import BARE, StackSpec
 from zionsim.dlrm.sync import SyncSpec, TraceSync
-from zionsim.dlrm.trace import Trace
+from zionsim.dlrm.trace import Op, Trace
 from zionsim.dlrm.trace_builder import TraceBuilder
 from zionsim.dlrm.workload import (
     DENSE_OPTIMIZERS,
@@ -97,8 +97,17 @@ def lower(
     key = (_workload_key(w), _plan_key(plan), ranks, fused, g, zipf_alpha, repr(sync), repr(stack))
     trace = _CACHE.get(key)
     if trace is None:
-        trace = _lower(w, plan, ranks, fused, g, zipf_alpha, sync, stack)
+        twin = _twin_key(w, key) if RETYPE else None
+        trace = _retyped(w, plan, ranks, fused, twin) if twin is not None else None
+        if trace is None:
+            trace = _lower(w, plan, ranks, fused, g, zipf_alpha, sync, stack)
         _remember(key, trace)
+        if twin is not None:
+            _TWINS.setdefault(twin, {})[w.precision["dense"]] = key
+            if len(_TWINS) > KEEP_TWINS:  # forget the keys of traces no longer kept
+                kept = {t: {d: k for d, k in ks.items() if k in _CACHE} for t, ks in _TWINS.items()}
+                _TWINS.clear()
+                _TWINS.update((t, ks) for t, ks in kept.items() if ks)
     else:
         _CACHE.move_to_end(key)
     meta = {k: dict(v) if isinstance(v, dict) else v for k, v in trace.meta.items()}
@@ -155,6 +164,70 @@ def _remember(key: tuple, trace: Trace) -> None:
         total -= len(_CACHE.popitem(last=False)[1].ops)
 
 
+#: lower a workload whose dense precision is another of the same width and kind (fp32 and tf32;
+#: fp16 and bf16) than a kept trace's, all else equal, as that trace with its GEMMs' ``dtype``
+#: changed (:func:`_retyped`); False: lower it anew (the tests comparing the two)
+RETYPE = True
+#: per cache key with the dense precision left out (:func:`_twin_key`), the kept traces' cache
+#: keys by their dense precision
+_TWINS: dict[tuple, dict[str, tuple]] = {}
+#: entries of :data:`_TWINS` beyond which those of traces no longer kept are dropped
+KEEP_TWINS = 256
+#: dense precisions under which the lowering adds the loss scaler's pass (``_sparse_gradient``)
+_HALF = ("fp16", "bf16")
+
+
+def _twin_key(w: WorkloadSpec, key: tuple) -> tuple | None:
+    """``key`` (:func:`lower`'s) with ``w``'s dense precision left out but for its width and
+    whether it is a half format: all the lowering reads of it besides the ``dtype`` it writes
+    into every GEMM's arguments (the GEMMs of the MLPs and of the interaction,
+    ``_RankOps.gemm`` and ``lower_dense``; its bytes per element in ``eltwise_bytes`` and the
+    interaction's memory ops; whether it is a half format for ``amp_unscale``).  None where
+    the dense precision has no width on record."""
+    dense = w.precision.get("dense")
+    if dense not in DTYPE_BYTES:
+        return None
+    other = dataclasses.replace(w, precision={**w.precision, "dense": ""})
+    return (DTYPE_BYTES[dense], dense in _HALF, repr(other), *key[1:])
+
+
+def _retyped(w: WorkloadSpec, plan: Plan, ranks: int, fused: bool, twin: tuple) -> Trace | None:
+    """The trace :func:`_lower` would give, from a kept trace of ``twin`` (:func:`_twin_key`)
+    under another dense precision: the same ops and collectives, each GEMM's arguments with
+    ``w``'s dense precision as ``dtype`` (equal arguments stay one dict), the other ops the
+    very same objects; None where no such trace is kept."""
+    dense = w.precision["dense"]
+    for old, key in (_TWINS.get(twin) or {}).items():
+        base = _CACHE.get(key)
+        if base is None or old == dense:
+            continue
+        retyped: dict[int, dict] = {}  # by the identity of the kept op's arguments
+        ops = []
+        append = ops.append
+        for op in base.ops:
+            a = op.args
+            if op.kind == "gemm" and a.get("dtype") == old:
+                b = retyped.get(id(a))
+                if b is None:
+                    b = retyped[id(a)] = {**a, "dtype": dense}
+                op = Op(op.id, op.rank, op.name, op.kind, op.category, op.stream, op.deps, b)
+            append(op)
+        meta = _meta(w, plan, ranks, fused)
+        return Trace(ranks, ops, list(base.collectives), meta, base.stack, base.sync, base.alike)
+    return None
+
+
+def _meta(w: WorkloadSpec, plan: Plan, ranks: int, fused: bool) -> dict:
+    """A lowered trace's ``meta``: names and figures."""
+    return {
+        "workload": w.name,
+        "plan": plan.name,
+        "global_batch": w.batch_per_gpu * ranks,
+        "fused": fused,
+        "model": model_figures(w),
+    }
+
+
 def _lower(w, plan, ranks, fused, g, zipf_alpha, sync, stack) -> Trace:
     """:func:`lower` without the cache."""
     lay, dedup = layout_of(w, plan, ranks, g, zipf_alpha, stack)
@@ -202,13 +275,7 @@ def _lower(w, plan, ranks, fused, g, zipf_alpha, sync, stack) -> Trace:
         _lower_rank(b, w, r, node, local, lay, fused, c, ar, buckets, stack, first)
         lower_dense.lower_sync(b, sync, r, g, sync_colls, sync_bytes)
         blocks[key] = (r, start, len(b.ops))
-    meta = {
-        "workload": w.name,
-        "plan": plan.name,
-        "global_batch": w.batch_per_gpu * ranks,
-        "fused": fused,
-        "model": model_figures(w),
-    }
+    meta = _meta(w, plan, ranks, fused)
     background = sync_colls if sync.is_shadow else {}
     sync_of = TraceSync(sync, background, sync_bytes)
     return Trace(ranks, b.ops, b.colls, meta, stack, sync_of, tuple(alike))

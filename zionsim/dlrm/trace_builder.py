@@ -26,14 +26,23 @@ class TraceBuilder:
         self.shared: dict[tuple, dict] = {}  # op arguments by value (_shared)
 
     def op(self, rank, name, kind, category, stream, deps=(), **args) -> int:
-        """Append an op (None deps dropped: absent ops) and return its id."""
-        deps = tuple(d for d in deps if d is not None)
+        """Append an op (None deps dropped: absent ops) and return its id (:meth:`_append`
+        inline: the lowering makes tens of thousands of ops a sweep point)."""
+        if type(deps) is not tuple:
+            deps = tuple(deps)
+        if None in deps:
+            deps = tuple(d for d in deps if d is not None)
         if stream != "host" and rank in self.prepared:
             if self.dispatch_s > 0:
                 deps += (self._launch(rank, name, kind, stream, args),)
             elif not deps:
                 deps = (self.prepared[rank],)
-        return self._append(rank, name, kind, category, stream, deps, args)
+        ops = self.ops
+        i = len(ops)
+        if kind != "host":  # as _append: a launch op's seconds grow (_launch), not shared
+            args = self._shared(kind, args)
+        ops.append(Op(i, rank, sys.intern(name), kind, category, stream, deps, args))
+        return i
 
     def _launch(self, rank, name, kind, stream, args) -> int:
         """The host op that launches a GPU op: a new ``launch_<name>``, or, for an op right after
@@ -62,9 +71,10 @@ class TraceBuilder:
         """One dict for the equal arguments of many ops of one ``kind`` (alike ranks' GEMMs,
         every member's op of a collective): at 65,536 ranks the trace's largest part.  Values
         are compared with their types (``1`` and ``1.0`` stay apart); arguments holding lists
-        are not shared."""
+        are not shared.  The key is the kind, the items and the values' types, each a tuple
+        built in C (equal keys exactly where the triples ``(key, type, value)`` are equal)."""
         try:
-            key = (kind, *((k, type(v), v) for k, v in args.items()))
+            key = (kind, tuple(args.items()), tuple(map(type, args.values())))
             return self.shared.setdefault(key, args)
         except TypeError:  # an unhashable value (a parameter server's per-server bytes)
             return args
