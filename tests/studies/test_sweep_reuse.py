@@ -12,7 +12,7 @@ from zionsim.base import config, kept
 from zionsim.dlrm import estimate, lowering
 from zionsim.io.files import to_json
 from zionsim.network import nccl
-from zionsim.sim import results
+from zionsim.sim import engine, results
 from zionsim.sim.results import summary_row
 from zionsim.sim.run import run_point
 from zionsim.studies import sweep as sw
@@ -32,7 +32,7 @@ def _alone(params: dict, monkeypatch) -> dict:
     """``params`` run on their own, the long way: no trace cache, no shared ranks, every rank
     walked, NCCL's choices, schedules and estimates of copies together made anew, every input
     file parsed anew, the run's analysis derived anew, the cluster built for the point, every
-    table built (not lean)."""
+    table built (not lean), every collective prepared anew."""
     monkeypatch.setattr(lowering, "_CACHE", lowering.OrderedDict())
     monkeypatch.setattr(lowering, "CACHE_OPS", 0)
     monkeypatch.setattr(lowering, "SHARE_RANKS", False)
@@ -48,6 +48,8 @@ def _alone(params: dict, monkeypatch) -> dict:
     monkeypatch.setattr(config, "KEEP_PARSED_CHARS", 0)  # every input file parsed anew
     monkeypatch.setattr(kept, "_KEPT", [])
     monkeypatch.setattr(kept, "KEEP_OPS", 0)
+    monkeypatch.setattr(engine, "_PREPARED", {})
+    monkeypatch.setattr(engine, "KEEP_PREPARED", 0)  # every collective prepared anew
     figures = summary_row(run_point(params).summary)
     return json.loads(to_json(figures))  # as a point file holds them
 
