@@ -425,3 +425,23 @@ def test_no_twin_across_widths_or_plans(monkeypatch):
     assert len(calls) == 3
     _lower(replace(inputs, workload=tf), cluster, plans[0])
     assert len(calls) == 3
+
+
+@pytest.mark.parametrize("pair", [("fp32", "tf32"), ("bf16", "fp16")])
+def test_the_greedy_stages_read_no_dense_format_of_one_width(case, monkeypatch, pair):
+    """``Planner.compared`` keeps its candidates for workloads that differ in a dense format of
+    one width and kind: made anew, they are the same plans; kept, they are handed out again."""
+    from zionsim.dlrm import planner
+    from zionsim.dlrm.workload import with_precision
+
+    inputs, cluster, _ = case
+    monkeypatch.setattr(planner, "_CANDIDATES", {})
+    a, b = (with_precision(inputs.workload, {"dense": d}) for d in pair)
+    fresh = [planner.Planner()._compared(cluster, w) for w in (a, b)]
+    assert fresh[0] == fresh[1]
+    kept = planner.Planner().compared(cluster, a)
+    assert kept == fresh[0] and planner.Planner().compared(cluster, b) == fresh[0]
+    assert len(planner.kept_for(planner._CANDIDATES, cluster)) == 1
+    other = with_precision(inputs.workload, {"dense": "fp16" if pair[0] == "fp32" else "fp32"})
+    planner.Planner().compared(cluster, other)  # another width: kept apart
+    assert len(planner.kept_for(planner._CANDIDATES, cluster)) == 2

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from zionsim.base import config, kept
-from zionsim.dlrm import estimate, lowering
+from zionsim.dlrm import estimate, lowering, planner
 from zionsim.io.files import to_json
 from zionsim.network import nccl
 from zionsim.sim import engine, results
@@ -50,6 +50,8 @@ def _alone(params: dict, monkeypatch) -> dict:
     monkeypatch.setattr(kept, "KEEP_OPS", 0)
     monkeypatch.setattr(engine, "_PREPARED", {})
     monkeypatch.setattr(engine, "KEEP_PREPARED", 0)  # every collective prepared anew
+    monkeypatch.setattr(planner, "_CANDIDATES", {})
+    monkeypatch.setattr(planner, "KEEP_CANDIDATES", 0)  # the greedy stages run anew
     figures = summary_row(run_point(params).summary)
     return json.loads(to_json(figures))  # as a point file holds them
 

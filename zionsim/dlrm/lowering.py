@@ -177,18 +177,26 @@ KEEP_TWINS = 256
 _HALF = ("fp16", "bf16")
 
 
-def _twin_key(w: WorkloadSpec, key: tuple) -> tuple | None:
-    """``key`` (:func:`lower`'s) with ``w``'s dense precision left out but for its width and
-    whether it is a half format: all the lowering reads of it besides the ``dtype`` it writes
-    into every GEMM's arguments (the GEMMs of the MLPs and of the interaction,
-    ``_RankOps.gemm`` and ``lower_dense``; its bytes per element in ``eltwise_bytes`` and the
-    interaction's memory ops; whether it is a half format for ``amp_unscale``).  None where
-    the dense precision has no width on record."""
+def dense_twin(w: WorkloadSpec) -> tuple | None:
+    """``w`` with its dense precision left out but for its width and whether it is a half
+    format, as a key (``repr`` of the rest): workloads with equal keys differ at most in a
+    dense format of one width and kind (fp32 and tf32; fp16 and bf16).  None where the dense
+    precision has no width on record."""
     dense = w.precision.get("dense")
     if dense not in DTYPE_BYTES:
         return None
     other = dataclasses.replace(w, precision={**w.precision, "dense": ""})
-    return (DTYPE_BYTES[dense], dense in _HALF, repr(other), *key[1:])
+    return (DTYPE_BYTES[dense], dense in _HALF, repr(other))
+
+
+def _twin_key(w: WorkloadSpec, key: tuple) -> tuple | None:
+    """``key`` (:func:`lower`'s) with ``w`` as :func:`dense_twin` gives it: the lowering reads
+    the dense precision only for the ``dtype`` it writes into every GEMM's arguments (the GEMMs
+    of the MLPs and of the interaction, ``_RankOps.gemm`` and ``lower_dense``), its bytes per
+    element (``eltwise_bytes``, the interaction's memory ops) and whether it is a half format
+    (``amp_unscale``).  None where :func:`dense_twin` is."""
+    twin = dense_twin(w)
+    return None if twin is None else (*twin, *key[1:])
 
 
 def _retyped(w: WorkloadSpec, plan: Plan, ranks: int, fused: bool, twin: tuple) -> Trace | None:
