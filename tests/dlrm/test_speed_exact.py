@@ -4,9 +4,11 @@ one's, and recent traces are reused; each gives exactly what the long way gives.
 
 from dataclasses import replace
 
+import numpy as np
 import pytest
 
 from zionsim.dlrm import estimate, flat_walk, lowering
+from zionsim.dlrm.plan import memory_by_rank
 from zionsim.dlrm.planner import Planner, parameter_servers, round_robin
 from zionsim.network import nccl
 from zionsim.sim.inputs import resolve_inputs
@@ -393,7 +395,7 @@ def test_a_trace_retyped_from_its_twin_is_the_trace_lowered(case, monkeypatch, p
     for p in plans:
         _lower(first, cluster, p)
     fast = [_lower(second, cluster, p) for p in plans]
-    assert made[-len(plans):] == [True] * len(plans)  # each from its twin
+    assert made[-len(plans) :] == [True] * len(plans)  # each from its twin
     monkeypatch.setattr(lowering, "RETYPE", False)
     monkeypatch.setattr(lowering, "_CACHE", lowering.OrderedDict())
     slow = [_lower(second, cluster, p) for p in plans]
@@ -439,6 +441,11 @@ def test_the_greedy_stages_read_no_dense_format_of_one_width(case, monkeypatch, 
     a, b = (with_precision(inputs.workload, {"dense": d}) for d in pair)
     fresh = [planner.Planner()._compared(cluster, w) for w in (a, b)]
     assert fresh[0] == fresh[1]
+    g = cluster.spec.gpus_per_node
+    for p in fresh[0]:  # what planner._fits checks, which it keeps by lowering.dense_twin too
+        mem = [memory_by_rank(w, p, len(cluster.gpus), g, w.zipf_alpha) for w in (a, b)]
+        assert mem[0].keys() == mem[1].keys()
+        assert all(np.array_equal(mem[0][k], mem[1][k]) for k in mem[0])
     kept = planner.Planner().compared(cluster, a)
     assert kept == fresh[0] and planner.Planner().compared(cluster, b) == fresh[0]
     assert len(planner.kept_for(planner._CANDIDATES, cluster)) == 1

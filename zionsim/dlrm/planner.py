@@ -328,9 +328,10 @@ def best_estimated(cluster, w: WorkloadSpec, plans: list[Plan], stack=None) -> P
         return plans[0]
     stack = resolve_stack(stack)
     spec = cluster.spec
-    # all that _fits reads (a sweep's points on other NIC speeds check the same plans)
+    # all that _fits reads (a sweep's points on other NIC speeds check the same plans; the
+    # memory of a plan reads no dense format of one width, lowering.dense_twin, tested)
     fe = spec.front_end
-    given = (repr(w), len(cluster.gpus), spec.gpus_per_node, spec.gpu.hbm_bytes,
+    given = (dense_twin(w) or repr(w), len(cluster.gpus), spec.gpus_per_node, spec.gpu.hbm_bytes,
              spec.host.dram_bytes, fe.servers if fe else 0,
              fe.server_dram_bytes if fe else 0.0)  # fmt: skip
     fits = [p for p in plans if _fits_kept(cluster, w, p, given)] or plans[:1]
