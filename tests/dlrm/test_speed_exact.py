@@ -452,3 +452,23 @@ def test_the_greedy_stages_read_no_dense_format_of_one_width(case, monkeypatch, 
     other = with_precision(inputs.workload, {"dense": "fp16" if pair[0] == "fp32" else "fp32"})
     planner.Planner().compared(cluster, other)  # another width: kept apart
     assert len(planner.kept_for(planner._CANDIDATES, cluster)) == 2
+
+
+def test_ranks_that_join_other_copies_are_copied_with_their_collectives_swapped(monkeypatch):
+    """A TWRW plan's ranks on other nodes and rails (``lowering.REMAP``) are lowered as copies
+    of one rank's ops with its node's and rail's collectives swapped for their own: fewer ranks
+    lowered, the very trace lowered rank by rank."""
+    inputs, cluster, plans = _candidates({"workload": "mlperf_dlrm", "nodes": 4})
+    plan = next(p for p in plans if any(s.kind == "TWRW" for s in p.shards))
+    lowered = []
+    rank = lowering._lower_rank
+    monkeypatch.setattr(lowering, "_lower_rank", lambda *a, **k: lowered.append(1) or rank(*a, **k))
+    monkeypatch.setattr(lowering, "CACHE_OPS", 0)
+    fast = _lower(inputs, cluster, plan)
+    n_fast, lowered[:] = len(lowered), []
+    monkeypatch.setattr(lowering, "REMAP", False)
+    slow = _lower(inputs, cluster, plan)
+    assert n_fast < len(lowered)
+    assert fast.ops == slow.ops and fast.alike == slow.alike
+    swapped = {op.args["coll"] for op in fast.ops if op.kind == "collective"}
+    assert swapped == {op.args["coll"] for op in slow.ops if op.kind == "collective"}

@@ -260,10 +260,12 @@ def _lower(w, plan, ranks, fused, g, zipf_alpha, sync, stack) -> Trace:
         for r in grp.tolist():
             group_of.setdefault(r, k)
     of_node, of_rail, row_bytes = block_inputs(c, rows, ranks, g)
+    remap = _Remap(c, c_ar, of_node, of_rail, sync_colls, ranks) if SHARE_RANKS and REMAP else None
     for r in range(ranks):
         group = group_of.get(r)
         ar = c_ar.get(group, [])
         node, local = r // g, r % g
+        colls = (*ar, *of_node[node], *of_rail[local], sync_colls.get(r))
         key = (tuple(ar), *of_node[node], *of_rail[local], sync_colls.get(r),
                *(by_rank[r] for by_rank in row_bytes))  # fmt: skip
         if SHARE_RANKS and key in blocks:
@@ -272,6 +274,14 @@ def _lower(w, plan, ranks, fused, g, zipf_alpha, sync, stack) -> Trace:
             continue
         alike.append(r)
         start = len(b.ops)
+        if remap is not None:
+            shape = (len(ar), *(x is None for x in colls), *key[len(colls) - len(ar) + 1 :],
+                     *remap.rows(r))  # fmt: skip
+            mapping = remap.mapping(b, shape, colls)
+            if mapping is not None:  # its block is another rank's, other copies joined
+                b.copy_rank(r, *remap.blocks[shape][:2], colls=mapping)
+                blocks[key] = (r, start, len(b.ops))
+                continue
         host_s = stack.host_per_step_s + stack.host_per_sample_s * w.batch_per_gpu
         if host_s > 0 or stack.host_dispatch_s > 0:
             b.prepare_batch(r, host_s)
@@ -283,10 +293,72 @@ def _lower(w, plan, ranks, fused, g, zipf_alpha, sync, stack) -> Trace:
         _lower_rank(b, w, r, node, local, lay, fused, c, ar, buckets, stack, first)
         lower_dense.lower_sync(b, sync, r, g, sync_colls, sync_bytes)
         blocks[key] = (r, start, len(b.ops))
+        if remap is not None:
+            remap.blocks.setdefault(shape, (start, len(b.ops), colls))
     meta = _meta(w, plan, ranks, fused)
     background = sync_colls if sync.is_shadow else {}
     sync_of = TraceSync(sync, background, sync_bytes)
     return Trace(ranks, b.ops, b.colls, meta, stack, sync_of, tuple(alike))
+
+
+#: lower a rank whose inputs equal an earlier lowered rank's but for which copies of its
+#: collectives it joins (a TWRW table's reduce-scatter on its own node, all-to-all on its own
+#: rail; its dense group's buckets; its sync round) as a copy of that rank's ops with those
+#: collectives swapped (:class:`_Remap`); False: such a rank is lowered anew (the tests)
+REMAP = True
+
+
+class _Remap:
+    """The lowered ranks' blocks by their inputs less which copies of collectives they join
+    (``shape``: how many buckets, which copies exist, the layout rows and the rank's entries
+    of the per-rank arrays among the trace's collective inputs ``c``), and the swap of one
+    rank's collectives for another's (:meth:`mapping`).  The ops of a rank read ``node`` and
+    ``local`` only through the collectives they look up (``_lower_rank``), and ``r`` through
+    the layout rows and those per-rank arrays."""
+
+    def __init__(self, c, c_ar, of_node, of_rail, sync_colls, ranks):
+        #: every collective that some rank joins as its own copy (its node's, rail's, group's)
+        self.varying = {x for ids in c_ar.values() for x in ids}
+        self.varying |= {x for t in (*of_node, *of_rail) for x in t if x is not None}
+        self.varying |= set(sync_colls.values())
+        self.per_rank = [
+            _bytes_of(v, ranks)
+            for v in c.values()
+            if isinstance(v, np.ndarray) and v.ndim and v.shape[0] == ranks
+        ]
+        self.blocks: dict[tuple, tuple] = {}  # shape -> (start, end, its collectives)
+        self._refs: dict[int, set] = {}  # a block's start -> the collectives its ops join
+
+    def rows(self, r: int) -> tuple:
+        """Rank ``r``'s entries of the per-rank arrays of ``c``."""
+        return tuple(row[r] for row in self.per_rank)
+
+    def mapping(self, b: TraceBuilder, shape: tuple, colls: tuple) -> dict | None:
+        """Each collective of the block lowered for ``shape`` as the one a rank joining
+        ``colls`` joins in its place; None where no block has that shape, or where the swap is
+        not one collective for one, or the block joins a copy that the swap leaves out."""
+        hit = self.blocks.get(shape)
+        if hit is None:
+            return None
+        start, end, theirs = hit
+        out: dict[int, int] = {}
+        for a, x in zip(theirs, colls, strict=True):
+            if a is not None and out.setdefault(a, x) != x:
+                return None
+        refs = self._refs.get(start)
+        if refs is None:
+            ops = b.ops[start:end]
+            refs = self._refs[start] = {o.args["coll"] for o in ops if o.kind == "collective"}
+        if not (refs & self.varying) <= out.keys():
+            return None
+        return out
+
+
+def _bytes_of(v: np.ndarray, ranks: int) -> list[bytes]:
+    """Each rank's entry of a per-rank array, as bytes."""
+    flat = np.ascontiguousarray(v).tobytes()
+    step = len(flat) // ranks
+    return [flat[r * step : (r + 1) * step] for r in range(ranks)]
 
 
 def _dense_buckets(w: WorkloadSpec, lay, stack: StackSpec, ranks: int) -> list:

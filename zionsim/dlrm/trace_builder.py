@@ -86,10 +86,22 @@ class TraceBuilder:
             rank, "input_pipeline", "host", "framework", "host", (), {"seconds": seconds}
         )
 
-    def copy_rank(self, rank: int, start: int, end: int) -> None:
+    def copy_rank(self, rank: int, start: int, end: int, colls: dict | None = None) -> None:
         """Append the ops ``[start, end)`` of another rank, whose inputs equal ``rank``'s
         (``lower``), as ``rank``'s: ids and dependencies shifted, the same (finished, never
-        changed again) arguments."""
+        changed again) arguments; with ``colls``, each collective op joins ``colls``' collective
+        in place of its own where ``colls`` names one (its arguments shared by value, as
+        :meth:`op` shares them)."""
+        if colls:
+            n = len(self.ops)
+            self.copy_rank(rank, start, end)
+            ops = self.ops
+            for i in range(n, len(ops)):
+                op = ops[i]
+                if op.kind == "collective" and op.args["coll"] in colls:
+                    args = {**op.args, "coll": colls[op.args["coll"]]}
+                    op.args = self._shared("collective", args)  # a new op: not yet shared
+            return
         shift = len(self.ops) - start
         add, append = shift.__add__, self.ops.append  # bound once: thousands of ops a rank
         new = object.__new__
