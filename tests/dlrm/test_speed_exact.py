@@ -463,6 +463,7 @@ def test_ranks_that_join_other_copies_are_copied_with_their_collectives_swapped(
     lowered = []
     rank = lowering._lower_rank
     monkeypatch.setattr(lowering, "_lower_rank", lambda *a, **k: lowered.append(1) or rank(*a, **k))
+    monkeypatch.setattr(lowering, "_CACHE", lowering.OrderedDict())
     monkeypatch.setattr(lowering, "CACHE_OPS", 0)
     fast = _lower(inputs, cluster, plan)
     n_fast, lowered[:] = len(lowered), []
