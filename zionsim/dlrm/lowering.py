@@ -274,14 +274,10 @@ def _lower(w, plan, ranks, fused, g, zipf_alpha, sync, stack) -> Trace:
             continue
         alike.append(r)
         start = len(b.ops)
-        if remap is not None:
-            shape = (len(ar), *(x is None for x in colls), *key[len(colls) - len(ar) + 1 :],
-                     *remap.rows(r))  # fmt: skip
-            mapping = remap.mapping(b, shape, colls)
-            if mapping is not None:  # its block is another rank's, other copies joined
-                b.copy_rank(r, *remap.blocks[shape][:2], colls=mapping)
-                blocks[key] = (r, start, len(b.ops))
-                continue
+        shape = remap.shape(r, key, colls, len(ar)) if remap is not None else None
+        if shape is not None and remap.copied(b, r, shape, colls):
+            blocks[key] = (r, start, len(b.ops))
+            continue
         host_s = stack.host_per_step_s + stack.host_per_sample_s * w.batch_per_gpu
         if host_s > 0 or stack.host_dispatch_s > 0:
             b.prepare_batch(r, host_s)
@@ -293,7 +289,7 @@ def _lower(w, plan, ranks, fused, g, zipf_alpha, sync, stack) -> Trace:
         _lower_rank(b, w, r, node, local, lay, fused, c, ar, buckets, stack, first)
         lower_dense.lower_sync(b, sync, r, g, sync_colls, sync_bytes)
         blocks[key] = (r, start, len(b.ops))
-        if remap is not None:
+        if shape is not None:
             remap.blocks.setdefault(shape, (start, len(b.ops), colls))
     meta = _meta(w, plan, ranks, fused)
     background = sync_colls if sync.is_shadow else {}
@@ -329,9 +325,20 @@ class _Remap:
         self.blocks: dict[tuple, tuple] = {}  # shape -> (start, end, its collectives)
         self._refs: dict[int, set] = {}  # a block's start -> the collectives its ops join
 
-    def rows(self, r: int) -> tuple:
-        """Rank ``r``'s entries of the per-rank arrays of ``c``."""
-        return tuple(row[r] for row in self.per_rank)
+    def shape(self, r: int, key: tuple, colls: tuple, buckets: int) -> tuple:
+        """Rank ``r``'s inputs (``key``: ``_lower``'s, of which ``colls`` are its collectives,
+        ``buckets`` of them its group's) less which copies of collectives it joins."""
+        rows = key[len(colls) - buckets + 1 :]  # the key holds the buckets as one tuple
+        return (buckets, *(x is None for x in colls), *rows, *(v[r] for v in self.per_rank))
+
+    def copied(self, b: TraceBuilder, r: int, shape: tuple, colls: tuple) -> bool:
+        """Append rank ``r``'s block as a copy of the block lowered for ``shape`` with its
+        collectives swapped for ``colls`` (:meth:`mapping`); False where that cannot be."""
+        mapping = self.mapping(b, shape, colls)
+        if mapping is None:
+            return False
+        b.copy_rank(r, *self.blocks[shape][:2], colls=mapping)
+        return True
 
     def mapping(self, b: TraceBuilder, shape: tuple, colls: tuple) -> dict | None:
         """Each collective of the block lowered for ``shape`` as the one a rank joining
