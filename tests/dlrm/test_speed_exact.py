@@ -4,9 +4,11 @@ one's, and recent traces are reused; each gives exactly what the long way gives.
 
 from dataclasses import replace
 
+import numpy as np
 import pytest
 
 from zionsim.dlrm import estimate, flat_walk, lowering
+from zionsim.dlrm.plan import memory_by_rank
 from zionsim.dlrm.planner import Planner, parameter_servers, round_robin
 from zionsim.network import nccl
 from zionsim.sim.inputs import resolve_inputs
@@ -367,3 +369,107 @@ def test_least_loaded_single_gpu_is_the_sorts_first():
         pool = ok if len(ok) else np.arange(16)
         want = int(pool[np.lexsort((pool, load[pool]))][0])
         assert _least_loaded(load, room, need, 1) == (want,)
+
+
+@pytest.mark.parametrize("pair", [("fp32", "tf32"), ("bf16", "fp16")])
+def test_a_trace_retyped_from_its_twin_is_the_trace_lowered(case, monkeypatch, pair):
+    """A workload whose dense precision differs from a kept trace's only by a format of the same
+    width and kind (``lowering.RETYPE``) gets that trace with its GEMMs retyped: the same ops,
+    collectives and meta as lowering it anew, for every candidate plan of each case."""
+    from zionsim.dlrm.workload import with_precision
+
+    inputs, cluster, plans = case
+    made = []
+    retyped = lowering._retyped
+
+    def counting(*args):
+        out = retyped(*args)
+        made.append(out is not None)
+        return out
+
+    monkeypatch.setattr(lowering, "_retyped", counting)
+    monkeypatch.setattr(lowering, "_CACHE", lowering.OrderedDict())
+    monkeypatch.setattr(lowering, "_TWINS", {})
+    first, second = (replace(inputs, workload=with_precision(inputs.workload, {"dense": d}))
+                     for d in pair)  # fmt: skip
+    for p in plans:
+        _lower(first, cluster, p)
+    fast = [_lower(second, cluster, p) for p in plans]
+    assert made[-len(plans) :] == [True] * len(plans)  # each from its twin
+    monkeypatch.setattr(lowering, "RETYPE", False)
+    monkeypatch.setattr(lowering, "_CACHE", lowering.OrderedDict())
+    slow = [_lower(second, cluster, p) for p in plans]
+    for a, c in zip(fast, slow, strict=True):
+        assert a.ops == c.ops
+        assert a.meta == c.meta and a.alike == c.alike
+        assert [(x.id, x.op, x.size_bytes, x.ranks.tolist()) for x in a.collectives] == [
+            (x.id, x.op, x.size_bytes, x.ranks.tolist()) for x in c.collectives
+        ]
+        gemms = [op.args["dtype"] for op in a.ops if op.kind == "gemm"]
+        assert gemms and set(gemms) == {pair[1]}
+
+
+def test_no_twin_across_widths_or_plans(monkeypatch):
+    """A dense precision of another width (fp32 and fp16: other bytes per element) or another
+    plan is lowered anew, not retyped."""
+    from zionsim.dlrm.workload import with_precision
+
+    inputs, cluster, plans = _candidates({"workload": "mlperf_dlrm", "nodes": 2})
+    monkeypatch.setattr(lowering, "_CACHE", lowering.OrderedDict())
+    monkeypatch.setattr(lowering, "_TWINS", {})
+    calls = []
+    lowered = lowering._lower
+    monkeypatch.setattr(lowering, "_lower", lambda *a: calls.append(1) or lowered(*a))
+    w32, w16, tf = (with_precision(inputs.workload, {"dense": d}) for d in ("fp32", "fp16", "tf32"))
+    _lower(replace(inputs, workload=w32), cluster, plans[0])
+    _lower(replace(inputs, workload=w16), cluster, plans[0])
+    _lower(replace(inputs, workload=tf), cluster, plans[1])
+    assert len(calls) == 3
+    _lower(replace(inputs, workload=tf), cluster, plans[0])
+    assert len(calls) == 3
+
+
+@pytest.mark.parametrize("pair", [("fp32", "tf32"), ("bf16", "fp16")])
+def test_the_greedy_stages_read_no_dense_format_of_one_width(case, monkeypatch, pair):
+    """``Planner.compared`` keeps its candidates for workloads that differ in a dense format of
+    one width and kind: made anew, they are the same plans; kept, they are handed out again."""
+    from zionsim.dlrm import planner
+    from zionsim.dlrm.workload import with_precision
+
+    inputs, cluster, _ = case
+    monkeypatch.setattr(planner, "_CANDIDATES", {})
+    a, b = (with_precision(inputs.workload, {"dense": d}) for d in pair)
+    fresh = [planner.Planner()._compared(cluster, w) for w in (a, b)]
+    assert fresh[0] == fresh[1]
+    g = cluster.spec.gpus_per_node
+    for p in fresh[0]:  # what planner._fits checks, which it keeps by lowering.dense_twin too
+        mem = [memory_by_rank(w, p, len(cluster.gpus), g, w.zipf_alpha) for w in (a, b)]
+        assert mem[0].keys() == mem[1].keys()
+        assert all(np.array_equal(mem[0][k], mem[1][k]) for k in mem[0])
+    kept = planner.Planner().compared(cluster, a)
+    assert kept == fresh[0] and planner.Planner().compared(cluster, b) == fresh[0]
+    assert len(planner.kept_for(planner._CANDIDATES, cluster)) == 1
+    other = with_precision(inputs.workload, {"dense": "fp16" if pair[0] == "fp32" else "fp32"})
+    planner.Planner().compared(cluster, other)  # another width: kept apart
+    assert len(planner.kept_for(planner._CANDIDATES, cluster)) == 2
+
+
+def test_ranks_that_join_other_copies_are_copied_with_their_collectives_swapped(monkeypatch):
+    """A TWRW plan's ranks on other nodes and rails (``lowering.REMAP``) are lowered as copies
+    of one rank's ops with its node's and rail's collectives swapped for their own: fewer ranks
+    lowered, the very trace lowered rank by rank."""
+    inputs, cluster, plans = _candidates({"workload": "mlperf_dlrm", "nodes": 4})
+    plan = next(p for p in plans if any(s.kind == "TWRW" for s in p.shards))
+    lowered = []
+    rank = lowering._lower_rank
+    monkeypatch.setattr(lowering, "_lower_rank", lambda *a, **k: lowered.append(1) or rank(*a, **k))
+    monkeypatch.setattr(lowering, "_CACHE", lowering.OrderedDict())
+    monkeypatch.setattr(lowering, "CACHE_OPS", 0)
+    fast = _lower(inputs, cluster, plan)
+    n_fast, lowered[:] = len(lowered), []
+    monkeypatch.setattr(lowering, "REMAP", False)
+    slow = _lower(inputs, cluster, plan)
+    assert n_fast < len(lowered)
+    assert fast.ops == slow.ops and fast.alike == slow.alike
+    swapped = {op.args["coll"] for op in fast.ops if op.kind == "collective"}
+    assert swapped == {op.args["coll"] for op in slow.ops if op.kind == "collective"}

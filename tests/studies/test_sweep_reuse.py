@@ -9,10 +9,10 @@ import json
 import pytest
 
 from zionsim.base import config, kept
-from zionsim.dlrm import estimate, lowering
+from zionsim.dlrm import estimate, lowering, planner
 from zionsim.io.files import to_json
 from zionsim.network import nccl
-from zionsim.sim import results
+from zionsim.sim import engine, results
 from zionsim.sim.results import summary_row
 from zionsim.sim.run import run_point
 from zionsim.studies import sweep as sw
@@ -32,10 +32,12 @@ def _alone(params: dict, monkeypatch) -> dict:
     """``params`` run on their own, the long way: no trace cache, no shared ranks, every rank
     walked, NCCL's choices, schedules and estimates of copies together made anew, every input
     file parsed anew, the run's analysis derived anew, the cluster built for the point, every
-    table built (not lean)."""
+    table built (not lean), every collective prepared anew."""
     monkeypatch.setattr(lowering, "_CACHE", lowering.OrderedDict())
     monkeypatch.setattr(lowering, "CACHE_OPS", 0)
     monkeypatch.setattr(lowering, "SHARE_RANKS", False)
+    monkeypatch.setattr(lowering, "RETYPE", False)
+    monkeypatch.setattr(lowering, "_TWINS", {})
     monkeypatch.setattr(estimate, "CLASSES", False)
     monkeypatch.setattr(estimate, "_CHOICES", {})
     monkeypatch.setattr(estimate, "_TOGETHER", {})
@@ -46,6 +48,10 @@ def _alone(params: dict, monkeypatch) -> dict:
     monkeypatch.setattr(config, "KEEP_PARSED_CHARS", 0)  # every input file parsed anew
     monkeypatch.setattr(kept, "_KEPT", [])
     monkeypatch.setattr(kept, "KEEP_OPS", 0)
+    monkeypatch.setattr(engine, "_PREPARED", {})
+    monkeypatch.setattr(engine, "KEEP_PREPARED", 0)  # every collective prepared anew
+    monkeypatch.setattr(planner, "_CANDIDATES", {})
+    monkeypatch.setattr(planner, "KEEP_CANDIDATES", 0)  # the greedy stages run anew
     figures = summary_row(run_point(params).summary)
     return json.loads(to_json(figures))  # as a point file holds them
 
@@ -70,6 +76,32 @@ def test_the_same_worker_reuses_and_matches_in_process(monkeypatch):
     records = [sw.run_one(p) for p in pts]
     assert len(sw._CLUSTERS) == 2  # one cluster per NIC speed, reused by the other points
     for p, rec in zip(pts, records, strict=True):
+        params = {k: v for k, v in p.items() if k != "point_id"}
+        with monkeypatch.context() as m:
+            assert json.loads(to_json(rec["figures"])) == _alone(params, m), params
+
+
+def test_points_of_another_dense_format_of_one_width_match_lone_runs(monkeypatch):
+    """Points whose dense precision is fp32 or tf32 (one width) lower each plan once and retype
+    it for the other (``lowering.RETYPE``); each record is a lone run's."""
+    sweep = {
+        "base": {"topology": "zionex", "nodes": 2, "workload": "mlperf_dlrm", "iterations": 2},
+        "grid": {
+            "workload.precision.dense": ["fp32", "tf32"],
+            "topology.scale_out.nic_bw": ["100Gbps", "400Gbps"],
+        },
+    }
+    monkeypatch.setattr(sw, "_CLUSTERS", {})
+    monkeypatch.setattr(lowering, "_CACHE", lowering.OrderedDict())
+    monkeypatch.setattr(lowering, "_TWINS", {})
+    made = []
+    retyped = lowering._retyped
+    monkeypatch.setattr(lowering, "_retyped", lambda *a: made.append(retyped(*a)) or made[-1])
+    pts = sw.reuse_order(sw.points(sw.sweep_from_dict(sweep)))
+    records = [sw.run_one(p) for p in pts]
+    assert any(t is not None for t in made)  # the tf32 points' plans retyped
+    for p, rec in zip(pts, records, strict=True):
+        assert rec["status"] == "ok", rec["error"]
         params = {k: v for k, v in p.items() if k != "point_id"}
         with monkeypatch.context() as m:
             assert json.loads(to_json(rec["figures"])) == _alone(params, m), params

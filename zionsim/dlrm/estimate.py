@@ -220,10 +220,26 @@ class _ByTrace:
         if not REUSE or not trace.ops or len(trace.ops) > KEEP_OPS:
             return
         key = (id(trace.ops[0]), len(trace.ops), extra)
-        self.entries[key] = (list(trace.ops), list(trace.collectives), value)
+        self.entries[key] = (_held(trace.ops), list(trace.collectives), value)
         total = sum(len(ops) for ops, _, _ in self.entries.values())
         while total > KEEP_OPS:
             total -= len(self.entries.popitem(last=False)[1][0])
+
+
+#: the last op list :func:`_held` copied, and its copy
+_HELD: list = [None, None]
+
+
+def _held(ops: list) -> list:
+    """A copy of ``ops`` for a kept entry to hold (the caller's list may change later), the
+    same copy for the same list object in a row while it is unchanged (the op seconds, shape
+    and transfers of one trace are kept one after another, three copies of thousands of
+    references otherwise)."""
+    last, copy = _HELD
+    if last is ops and copy == ops:  # unchanged: identities compared in C
+        return copy
+    _HELD[:] = [ops, list(ops)]
+    return _HELD[1]
 
 
 def _same_ops(kept: list, ops: list) -> bool:

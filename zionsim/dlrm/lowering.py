@@ -57,7 +57,7 @@ from zionsim.dlrm.lower_exchange import (
 from zionsim.dlrm.plan import Plan, Shard
 from zionsim.dlrm.stack import BARE, StackSpec
 from zionsim.dlrm.sync import SyncSpec, TraceSync
-from zionsim.dlrm.trace import Trace
+from zionsim.dlrm.trace import Op, Trace
 from zionsim.dlrm.trace_builder import TraceBuilder
 from zionsim.dlrm.workload import (
     DTYPE_BYTES,
@@ -97,8 +97,17 @@ def lower(
     key = (_workload_key(w), _plan_key(plan), ranks, fused, g, zipf_alpha, repr(sync), repr(stack))
     trace = _CACHE.get(key)
     if trace is None:
-        trace = _lower(w, plan, ranks, fused, g, zipf_alpha, sync, stack)
+        twin = _twin_key(w, key) if RETYPE else None
+        trace = _retyped(w, plan, ranks, fused, twin) if twin is not None else None
+        if trace is None:
+            trace = _lower(w, plan, ranks, fused, g, zipf_alpha, sync, stack)
         _remember(key, trace)
+        if twin is not None:
+            _TWINS.setdefault(twin, {})[w.precision["dense"]] = key
+            if len(_TWINS) > KEEP_TWINS:  # forget the keys of traces no longer kept
+                kept = {t: {d: k for d, k in ks.items() if k in _CACHE} for t, ks in _TWINS.items()}
+                _TWINS.clear()
+                _TWINS.update((t, ks) for t, ks in kept.items() if ks)
     else:
         _CACHE.move_to_end(key)
     meta = {k: dict(v) if isinstance(v, dict) else v for k, v in trace.meta.items()}
@@ -155,6 +164,78 @@ def _remember(key: tuple, trace: Trace) -> None:
         total -= len(_CACHE.popitem(last=False)[1].ops)
 
 
+#: lower a workload whose dense precision is another of the same width and kind (fp32 and tf32;
+#: fp16 and bf16) than a kept trace's, all else equal, as that trace with its GEMMs' ``dtype``
+#: changed (:func:`_retyped`); False: lower it anew (the tests comparing the two)
+RETYPE = True
+#: per cache key with the dense precision left out (:func:`_twin_key`), the kept traces' cache
+#: keys by their dense precision
+_TWINS: dict[tuple, dict[str, tuple]] = {}
+#: entries of :data:`_TWINS` beyond which those of traces no longer kept are dropped
+KEEP_TWINS = 256
+#: dense precisions under which the lowering adds the loss scaler's pass (``_sparse_gradient``)
+_HALF = ("fp16", "bf16")
+
+
+def dense_twin(w: WorkloadSpec) -> tuple | None:
+    """``w`` with its dense precision left out but for its width and whether it is a half
+    format, as a key (``repr`` of the rest): workloads with equal keys differ at most in a
+    dense format of one width and kind (fp32 and tf32; fp16 and bf16).  None where the dense
+    precision has no width on record."""
+    dense = w.precision.get("dense")
+    if dense not in DTYPE_BYTES:
+        return None
+    other = dataclasses.replace(w, precision={**w.precision, "dense": ""})
+    return (DTYPE_BYTES[dense], dense in _HALF, repr(other))
+
+
+def _twin_key(w: WorkloadSpec, key: tuple) -> tuple | None:
+    """``key`` (:func:`lower`'s) with ``w`` as :func:`dense_twin` gives it: the lowering reads
+    the dense precision only for the ``dtype`` it writes into every GEMM's arguments (the GEMMs
+    of the MLPs and of the interaction, ``_RankOps.gemm`` and ``lower_dense``), its bytes per
+    element (``eltwise_bytes``, the interaction's memory ops) and whether it is a half format
+    (``amp_unscale``).  None where :func:`dense_twin` is."""
+    twin = dense_twin(w)
+    return None if twin is None else (*twin, *key[1:])
+
+
+def _retyped(w: WorkloadSpec, plan: Plan, ranks: int, fused: bool, twin: tuple) -> Trace | None:
+    """The trace :func:`_lower` would give, from a kept trace of ``twin`` (:func:`_twin_key`)
+    under another dense precision: the same ops and collectives, each GEMM's arguments with
+    ``w``'s dense precision as ``dtype`` (equal arguments stay one dict), the other ops the
+    very same objects; None where no such trace is kept."""
+    dense = w.precision["dense"]
+    for old, key in (_TWINS.get(twin) or {}).items():
+        base = _CACHE.get(key)
+        if base is None or old == dense:
+            continue
+        retyped: dict[int, dict] = {}  # by the identity of the kept op's arguments
+        ops = []
+        append = ops.append
+        for op in base.ops:
+            a = op.args
+            if op.kind == "gemm" and a.get("dtype") == old:
+                b = retyped.get(id(a))
+                if b is None:
+                    b = retyped[id(a)] = {**a, "dtype": dense}
+                op = Op(op.id, op.rank, op.name, op.kind, op.category, op.stream, op.deps, b)
+            append(op)
+        meta = _meta(w, plan, ranks, fused)
+        return Trace(ranks, ops, list(base.collectives), meta, base.stack, base.sync, base.alike)
+    return None
+
+
+def _meta(w: WorkloadSpec, plan: Plan, ranks: int, fused: bool) -> dict:
+    """A lowered trace's ``meta``: names and figures."""
+    return {
+        "workload": w.name,
+        "plan": plan.name,
+        "global_batch": w.batch_per_gpu * ranks,
+        "fused": fused,
+        "model": model_figures(w),
+    }
+
+
 def _lower(w, plan, ranks, fused, g, zipf_alpha, sync, stack) -> Trace:
     """:func:`lower` without the cache."""
     lay, dedup = layout_of(w, plan, ranks, g, zipf_alpha, stack)
@@ -181,10 +262,12 @@ def _lower(w, plan, ranks, fused, g, zipf_alpha, sync, stack) -> Trace:
         for r in grp.tolist():
             group_of.setdefault(r, k)
     of_node, of_rail, row_bytes = block_inputs(c, rows, ranks, g)
+    remap = _Remap(c, c_ar, of_node, of_rail, sync_colls, ranks) if SHARE_RANKS and REMAP else None
     for r in range(ranks):
         group = group_of.get(r)
         ar = c_ar.get(group, [])
         node, local = r // g, r % g
+        colls = (*ar, *of_node[node], *of_rail[local], sync_colls.get(r))
         key = (tuple(ar), *of_node[node], *of_rail[local], sync_colls.get(r),
                *(by_rank[r] for by_rank in row_bytes))  # fmt: skip
         if SHARE_RANKS and key in blocks:
@@ -193,6 +276,10 @@ def _lower(w, plan, ranks, fused, g, zipf_alpha, sync, stack) -> Trace:
             continue
         alike.append(r)
         start = len(b.ops)
+        shape = remap.shape(r, key, colls, len(ar)) if remap is not None else None
+        if shape is not None and remap.copied(b, r, shape, colls):
+            blocks[key] = (r, start, len(b.ops))
+            continue
         host_s = stack.host_per_step_s + stack.host_per_sample_s * w.batch_per_gpu
         if host_s > 0 or stack.host_dispatch_s > 0:
             b.prepare_batch(r, host_s)
@@ -204,16 +291,83 @@ def _lower(w, plan, ranks, fused, g, zipf_alpha, sync, stack) -> Trace:
         _lower_rank(b, w, r, node, local, lay, fused, c, ar, buckets, stack, first)
         lower_dense.lower_sync(b, sync, r, g, sync_colls, sync_bytes)
         blocks[key] = (r, start, len(b.ops))
-    meta = {
-        "workload": w.name,
-        "plan": plan.name,
-        "global_batch": w.batch_per_gpu * ranks,
-        "fused": fused,
-        "model": model_figures(w),
-    }
+        if shape is not None:
+            remap.blocks.setdefault(shape, (start, len(b.ops), colls))
+    meta = _meta(w, plan, ranks, fused)
     background = sync_colls if sync.is_shadow else {}
     sync_of = TraceSync(sync, background, sync_bytes)
     return Trace(ranks, b.ops, b.colls, meta, stack, sync_of, tuple(alike))
+
+
+#: lower a rank whose inputs equal an earlier lowered rank's but for which copies of its
+#: collectives it joins (a TWRW table's reduce-scatter on its own node, all-to-all on its own
+#: rail; its dense group's buckets; its sync round) as a copy of that rank's ops with those
+#: collectives swapped (:class:`_Remap`); False: such a rank is lowered anew (the tests)
+REMAP = True
+
+
+class _Remap:
+    """The lowered ranks' blocks by their inputs less which copies of collectives they join
+    (``shape``: how many buckets, which copies exist, the layout rows and the rank's entries
+    of the per-rank arrays among the trace's collective inputs ``c``), and the swap of one
+    rank's collectives for another's (:meth:`mapping`).  The ops of a rank read ``node`` and
+    ``local`` only through the collectives they look up (``_lower_rank``), and ``r`` through
+    the layout rows and those per-rank arrays."""
+
+    def __init__(self, c, c_ar, of_node, of_rail, sync_colls, ranks):
+        #: every collective that some rank joins as its own copy (its node's, rail's, group's)
+        self.varying = {x for ids in c_ar.values() for x in ids}
+        self.varying |= {x for t in (*of_node, *of_rail) for x in t if x is not None}
+        self.varying |= set(sync_colls.values())
+        self.per_rank = [
+            _bytes_of(v, ranks)
+            for v in c.values()
+            if isinstance(v, np.ndarray) and v.ndim and v.shape[0] == ranks
+        ]
+        self.blocks: dict[tuple, tuple] = {}  # shape -> (start, end, its collectives)
+        self._refs: dict[int, set] = {}  # a block's start -> the collectives its ops join
+
+    def shape(self, r: int, key: tuple, colls: tuple, buckets: int) -> tuple:
+        """Rank ``r``'s inputs (``key``: ``_lower``'s, of which ``colls`` are its collectives,
+        ``buckets`` of them its group's) less which copies of collectives it joins."""
+        rows = key[len(colls) - buckets + 1 :]  # the key holds the buckets as one tuple
+        return (buckets, *(x is None for x in colls), *rows, *(v[r] for v in self.per_rank))
+
+    def copied(self, b: TraceBuilder, r: int, shape: tuple, colls: tuple) -> bool:
+        """Append rank ``r``'s block as a copy of the block lowered for ``shape`` with its
+        collectives swapped for ``colls`` (:meth:`mapping`); False where that cannot be."""
+        mapping = self.mapping(b, shape, colls)
+        if mapping is None:
+            return False
+        b.copy_rank(r, *self.blocks[shape][:2], colls=mapping)
+        return True
+
+    def mapping(self, b: TraceBuilder, shape: tuple, colls: tuple) -> dict | None:
+        """Each collective of the block lowered for ``shape`` as the one a rank joining
+        ``colls`` joins in its place; None where no block has that shape, or where the swap is
+        not one collective for one, or the block joins a copy that the swap leaves out."""
+        hit = self.blocks.get(shape)
+        if hit is None:
+            return None
+        start, end, theirs = hit
+        out: dict[int, int] = {}
+        for a, x in zip(theirs, colls, strict=True):
+            if a is not None and out.setdefault(a, x) != x:
+                return None
+        refs = self._refs.get(start)
+        if refs is None:
+            ops = b.ops[start:end]
+            refs = self._refs[start] = {o.args["coll"] for o in ops if o.kind == "collective"}
+        if not (refs & self.varying) <= out.keys():
+            return None
+        return out
+
+
+def _bytes_of(v: np.ndarray, ranks: int) -> list[bytes]:
+    """Each rank's entry of a per-rank array, as bytes."""
+    flat = np.ascontiguousarray(v).tobytes()
+    step = len(flat) // ranks
+    return [flat[r * step : (r + 1) * step] for r in range(ranks)]
 
 
 def _dense_buckets(w: WorkloadSpec, lay, stack: StackSpec, ranks: int) -> list:

@@ -8,6 +8,8 @@ The simulation engine (``sim.engine``) runs these; the planner's iteration estim
 
 from __future__ import annotations
 
+import operator
+
 import numpy as np
 
 from zionsim.dlrm.stack import StackSpec
@@ -49,13 +51,16 @@ def _rank_blocks(trace: Trace) -> np.ndarray | None:
     of ids and every rank the lowering copied has as many ops as its original; else None."""
     if trace.alike is None or not trace.ops:
         return None
-    ranks = np.fromiter((op.rank for op in trace.ops), dtype=np.int64, count=len(trace.ops))
+    ranks = np.fromiter(map(_RANK, trace.ops), dtype=np.int64, count=len(trace.ops))
     if np.any(np.diff(ranks) < 0):
         return None
     blocks = np.searchsorted(ranks, np.arange(trace.ranks + 1))
     sizes = np.diff(blocks)
     src = np.asarray(trace.alike, dtype=np.int64)
     return blocks if np.array_equal(sizes, sizes[src]) else None
+
+
+_RANK = operator.attrgetter("rank")
 
 
 def _own_ops(trace: Trace, blocks: np.ndarray):

@@ -39,7 +39,9 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from zionsim.base.errors import CapacityError
+from zionsim.base.kept import Registry, kept_for
 from zionsim.dlrm.estimate import iteration_estimate
+from zionsim.dlrm.lowering import dense_twin
 from zionsim.dlrm.plan import (
     Plan,
     Shard,
@@ -197,6 +199,28 @@ class Planner:
         option's total seconds) / GPUs, one option chosen per table against it, placed and
         rebalanced; then the candidates of :meth:`candidates` compared by their estimated
         iteration (module docstring, stage 6)."""
+        return (self.compare or best_estimated)(cluster, w, self.compared(cluster, w), stack)
+
+    def compared(self, cluster, w: WorkloadSpec) -> list[Plan]:
+        """The candidate plans :meth:`plan` compares (stages 1-5, then :meth:`candidates`),
+        kept per cluster (:data:`KEEP_CANDIDATES`) for the built-in stages: stages 1-5 read
+        no dense precision (tested), so workloads that differ at most in a dense format of
+        one width and kind (``lowering.dense_twin``: a sweep over fp32 and tf32) share them."""
+        twin = dense_twin(w) if KEEP_CANDIDATES and self == _BUILT_IN else None
+        if twin is not None:  # with the stages' settings
+            twin = (*twin, REBALANCE_STEPS, BALANCED, DP_MAX_BYTES)
+        memo = kept_for(_CANDIDATES, cluster) if twin is not None else None
+        if memo is not None and twin in memo:
+            return list(memo[twin])
+        out = self._compared(cluster, w)
+        if memo is not None:
+            if len(memo) >= KEEP_CANDIDATES:
+                memo.clear()
+            memo[twin] = tuple(out)
+        return out
+
+    def _compared(self, cluster, w: WorkloadSpec) -> list[Plan]:
+        """:meth:`compared`, made."""
         ctx = context(cluster, w)
         price = _by_shape(ctx) if self.estimate is estimate else self.estimate
         costed = {
@@ -211,9 +235,7 @@ class Planner:
             opt = self.choose(ctx, t, costed[t.index], target)
             chosen.append((opt, dict(costed[t.index])[opt]))
         plan = self.rebalance(ctx, costed, chosen)
-        return (self.compare or best_estimated)(
-            cluster, w, self.candidates(ctx, costed, plan), stack
-        )
+        return self.candidates(ctx, costed, plan)
 
     def candidates(self, ctx: Context, costed: dict, plan: Plan) -> list[Plan]:
         """``plan`` first; then, for each way of sharding a table (TW, CW in k slices, TWRW,
@@ -276,6 +298,13 @@ class Planner:
         return plan
 
 
+#: the built-in stages, whose candidates :meth:`Planner.compared` keeps
+_BUILT_IN = Planner()
+#: candidate lists kept per cluster (:meth:`Planner.compared`), at most; 0: none kept
+KEEP_CANDIDATES = 64
+_CANDIDATES: Registry = {}
+
+
 def _by_shape(ctx: Context) -> Callable:
     """:func:`~zionsim.dlrm.plan_cost.estimate` on ``ctx``, priced once per table shape (rows,
     columns, pooling) and option kind and parts: all it reads of a table (a workload of many
@@ -299,9 +328,10 @@ def best_estimated(cluster, w: WorkloadSpec, plans: list[Plan], stack=None) -> P
         return plans[0]
     stack = resolve_stack(stack)
     spec = cluster.spec
-    # all that _fits reads (a sweep's points on other NIC speeds check the same plans)
+    # all that _fits reads (a sweep's points on other NIC speeds check the same plans; the
+    # memory of a plan reads no dense format of one width, lowering.dense_twin, tested)
     fe = spec.front_end
-    given = (repr(w), len(cluster.gpus), spec.gpus_per_node, spec.gpu.hbm_bytes,
+    given = (dense_twin(w) or repr(w), len(cluster.gpus), spec.gpus_per_node, spec.gpu.hbm_bytes,
              spec.host.dram_bytes, fe.servers if fe else 0,
              fe.server_dram_bytes if fe else 0.0)  # fmt: skip
     fits = [p for p in plans if _fits_kept(cluster, w, p, given)] or plans[:1]

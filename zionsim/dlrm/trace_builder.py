@@ -26,14 +26,23 @@ class TraceBuilder:
         self.shared: dict[tuple, dict] = {}  # op arguments by value (_shared)
 
     def op(self, rank, name, kind, category, stream, deps=(), **args) -> int:
-        """Append an op (None deps dropped: absent ops) and return its id."""
-        deps = tuple(d for d in deps if d is not None)
+        """Append an op (None deps dropped: absent ops) and return its id (:meth:`_append`
+        inline: the lowering makes tens of thousands of ops a sweep point)."""
+        if type(deps) is not tuple:
+            deps = tuple(deps)
+        if None in deps:
+            deps = tuple(d for d in deps if d is not None)
         if stream != "host" and rank in self.prepared:
             if self.dispatch_s > 0:
                 deps += (self._launch(rank, name, kind, stream, args),)
             elif not deps:
                 deps = (self.prepared[rank],)
-        return self._append(rank, name, kind, category, stream, deps, args)
+        ops = self.ops
+        i = len(ops)
+        if kind != "host":  # as _append: a launch op's seconds grow (_launch), not shared
+            args = self._shared(kind, args)
+        ops.append(Op(i, rank, sys.intern(name), kind, category, stream, deps, args))
+        return i
 
     def _launch(self, rank, name, kind, stream, args) -> int:
         """The host op that launches a GPU op: a new ``launch_<name>``, or, for an op right after
@@ -62,9 +71,10 @@ class TraceBuilder:
         """One dict for the equal arguments of many ops of one ``kind`` (alike ranks' GEMMs,
         every member's op of a collective): at 65,536 ranks the trace's largest part.  Values
         are compared with their types (``1`` and ``1.0`` stay apart); arguments holding lists
-        are not shared."""
+        are not shared.  The key is the kind, the items and the values' types, each a tuple
+        built in C (equal keys exactly where the triples ``(key, type, value)`` are equal)."""
         try:
-            key = (kind, *((k, type(v), v) for k, v in args.items()))
+            key = (kind, tuple(args.items()), tuple(map(type, args.values())))
             return self.shared.setdefault(key, args)
         except TypeError:  # an unhashable value (a parameter server's per-server bytes)
             return args
@@ -76,12 +86,25 @@ class TraceBuilder:
             rank, "input_pipeline", "host", "framework", "host", (), {"seconds": seconds}
         )
 
-    def copy_rank(self, rank: int, start: int, end: int) -> None:
+    def copy_rank(self, rank: int, start: int, end: int, colls: dict | None = None) -> None:
         """Append the ops ``[start, end)`` of another rank, whose inputs equal ``rank``'s
         (``lower``), as ``rank``'s: ids and dependencies shifted, the same (finished, never
-        changed again) arguments."""
+        changed again) arguments; with ``colls``, each collective op joins ``colls``' collective
+        in place of its own where ``colls`` names one (its arguments shared by value, as
+        :meth:`op` shares them)."""
+        if colls:
+            n = len(self.ops)
+            self.copy_rank(rank, start, end)
+            ops = self.ops
+            for i in range(n, len(ops)):
+                op = ops[i]
+                if op.kind == "collective" and op.args["coll"] in colls:
+                    args = {**op.args, "coll": colls[op.args["coll"]]}
+                    op.args = self._shared("collective", args)  # a new op: not yet shared
+            return
         shift = len(self.ops) - start
         add, append = shift.__add__, self.ops.append  # bound once: thousands of ops a rank
+        new = object.__new__
         for op in self.ops[start:end]:
             d = op.deps
             k = len(d)  # most ops wait for one or two: spelled out, a fifth of a copy saved
@@ -91,7 +114,12 @@ class TraceBuilder:
                 deps = (d[0] + shift,)
             else:
                 deps = tuple(map(add, d)) if k else ()
-            append(Op(op.id + shift, rank, op.name, op.kind, op.category, op.stream, deps, op.args))
+            # Op(...) with its fields set here, as its __init__ sets them: a quarter of a copy
+            # is the call of that __init__ (Op has no __post_init__ and no defaults)
+            c = new(Op)
+            c.id, c.rank, c.name, c.kind = op.id + shift, rank, op.name, op.kind
+            c.category, c.stream, c.deps, c.args = op.category, op.stream, deps, op.args
+            append(c)
 
     def collective(self, op, size, matrix=None, ranks=None) -> int:
         """Append a collective of ``size`` bytes over ``ranks`` (default all) and return its id."""

@@ -598,21 +598,26 @@ def prepare_collective(cluster, trace: Trace, cid: int, model, cache: dict) -> n
     """Collective ``cid`` of ``trace`` chosen and prepared on ``cluster`` (memoised in ``cache``
     by op, size and group, or by id where it has a byte matrix).  Under the built-in collective
     model the choice is the planner's, remembered per cluster (``estimate.choice_of``: the
-    planner's estimate chose every collective of the plan it picked), and so is the preparation
-    of a collective without a byte matrix (:data:`KEEP_PREPARED`): a sweep's points on one
-    cluster share their all-reduce buckets."""
+    planner's estimate chose every collective of the plan it picked), and so is its preparation
+    (:data:`KEEP_PREPARED`; one with a byte matrix by the matrix's bytes, on clusters of at most
+    :data:`KEEP_PREPARED_MATRIX_GPUS`): a sweep's points on one cluster share their all-reduce
+    buckets, and their all-to-alls where the batch and communication precision agree."""
     c = trace.collectives[cid]
     key = (c.op, c.size_bytes, c.ranks.tobytes()) if c.matrix is None else ("coll", cid)
     if key not in cache:
         if model is nccl.load_model():
             from zionsim.dlrm.estimate import choice_of
 
-            shared = _prepared_of(cluster) if c.matrix is None else {}
-            if key not in shared:
+            shared, skey = _prepared_of(cluster), key
+            if c.matrix is not None:  # by its bytes, as estimate.choice_of keys its choice
+                keep = len(cluster.gpus) <= KEEP_PREPARED_MATRIX_GPUS
+                shared = shared if keep else {}
+                skey = (c.op, c.size_bytes, c.ranks.tobytes(), nccl.matrix_key(c.matrix))
+            if skey not in shared:
                 if len(shared) >= KEEP_PREPARED:
                     shared.clear()
-                shared[key] = nccl.prepare(cluster, choice_of(cluster, c), model)
-            cache[key] = shared[key]
+                shared[skey] = nccl.prepare(cluster, choice_of(cluster, c), model)
+            cache[key] = shared[skey]
         else:
             devices = cluster.gpus[c.ranks]
             choice = nccl.choose(cluster, c.op, devices, c.size_bytes, model, matrix=c.matrix)
@@ -620,8 +625,12 @@ def prepare_collective(cluster, trace: Trace, cid: int, model, cache: dict) -> n
     return cache[key]
 
 
-#: prepared collectives (built-in model, no byte matrix) kept per cluster, at most; 0: none
+#: prepared collectives (built-in model) kept per cluster, at most; 0: none
 KEEP_PREPARED = 1024
+#: collectives with a byte matrix (all-to-alls) are kept, by the matrix's bytes, on clusters of
+#: at most this many GPUs (a sweep's points on one cluster share their exchanges where their
+#: batch and communication precision agree; a larger cluster's are left to its one run)
+KEEP_PREPARED_MATRIX_GPUS = 4096
 _PREPARED: Registry = {}
 
 
