@@ -103,8 +103,10 @@ def test_swap_moves_only_memory_bound_work(busy):
     do not change (same plan, same compute, same NVLink); every memory-bound category gains,
     and none by more than the HBM peak ratio."""
     h100, h200 = busy["h100"], busy["h200"]
+    # busy time includes the interference slowdown of kernels that start under NCCL kernels,
+    # which lasts as long as they overlap (stack.slowed_s): equal within that, not exactly
     for c in ("gemm", "all_to_all", "all_reduce", "reduce_scatter", "all_gather", "framework"):
-        assert h200[c] == pytest.approx(h100[c], rel=1e-9), c
+        assert h200[c] == pytest.approx(h100[c], rel=0.01), c
     for c in ("embedding", "optimizer"):
         assert h100[c] / 4800 * 3350 < h200[c] < h100[c], c
     # the interaction holds GEMMs (unchanged) and element-wise kernels (faster)

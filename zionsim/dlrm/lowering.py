@@ -257,10 +257,8 @@ def _lower(w, plan, ranks, fused, g, zipf_alpha, sync, stack) -> Trace:
     rows = [*rank_rows(lay, ranks), np.arange(ranks) == bottom_rank(stack, ranks)]
     blocks: dict[tuple, tuple] = {}  # a rank's inputs -> (rank, its ops' ids [start, end))
     alike: list[int] = []
-    group_of: dict[int, str] = {}
-    for k, grp in dense_groups.items():
-        for r in grp.tolist():
-            group_of.setdefault(r, k)
+    # a rank's dense group: the first that holds it
+    group_of = {r: k for k, grp in reversed(dense_groups.items()) for r in grp.tolist()}
     of_node, of_rail, row_bytes = block_inputs(c, rows, ranks, g)
     remap = _Remap(c, c_ar, of_node, of_rail, sync_colls, ranks) if SHARE_RANKS and REMAP else None
     for r in range(ranks):
