@@ -79,10 +79,18 @@ def resident_share(l2_bytes: float, workload: str = "workloads/mlperf_dlrm_dcnv2
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--l2-rate-h100", type=float, default=5.5, help="TB/s of L2-served gathers on H100 SXM5")
-    ap.add_argument("--share", type=float, default=None, help="override f for every GPU (0: today's model)")
-    ap.add_argument("--forward-only", action="store_true", help="L2 serves the forward lookups only")
-    ap.add_argument("--scale", type=float, default=None, help="diagnostic: every memory-bound byte x k")
+    ap.add_argument(
+        "--l2-rate-h100", type=float, default=5.5, help="TB/s of L2-served gathers on H100 SXM5"
+    )
+    ap.add_argument(
+        "--share", type=float, default=None, help="override f for every GPU (0: today's model)"
+    )
+    ap.add_argument(
+        "--forward-only", action="store_true", help="L2 serves the forward lookups only"
+    )
+    ap.add_argument(
+        "--scale", type=float, default=None, help="diagnostic: every memory-bound byte x k"
+    )
     args = ap.parse_args()
     estimate.REUSE = False
     original, original_memory = compute._transfer_s, compute.memory_time_s
@@ -92,7 +100,9 @@ def main() -> None:
     def share(gpu) -> float:
         if args.share is not None:
             return args.share
-        family = next((k for k in ("GB200", "B200", "H200", "H100", "A100") if k in gpu.model), None)
+        family = next(
+            (k for k in ("GB200", "B200", "H200", "H100", "A100") if k in gpu.model), None
+        )
         return resident_share(L2_BYTES[family]) if family else 0.0
 
     def l2_rate(gpu, a) -> float:
@@ -137,16 +147,26 @@ def main() -> None:
         m1, m2 = lo + (hi - lo) / 3, hi - (hi - lo) / 3
         lo, hi = (lo, m2) if loss(m1) < loss(m2) else (m1, hi)
     g = (lo + hi) / 2
-    print(f"L2-resident share f: A100 {resident_share(40e6):.3f}, H100/H200 {resident_share(50e6):.3f}, "
-          f"B200/GB200 {resident_share(126e6):.3f}" + (f" (overridden: {args.share})" if args.share is not None else ""))
+    print(
+        f"L2-resident share f: A100 {resident_share(40e6):.3f}, "
+        f"H100/H200 {resident_share(50e6):.3f}, "
+        f"B200/GB200 {resident_share(126e6):.3f}"
+        + (f" (overridden: {args.share})" if args.share is not None else "")
+    )
     print(f"hugectr gpu_per_step refitted: {g:.1f} us")
     s = {}
     for c in CALIBRATION + HELD_OUT:
         s[c] = sim(c, g)
-        print(f"{c:40s} measured {cases[c].measured:7.3f} simulated {s[c]:7.3f} ms {100 * (s[c] / cases[c].measured - 1):+6.1f} %")
+        print(
+            f"{c:40s} measured {cases[c].measured:7.3f} simulated {s[c]:7.3f} ms "
+            f"{100 * (s[c] / cases[c].measured - 1):+6.1f} %"
+        )
     for a, b in WHAT_IFS:
         mr, sr = cases[b].measured / cases[a].measured, s[b] / s[a]
-        print(f"what-if {a} -> {b}: measured {mr:.4f} simulated {sr:.4f} {100 * (sr / mr - 1):+5.1f} %")
+        print(
+            f"what-if {a} -> {b}: measured {mr:.4f} simulated {sr:.4f} "
+            f"{100 * (sr / mr - 1):+5.1f} %"
+        )
 
 
 if __name__ == "__main__":

@@ -67,12 +67,14 @@ def test_embedding_gain_between_gather_and_stream_gain(gpus, model):
     lies between the two (launch overhead aside)."""
     h100, h200 = gpus["h100"], gpus["h200"]
     args = (1.5e6, 512.0, 26, True, 6912 * 26 * 256.0)
-    ratio = compute.embedding_forward_time_s(h100, *args, model=model) / compute.embedding_forward_time_s(
-        h200, *args, model=model
-    )
+    ratio = compute.embedding_forward_time_s(
+        h100, *args, model=model
+    ) / compute.embedding_forward_time_s(h200, *args, model=model)
     gather = compute.gather_bandwidth_Bps(h200, model) / compute.gather_bandwidth_Bps(h100, model)
-    stream = model.for_gpu(h200).stream_eff * h200.hbm_bw_Bps / (
-        model.for_gpu(h100).stream_eff * h100.hbm_bw_Bps
+    stream = (
+        model.for_gpu(h200).stream_eff
+        * h200.hbm_bw_Bps
+        / (model.for_gpu(h100).stream_eff * h100.hbm_bw_Bps)
     )
     assert gather * 0.99 < ratio < stream
 

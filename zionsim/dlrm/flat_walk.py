@@ -306,7 +306,7 @@ class FlatWalk(Walk):
         """Pop the heap until it is empty (:meth:`Walk.run` and :meth:`Walk._start`)."""
         sh = self.shape
         streams, lens, kind, rank_of, every = sh.streams, st.lens, sh.kind, sh.rank, sh.every
-        dur, transfer_s, slow = sh.dur, self.transfer_s, self.slow
+        dur, transfer_s, slow, coll_s = sh.dur, self.transfer_s, self.slow, self._collective_s
         step, it_of, queued, flight, gpu_free = st.step, st.it_of, st.queued, st.flight, st.gpu
         heap, heappop = st.heap, heapq.heappop
         while heap:
@@ -337,7 +337,7 @@ class FlatWalk(Walk):
                 if on_gpu:
                     t = max(t, gpu_free[r])
                 if slow and not host and flight[r]:  # Walk._quiet_at
-                    seconds = slowed_s(seconds, quiet_at(flight, r, t) - t, slow)
+                    seconds = slowed_s(seconds, quiet_at(flight, r, t, coll_s) - t, slow)
                 if on_gpu:
                     gpu_free[r] = t + seconds
                 finish(i, it, t + seconds)
@@ -347,7 +347,7 @@ class FlatWalk(Walk):
         sh, inf = self.shape, np.inf
         r = sh.rank[i]
         cid = sh.coll[i]
-        st.flight[r].append((t, inf, t + self._collective_s(cid)))
+        st.flight[r].append((t, inf, cid))
         st.in_coll[k] = True
         members = st.arrived.setdefault((it, cid), [0])
         members.append((i, t))
@@ -374,7 +374,7 @@ class _State:
         self.step, self.it_of, self.free = [0] * n, [0] * n, [0.0] * n
         self.queued, self.in_coll = [False] * n, [False] * n
         self.arrived: dict = {}
-        self.flight: list[list[tuple[float, float, float]]] = [[] for _ in range(ranks)]
+        self.flight: list[list[tuple[float, float, int]]] = [[] for _ in range(ranks)]
         self.gpu = [0.0] * ranks if sh.two else None
         self.heap: list = []
 

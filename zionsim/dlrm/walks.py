@@ -138,7 +138,7 @@ class Walk:
         self.pos = [0] * len(self.streams)  # next op index, over iterations
         self.free = [0.0] * len(self.streams)
         self.arrived: dict = {}
-        self.flight: list[list[tuple[float, float, float]]] = [[] for _ in range(self.trace.ranks)]
+        self.flight: list[list[tuple[float, float, int]]] = [[] for _ in range(self.trace.ranks)]
         self.heap: list = []
         self.queued: set[int] = set()
         self.in_collective: set[int] = set()  # streams waiting inside a collective
@@ -192,7 +192,7 @@ class Walk:
             if op.category == "sync" and (it + 1) % op.args.get("every", 1):
                 return self._finish(op, it, t)
             cid = op.args["coll"]
-            self.flight[op.rank].append((t, np.inf, t + self._collective_s(cid)))
+            self.flight[op.rank].append((t, np.inf, cid))
             self.in_collective.add(k)
             return self._arrive(op, it, t)
         if op.kind == "transfer":
@@ -212,7 +212,7 @@ class Walk:
         """When the collectives ``rank`` has in flight at ``t`` end: their end where known,
         else their arrival plus their own time (a collective still waiting for its peers);
         ``t`` when none is in flight (``stack.slowed_s``)."""
-        return quiet_at(self.flight, rank, t)
+        return quiet_at(self.flight, rank, t, self._collective_s)
 
     def _arrive(self, op, it: int, t: float) -> None:
         cid = op.args["coll"]
@@ -266,18 +266,19 @@ class Walk:
 #: op kinds of the flat walk
 
 
-def quiet_at(flight: list, rank: int, t: float) -> float:
+def quiet_at(flight: list, rank: int, t: float, collective_s) -> float:
     """When the collectives ``rank`` has in flight at ``t`` end (``Walk._quiet_at``); prunes the
-    ended ones from ``flight[rank]``, a list of (arrival, end or inf, arrival + own time)."""
+    ended ones from ``flight[rank]``, a list of (arrival, end or inf, collective id): one still
+    waiting for its peers is taken to end its own time (``collective_s``) after its arrival."""
     fl = flight[rank]
     if not fl:
         return t
     live = [x for x in fl if x[1] > t]
     flight[rank] = live
     quiet = t
-    for a, end, est in live:
+    for a, end, cid in live:
         if a <= t:
-            quiet = max(quiet, end if end < np.inf else est)
+            quiet = max(quiet, end if end < np.inf else a + collective_s(cid))
     return quiet
 
 
@@ -285,5 +286,5 @@ def landed(fl: list, arrival: float, end: float) -> None:
     """The flight entry of the collective that arrived at ``arrival`` ends at ``end``."""
     for j, x in enumerate(fl):
         if x[0] == arrival and x[1] == np.inf:
-            fl[j] = (arrival, end, end)
+            fl[j] = (arrival, end, x[2])
             return

@@ -10,10 +10,11 @@ A collective's time follows NCCL's own model (``src/graph/tuning.cc``, constants
   that cross nodes pay the network latency and the others at least NCCL's net post overhead; a
   tree pays ``2((ppn−1)·intra + log2(nodes)·net)``; NVLS, NVLSTree and CollNet their own terms;
   with one GPU per node the network latency is the tree's; below sm90 with GPUDirect RDMA a
-  Simple network step also pays NCCL's GDR flush (:func:`nccl_model.gdr_flush_s`) (:func:`latency_s`).  Point-to-point
-  operations (send/recv, all-to-all) have no NCCL cost model: they pay one launch of the kernel
-  (the ring base latency) and one hop of the slowest link class they cross; across nodes also
-  NCCL's network post overhead once per remote peer, as a ring pays it once per step: NCCL's
+  Simple network step also pays NCCL's GDR flush (:func:`nccl_model.gdr_flush_s`)
+  (:func:`latency_s`).  Point-to-point operations (send/recv, all-to-all) have no NCCL cost
+  model: they pay one launch of the kernel (the ring base latency) and one hop of the slowest
+  link class they cross; across nodes also NCCL's network post overhead once per remote peer,
+  as a ring pays it once per step: NCCL's
   all-to-all is grouped send/recv whose every remote peer is a network send and receive the
   rank's proxy thread posts in turn (:func:`nccl_model.remote_peers`).
 * the bandwidth part is the algorithm's flows on the network (``flows.py``) at wire bytes =
