@@ -91,6 +91,13 @@ class Layout:
     #: the plan has HYB shards: their frequent rows' gradients (the DP part of the all-reduce) are
     #: reduced from the output's gradient, before and apart from the infrequent exchange
     hybrid: bool = False
+    #: what each rank's lookup kernel reads, for its L2 hits (``hardware/l2_cache.py``): one
+    #: record per table part served, ``(ranks, table index, table rows, rows held, lookups, row
+    #: bytes)``
+    #: (ranks: an index, an index array or every rank; held and lookups: a number or a per-rank
+    #: array); per rank by :func:`l2_parts_by_rank`
+    l2_records: list = None
+    zipf_alpha: float = 1.0
 
 
 @lru_cache(maxsize=4096)
@@ -110,6 +117,7 @@ def layout(w: WorkloadSpec, plan, n: int, gpus_per_node: int, zipf_alpha: float 
     n_ps = 1 + max((s.server for s in plan.shards if s.tier == "ps"), default=-1)
     out = _empty_layout(n, nodes, n_ps)
     out.hyb_gpus_per_node = gpus_per_node
+    out.l2_records, out.zipf_alpha = [], float(zipf_alpha)
     for s in plan.shards:
         if s.tier == "ps":
             _add_ps_shard(out, w, s)
@@ -179,6 +187,8 @@ def _serve(out: Layout, w: WorkloadSpec, s, r, lookups, rows, dim: int, zipf_alp
     out.lookup_bytes[r] += lookups * rb
     out.state_bytes[r] += lookups * state
     out.tables[r] += 1
+    if lookups > 0:
+        out.l2_records.append((r, s.table, w.tables[s.table].rows, rows, lookups, rb))
     if s.tier == "uvm":
         cached = rows * s.cache_fraction
         miss = 1.0 - hit_rate(rows, cached, zipf_alpha)
@@ -253,6 +263,7 @@ def _add_hybrid_shard(out: Layout, w: WorkloadSpec, s, n: int, zipf_alpha, cb) -
     tail = np.asarray(shard_rows(s, t.rows), dtype=float)
     look = B * L * f + G * L * (1.0 - f) * tail / max(t.rows - K, 1)
     out.lookups += look
+    out.l2_records.append((slice(None), s.table, t.rows, K + tail, look, rb))
     out.lookup_bytes += look * rb
     out.state_bytes += look * state
     out.tables += 1
@@ -270,6 +281,30 @@ def _add_hybrid_shard(out: Layout, w: WorkloadSpec, s, n: int, zipf_alpha, cb) -
     hot = _unique(K, B * L * f, zipf_alpha) if K else 0.0
     cold = _unique(t.rows, G * L, zipf_alpha) - (_unique(K, G * L * f, zipf_alpha) if K else 0.0)
     out.unique_rows += hot + max(cold, 0.0) * tail / max(t.rows - K, 1)
+
+
+def l2_parts_by_rank(lay: Layout, n: int) -> tuple[np.ndarray, list[tuple]]:
+    """Each rank's number in a list of distinct lookup-kernel contents, and that list: per rank,
+    the tables its lookup kernel reads in the order the plan serves them, each ``(table rows,
+    rows held, lookups, row bytes, zipf_alpha)`` (``hardware/l2_cache.py``; ranks alike get the
+    same number, so the lowering's alike ranks stay alike)."""
+    per: list[list[tuple]] = [[] for _ in range(n)]
+    alpha = float(lay.zipf_alpha)
+    for sel, _, rows, held, lookups, rb in lay.l2_records or ():
+        if isinstance(sel, slice):
+            ranks = range(n)[sel]
+        elif np.ndim(sel) == 0:
+            ranks = (int(sel),)
+        else:
+            ranks = np.asarray(sel).tolist()
+        for r in ranks:
+            h = float(held[r]) if np.ndim(held) else float(held)
+            k = float(lookups[r]) if np.ndim(lookups) else float(lookups)
+            if k > 0 and h > 0:
+                per[r].append((float(rows), h, k, float(rb), alpha))
+    numbers: dict[tuple, int] = {}
+    ids = np.fromiter((numbers.setdefault(tuple(p), len(numbers)) for p in per), np.int64, n)
+    return ids, list(numbers)
 
 
 def shard_widths(s, dim: int) -> list[int]:
