@@ -118,3 +118,21 @@ def test_l2_rate_scales_with_sms_and_clock_and_beats_hbm_gathers(gpus):
 def test_cpu_trainer_has_no_l2_model():
     cpu = load_topology("cpu_ps_platform", nodes=1).gpu
     assert compute.l2_hit_share(cpu, ((1000.0, 1000.0, 1e6, 512.0, 1.0),)) == 0.0
+
+
+def test_che_takes_any_distinct_row_model():
+    """The hit share needs only the access model's distinct rows U(t) and U'(t): uniform access
+    in closed form gives what the Zipf(0) tables give."""
+    import math
+
+    rows = 3e6
+
+    def distinct(t):
+        return rows * -math.expm1(-t / rows)
+
+    def rate(t):
+        return math.exp(-t / rows)
+
+    closed = l2_cache.che_hit_share(distinct, rate, 2e6, 50 * MiB / 512)
+    assert closed == pytest.approx(l2_cache.hit_share(rows, rows, 2e6, 512, 0.0, 50 * MiB), rel=1e-3)
+    assert 0.0 < closed < 0.1

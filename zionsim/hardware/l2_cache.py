@@ -106,21 +106,33 @@ def hit_share(
     held = min(rows_held / table_rows, 1.0)
     draws = lookups / held  # draws of the whole table; this shard sees ``lookups`` of them
     blocks = capacity_bytes / block_bytes / held  # the capacity in the table's rows
-    touched = _distinct(w, p, draws)
+    return che_hit_share(
+        lambda t: _distinct(w, p, t), lambda t: _distinct_rate(w, p, t), draws, blocks
+    )
+
+
+def che_hit_share(distinct, distinct_rate, draws: float, blocks: float) -> float:
+    """Share of ``draws`` accesses that hit an LRU cache of ``blocks`` rows under Che's
+    approximation (assumption 3), from any access model's expected distinct rows ``distinct(t)``
+    among ``t`` draws and its derivative ``distinct_rate(t)``: the misses are
+    ``U(min(T, D)) + max(D - T, 0) U'(T)`` with ``U(T) = blocks`` (``T = ∞`` when the rows
+    the ``D`` draws touch fit).  Only ``U`` enters, so an access model other than Zipf draws
+    (e.g. MLPerf DCNv2's fixed multi-hot lists) plugs in through its distinct-row count."""
+    touched = distinct(draws)
     if touched <= blocks:  # every row the kernel touches stays: misses are first touches
         misses = touched
-    else:  # U(T) = blocks for T in (0, draws): bisection on log T (U rises with T)
+    elif distinct(1.0) >= blocks:  # a cache of less than one row's worth
+        return 0.0
+    else:  # U(T) = blocks for T in (1, draws): bisection on log T (U rises with T)
         lo, hi = 0.0, math.log(draws)
-        if _distinct(w, p, 1.0) >= blocks:  # a cache of less than one row's worth
-            return 0.0
         for _ in range(_STEPS):
             mid = 0.5 * (lo + hi)
-            if _distinct(w, p, math.exp(mid)) < blocks:
+            if distinct(math.exp(mid)) < blocks:
                 lo = mid
             else:
                 hi = mid
         t = math.exp(0.5 * (lo + hi))
-        misses = _distinct(w, p, t) + (draws - t) * _distinct_rate(w, p, t)
+        misses = distinct(t) + (draws - t) * distinct_rate(t)
     return min(max(1.0 - misses / draws, 0.0), 1.0)
 
 
