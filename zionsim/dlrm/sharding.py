@@ -287,24 +287,31 @@ def l2_parts_by_rank(lay: Layout, n: int) -> tuple[np.ndarray, list[tuple]]:
     """Each rank's number in a list of distinct lookup-kernel contents, and that list: per rank,
     the tables its lookup kernel reads in the order the plan serves them, each ``(table rows,
     rows held, lookups, row bytes, zipf_alpha)`` (``hardware/l2_cache.py``; ranks alike get the
-    same number, so the lowering's alike ranks stay alike)."""
-    per: list[list[tuple]] = [[] for _ in range(n)]
+    same number, so the lowering's alike ranks stay alike).  The ranks' rows held and lookups
+    per record are one array each, so only the distinct ranks are listed one by one (a row-wise
+    table over every GPU of a large cluster is one record)."""
+    records = lay.l2_records or []
+    held = np.zeros((n, len(records)))
+    look = np.zeros((n, len(records)))
+    for i, (sel, _, _, h, k, _) in enumerate(records):
+        idx = np.arange(n)[sel] if isinstance(sel, slice) else np.asarray(sel, dtype=np.int64)
+        held[idx, i] = h[idx] if np.ndim(h) else h
+        look[idx, i] = k[idx] if np.ndim(k) else k
+    present = (held > 0) & (look > 0)
+    held, look = np.where(present, held, 0.0), np.where(present, look, 0.0)
+    _, first, ids = np.unique(
+        np.concatenate([held, look], axis=1), axis=0, return_index=True, return_inverse=True
+    )
     alpha = float(lay.zipf_alpha)
-    for sel, _, rows, held, lookups, rb in lay.l2_records or ():
-        if isinstance(sel, slice):
-            ranks = range(n)[sel]
-        elif np.ndim(sel) == 0:
-            ranks = (int(sel),)
-        else:
-            ranks = np.asarray(sel).tolist()
-        for r in ranks:
-            h = float(held[r]) if np.ndim(held) else float(held)
-            k = float(lookups[r]) if np.ndim(lookups) else float(lookups)
-            if k > 0 and h > 0:
-                per[r].append((float(rows), h, k, float(rb), alpha))
-    numbers: dict[tuple, int] = {}
-    ids = np.fromiter((numbers.setdefault(tuple(p), len(numbers)) for p in per), np.int64, n)
-    return ids, list(numbers)
+    parts = [
+        tuple(
+            (float(rec[2]), float(held[r, i]), float(look[r, i]), float(rec[5]), alpha)
+            for i, rec in enumerate(records)
+            if present[r, i]
+        )
+        for r in first.tolist()
+    ]
+    return ids.reshape(n).astype(np.int64), parts
 
 
 def shard_widths(s, dim: int) -> list[int]:
