@@ -57,3 +57,33 @@ def test_bad_parts_are_clear_errors(parts):
     data["ops"][i]["args"]["l2_parts"] = parts
     with pytest.raises(InputError, match="l2_parts"):
         trace_from_dict(data)
+
+
+def test_ranks_share_a_number_exactly_when_their_tables_are_equal():
+    """l2_parts_by_rank numbers ranks by their table lists (hashed record by record): equal
+    lists, equal numbers, and no two different lists share one, whether a record names one rank
+    or an array of ranks."""
+    import numpy as np
+
+    from zionsim.dlrm import sharding
+
+    w = load_workload("tiny")
+    n = 8
+    shards = [Shard(t.index, "TW", (t.index % 3,)) for t in w.tables[1:]]
+    shards.append(Shard(0, "RW", tuple(range(n))))
+    lay = sharding.layout(w, Plan("mixed", tuple(shards)), n, 8, 1.0)
+    mixed = sharding.layout(w, Plan("mixed", tuple(shards)), n, 8, 1.0)
+    mixed.l2_records = [
+        (np.array([sel]) if isinstance(sel, int) and sel % 2 else sel, *rest)
+        for sel, *rest in lay.l2_records
+    ]
+    per_rank = []
+    for layout_ in (lay, mixed):
+        ids, parts = sharding.l2_parts_by_rank(layout_, n)
+        lists = [parts[i] for i in ids]
+        for a in range(n):
+            for b in range(n):
+                assert (ids[a] == ids[b]) == (lists[a] == lists[b])
+        per_rank.append(lists)
+    assert per_rank[0] == per_rank[1]
+    assert len(set(per_rank[0])) > 1  # ranks 0-2 hold table-wise tables, the others not
