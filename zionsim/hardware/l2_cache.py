@@ -15,8 +15,9 @@ still in the L2 cache, the read does not reach HBM.  Model (documented assumptio
    warps in flight at any time read one table (two at its edges), and a table's rows meet in L2
    only rows of that table; rows of earlier tables are never read again in the kernel.  Each
    table (shard) is therefore its own stream of accesses to a cache of the GPU's whole L2
-   capacity ``C`` (an assumption for other stacks' kernels: HugeCTR's embedding collection
-   also lays its keys out feature by feature).
+   capacity ``C``.  Other stacks' lookup kernels are assumed to walk their tables the same way
+   (not checked in their sources); one cache shared by all of a kernel's tables at once gives
+   shares within a few points of these (docs/validation.md, "L2-resident lookups (h25l)").
 3. The L2 is an LRU cache of row-sized blocks (rows rounded up to 32-byte sectors), and
    Che's approximation (Che, Tung, Wang, "Hierarchical Web caching systems: modeling, design
    and experimental results", IEEE JSAC 20(7), 2002; Fricker, Robert, Roberts, "A versatile and
