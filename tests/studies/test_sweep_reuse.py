@@ -221,7 +221,10 @@ def test_the_analysis_of_equal_ops_is_derived_once(monkeypatch):
     from zionsim.sim.run import simulate_inputs
 
     monkeypatch.setattr(kept, "_KEPT", [])
-    base = {"topology": "zionex", "nodes": 2, "workload": "mlperf_dlrm", "iterations": 2}
+    # a fixed plan: the auto planner may choose differently at other rates (it does with the
+    # lookups' L2 hits), and then the lowered traces differ
+    base = {"topology": "zionex", "nodes": 2, "workload": "mlperf_dlrm", "iterations": 2,
+            "plan": "round_robin"}  # fmt: skip
     runs = [
         simulate_inputs(resolve_inputs({**base, "topology.scale_out.nic_bw": bw}))
         for bw in ("100Gbps", "400Gbps")

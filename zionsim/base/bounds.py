@@ -69,6 +69,8 @@ FIELDS: dict[str, Bound] = {
     "memory_latency": Bound(
         1e-8, 1e-5, "10 ns to 10 us: a load that misses L2 takes 300-450 ns on V100 to B200"
     ),
+    "l2_cache": Bound(2**16, 2**32, "64 KiB to 4 GiB of L2: V100 has 6 MiB, B200 126.5 MiB"),
+    "l2_latency_cycles": Bound(10, 10_000, "10 to 10,000 SM cycles: an L2 hit takes 210-300"),
     "hbm": Bound(1, 2**44, "16 TiB of accelerator memory: 80x a B200's 192 GB"),
     "dram": Bound(1, 1e15, "1 PB of host memory per node: 20x the largest x86 servers"),
     # achieved fractions of peak: below 0.1 % a link or kernel is broken, not slow (and the

@@ -71,6 +71,7 @@ def deduplicated(w: WorkloadSpec, plan: Plan, lay, ranks: int, g: int, zipf_alph
         hier_intra=lay.hier_intra.copy(),
     )
     keys = distinct = vec = distinct_vec = 0.0
+    kept: dict[int, float] = {}  # per table, the share of its lookups left (the L2 records')
     for s in plan.shards:
         if s.kind == "DP" and s.tier != "ps":
             continue
@@ -92,9 +93,14 @@ def deduplicated(w: WorkloadSpec, plan: Plan, lay, ranks: int, g: int, zipf_alph
         draws = B * t.pooling
         u = unique_rows(t.rows, draws, zipf_alpha)
         _scale_shard(out, layout(w, Plan(plan.name, (s,)), ranks, g, zipf_alpha), 1 - u / draws)
+        kept[s.table] = u / draws
         row = t.dim * DTYPE_BYTES[s.comm_precision or w.precision["communication"]]
         keys, distinct = keys + draws, distinct + u
         vec, distinct_vec = vec + draws * row, distinct_vec + u * row
+    out.l2_records = [
+        (sel, ti, rows, held, lookups * kept.get(ti, 1.0), rb)
+        for sel, ti, rows, held, lookups, rb in lay.l2_records or ()
+    ]
     return out, KeyDedup(keys, distinct, vec, distinct_vec)
 
 

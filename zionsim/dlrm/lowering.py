@@ -55,6 +55,7 @@ from zionsim.dlrm.lower_exchange import (
     rank_rows,
 )
 from zionsim.dlrm.plan import Plan, Shard
+from zionsim.dlrm.sharding import l2_parts_by_rank
 from zionsim.dlrm.stack import BARE, StackSpec
 from zionsim.dlrm.sync import SyncSpec, TraceSync
 from zionsim.dlrm.trace import Op, Trace
@@ -254,6 +255,7 @@ def _lower(w, plan, ranks, fused, g, zipf_alpha, sync, stack) -> Trace:
     }
     sync_bytes = float((w.dense_params + lay.dp_params) * cb)
     sync_colls = lower_dense.sync_collectives(b, sync, sync_bytes, ranks, g)
+    lay.l2_id, lay.l2_parts = l2_parts_by_rank(lay, ranks)  # before rank_rows: tells ranks apart
     rows = [*rank_rows(lay, ranks), np.arange(ranks) == bottom_rank(stack, ranks)]
     blocks: dict[tuple, tuple] = {}  # a rank's inputs -> (rank, its ops' ids [start, end))
     alike: list[int] = []
@@ -490,9 +492,10 @@ def _lower_embedding_fwd(
     uniq = _lower_unique(o, dedup, first) if dedup is not None else None
     a_in = o.coll("input_a2a", "in", "all_to_all", "a2a", (uniq,))
     h2d = o.host("uvm_read", "h2d", (a_in,))
+    parts = o.lay.l2_parts[o.lay.l2_id[o.r]]  # the tables the kernel reads, for its L2 hits
     e_fwd = o.b.op(
         o.r, "emb_fwd", "embedding_fwd", "embedding", o.emb_stream, (a_in, h2d, first),
-        out_bytes=float(o.lay.out_bytes[o.r]), **e_args,
+        out_bytes=float(o.lay.out_bytes[o.r]), **e_args, **({"l2_parts": parts} if parts else {}),
     )  # fmt: skip
     outs = [
         e_fwd,

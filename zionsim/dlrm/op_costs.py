@@ -89,7 +89,7 @@ def _duration(gpu, kind: str, a, model) -> float:
         return 0.0
     if kind == "embedding_fwd":
         return compute.embedding_forward_time_s(
-            gpu, a.lookups, a.row_bytes, a.tables, a.fused, a.out_bytes, model
+            gpu, a.lookups, a.row_bytes, a.tables, a.fused, a.out_bytes, model, a.l2_parts
         )
     return compute.embedding_backward_time_s(
         gpu, a.lookups, a.row_bytes, a.tables, a.fused, a.optimizer, a.state_bytes_per_row,

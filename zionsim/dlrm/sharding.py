@@ -42,6 +42,7 @@ nothing of these tables.
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -91,6 +92,13 @@ class Layout:
     #: the plan has HYB shards: their frequent rows' gradients (the DP part of the all-reduce) are
     #: reduced from the output's gradient, before and apart from the infrequent exchange
     hybrid: bool = False
+    #: what each rank's lookup kernel reads, for its L2 hits (``hardware/l2_cache.py``): one
+    #: record per table part served, ``(ranks, table index, table rows, rows held, lookups, row
+    #: bytes)``
+    #: (ranks: an index, an index array or every rank; held and lookups: a number or a per-rank
+    #: array); per rank by :func:`l2_parts_by_rank`
+    l2_records: list = None
+    zipf_alpha: float = 1.0
 
 
 @lru_cache(maxsize=4096)
@@ -125,6 +133,7 @@ def layout(w: WorkloadSpec, plan, n: int, gpus_per_node: int, zipf_alpha: float 
     n_ps = 1 + max((s.server for s in plan.shards if s.tier == "ps"), default=-1)
     out = _empty_layout(n, nodes, n_ps)
     out.hyb_gpus_per_node = gpus_per_node
+    out.l2_records, out.zipf_alpha = [], float(zipf_alpha)
     for s in plan.shards:
         if s.tier == "ps":
             _add_ps_shard(out, w, s)
@@ -194,6 +203,8 @@ def _serve(out: Layout, w: WorkloadSpec, s, r, lookups, rows, dim: int, zipf_alp
     out.lookup_bytes[r] += lookups * rb
     out.state_bytes[r] += lookups * state
     out.tables[r] += 1
+    if lookups > 0:
+        out.l2_records.append((r, s.table, w.tables[s.table].rows, rows, lookups, rb))
     if s.tier == "uvm":
         cached = rows * s.cache_fraction
         miss = 1.0 - hit_rate(rows, cached, zipf_alpha)
@@ -268,6 +279,7 @@ def _add_hybrid_shard(out: Layout, w: WorkloadSpec, s, n: int, zipf_alpha, cb) -
     tail = np.asarray(shard_rows(s, t.rows), dtype=float)
     look = B * L * f + G * L * (1.0 - f) * tail / max(t.rows - K, 1)
     out.lookups += look
+    out.l2_records.append((slice(None), s.table, t.rows, K + tail, look, rb))
     out.lookup_bytes += look * rb
     out.state_bytes += look * state
     out.tables += 1
@@ -285,6 +297,69 @@ def _add_hybrid_shard(out: Layout, w: WorkloadSpec, s, n: int, zipf_alpha, cb) -
     hot = _unique(K, B * L * f, zipf_alpha) if K else 0.0
     cold = _unique(t.rows, G * L, zipf_alpha) - (_unique(K, G * L * f, zipf_alpha) if K else 0.0)
     out.unique_rows += hot + max(cold, 0.0) * tail / max(t.rows - K, 1)
+
+
+_MASK = (1 << 64) - 1
+_DOUBLE, _UNSIGNED = struct.Struct("<d"), struct.Struct("<Q")
+_MIX = (0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F)
+_CODE = (0xFF51AFD7ED558CCD, 0xC4CEB9FE1A85EC53, 0x165667B19E3779F9, 0x27D4EB2F165667C5)
+
+
+def l2_parts_by_rank(lay: Layout, n: int) -> tuple[np.ndarray, list[tuple]]:
+    """Each rank's number in a list of distinct lookup-kernel contents, and that list: per rank,
+    the tables its lookup kernel reads in the order the plan serves them, each ``(table rows,
+    rows held, lookups, row bytes, zipf_alpha)`` (``hardware/l2_cache.py``; ranks with the same
+    list get the same number, so the lowering's alike ranks stay alike).
+
+    Cheap at any scale: each rank's sequence of parts is folded into two 64-bit hashes record
+    by record (one array operation per record however many ranks it covers; plain integers for
+    a record of one rank), the distinct ranks are those of distinct hash pairs, and only they
+    are listed one by one."""
+    records = lay.l2_records or []
+    sig = np.zeros((2, n), np.uint64)
+    every = np.arange(n)
+    mix = [np.uint64(m) for m in _MIX]
+    for sel, _, rows, h, k, rb in records:
+        fixed = _bits(rows) * _CODE[2] & _MASK ^ _bits(rb) * _CODE[3] & _MASK
+        one = isinstance(sel, int | np.integer)
+        if one and not isinstance(h, np.ndarray) and not isinstance(k, np.ndarray):
+            if h > 0 and k > 0:
+                code = _bits(h) * _CODE[0] & _MASK ^ _bits(k) * _CODE[1] & _MASK ^ fixed
+                first = int(sig[0, sel])
+                sig[0, sel] = (first * _MIX[0] + code) & _MASK
+                sig[1, sel] = (int(sig[1, sel]) * _MIX[1] + code * _MIX[0]) & _MASK
+            continue
+        idx = every[sel] if isinstance(sel, slice) else np.atleast_1d(np.asarray(sel, np.int64))
+        hv = np.asarray(h[idx] if isinstance(h, np.ndarray) else np.full(len(idx), h), np.float64)
+        kv = np.asarray(k[idx] if isinstance(k, np.ndarray) else np.full(len(idx), k), np.float64)
+        on = (hv > 0) & (kv > 0)
+        idx, hv, kv = idx[on], hv[on], kv[on]
+        code = hv.view(np.uint64) * np.uint64(_CODE[0]) ^ kv.view(np.uint64) * np.uint64(_CODE[1])
+        code ^= np.uint64(fixed)
+        sig[0, idx] = sig[0, idx] * mix[0] + code
+        sig[1, idx] = sig[1, idx] * mix[1] + code * mix[0]
+    _, first, ids = np.unique(sig.T, axis=0, return_index=True, return_inverse=True)
+    slot = np.full(n, -1, np.int64)
+    slot[first] = np.arange(len(first))
+    lists: list[list[tuple]] = [[] for _ in first]
+    alpha = float(lay.zipf_alpha)
+    for sel, _, rows, h, k, rb in records:
+        if isinstance(sel, int | np.integer):
+            members = [int(sel)] if slot[sel] >= 0 else []
+        else:
+            idx = every[sel] if isinstance(sel, slice) else np.asarray(sel, np.int64)
+            members = idx[slot[idx] >= 0].tolist()
+        for r in members:
+            hr = float(h[r]) if isinstance(h, np.ndarray) else float(h)
+            kr = float(k[r]) if isinstance(k, np.ndarray) else float(k)
+            if hr > 0 and kr > 0:
+                lists[slot[r]].append((float(rows), hr, kr, float(rb), alpha))
+    return ids.reshape(n).astype(np.int64), [tuple(p) for p in lists]
+
+
+def _bits(x: float) -> int:
+    """The 64 bits of ``x`` as a float64, as an integer (what ``view(np.uint64)`` gives)."""
+    return _UNSIGNED.unpack(_DOUBLE.pack(x))[0]
 
 
 def shard_widths(s, dim: int) -> list[int]:

@@ -85,7 +85,10 @@ class HostArgs(NamedTuple):
 
 class EmbeddingFwdArgs(NamedTuple):
     """Embedding lookups: ``lookups`` rows of ``row_bytes`` over ``tables`` tables, pooled into
-    ``out_bytes``; ``unique_rows`` distinct rows (None: every lookup)."""
+    ``out_bytes``; ``unique_rows`` distinct rows (None: every lookup); ``l2_parts``: the tables
+    the kernel reads, in its order, each ``(table_rows, rows_held, lookups, row_bytes,
+    zipf_alpha)``, for the share of row reads the GPU's L2 serves (``hardware/l2_cache.py``;
+    None: every read from HBM)."""
 
     lookups: float
     row_bytes: float
@@ -94,6 +97,7 @@ class EmbeddingFwdArgs(NamedTuple):
     out_bytes: float
     launches: int = 1
     unique_rows: float | None = None
+    l2_parts: tuple | None = None
     measured_us: float | None = None
 
 

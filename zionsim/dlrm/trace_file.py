@@ -6,6 +6,8 @@ the files is ``io.files``'.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from zionsim.base import bounds
@@ -381,12 +383,31 @@ def _check_arg(where: str, name: str, value, err):
             raise err(where, f"expected true or false, got {value!r}")
     elif name == "coll":
         return bounds.count(value, "coll", minimum=0, field=where)
+    elif name == "l2_parts":
+        return _l2_parts(where, value, err)
     elif name in _NUMERIC_ARGS:
         key, dimension, least = _NUMERIC_ARGS[name]
         if least is not None:
             return bounds.count(value, key, minimum=least, field=where)
         _number(value, key, dimension, where, err)
     return value
+
+
+def _l2_parts(where: str, value, err) -> tuple:
+    """An embedding lookup's ``l2_parts``: a list of ``[table_rows, rows_held, lookups,
+    row_bytes, zipf_alpha]``, the rows held no more than the table's, as a tuple of tuples."""
+    allowed = "a list of [table_rows, rows_held, lookups, row_bytes, zipf_alpha], each >= 0"
+    if not isinstance(value, list | tuple):
+        raise err(where, f"expected a list, got {value!r}"[:120], allowed)
+    parts = []
+    for i, part in enumerate(value):
+        ok = isinstance(part, list | tuple) and len(part) == 5
+        ok = ok and all(isinstance(v, int | float) and not isinstance(v, bool) for v in part)
+        if not ok or not all(math.isfinite(v) and v >= 0 for v in part) or part[1] > part[0]:
+            raise err(f"{where}[{i}]", f"expected five numbers, got {part!r}"[:120], allowed)
+        bounds.check(float(part[4]), "zipf_alpha", field=f"{where}[{i}][4]")
+        parts.append(tuple(float(v) for v in part))
+    return tuple(parts)
 
 
 def _check_transfer(where: str, args: dict, err) -> None:

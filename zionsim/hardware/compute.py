@@ -52,7 +52,7 @@ Modelling assumptions:
    loads); ``sm_count`` and ``latency`` are the GPU's own (``GpuSpec``, else its
    architecture's).  So HBM bandwidth gained without more SMs or less latency (H200, B200)
    speeds gathers up less than streams.
-7. Every lookup reaches HBM (no L2 reuse of hot rows): an upper bound for skewed access.  The
+7. A lookup's row read reaches HBM unless the L2 serves it (assumption 12, forward only).  The
    backward pass reads each lookup's bag gradient but updates each distinct row once (FBGEMM
    sorts the indices and merges duplicates before the fused optimizer update); the caller gives
    the expected distinct rows (``dlrm/cache.py``, Zipf-skewed accesses).  The bag gradient is
@@ -95,6 +95,19 @@ Modelling assumptions:
     (:func:`dot_simt_wavefronts`) and served at ``shared_memory_bytes_per_clock`` per SM at
     ``sm_clock_mhz``, against its HBM bytes (the larger of the two).  Latency, occupancy and
     FMA issue are not modelled (the FMAs need half the cycles the loads take).
+12. L2 hits of the forward lookups: given the kernel's tables (``l2_parts`` of
+    :func:`embedding_forward_time_s`, from the sharding layout), ``hardware/l2_cache.py`` gives
+    the share of row reads the GPU's L2 serves (an LRU cache under Che's approximation over the
+    workload's Zipf popularity, table by table as the kernel walks them, every row's first
+    touch from HBM).  Those bytes move at the L2 gather rate: the smooth minimum (the gathers'
+    ``p``) of the L2's peak read rate, bytes per clock per SM x SMs x SM clock, and the
+    Little's-law bound of the same bytes in flight per SM at the L2 hit latency; both scale
+    with SMs x clock.  The backward pass gets none: it updates each distinct row once (the
+    sorted indices merge a row's lookups: its reads and writes are the row's first touch) and
+    reads each lookup's pooled gradient once from the exchange buffer or the output's
+    gradient, so it has no row reuse for an L2 to serve (the gradients of one bag, read once
+    per lookup, could hit; not modelled).  L2 sizes, hit latencies and per-clock rates are
+    each GPU's or architecture's (``data/gpus.yaml``, ``data/compute_model.yaml``).
 """
 
 from __future__ import annotations
@@ -107,6 +120,7 @@ from pathlib import Path
 
 from zionsim.base.config import Fields, safe_load
 from zionsim.base.errors import InputError
+from zionsim.hardware import l2_cache
 from zionsim.hardware.topology import TRAINER_ARCHITECTURES, GpuSpec
 
 GEMM_DTYPES = ("fp32", "tf32", "fp16", "bf16", "int8")
@@ -163,6 +177,12 @@ class ArchModel:
     #: whether GEMM math and memory time combine by the fitted smooth maximum (assumption 4)
     #: rather than the plain roofline maximum
     gemm_overlap: bool = False
+    #: L2 of the architecture's flagship (a GPU's own ``l2_cache`` wins): capacity (bytes), the
+    #: latency of a load that hits it (s) and its peak read bytes per SM clock per SM
+    #: (assumption 12); 0 where none is stated (CPU trainers: no L2 model)
+    l2_bytes: float = 0.0
+    l2_latency_s: float = 0.0
+    l2_bytes_per_clock_per_sm: float = 0.0
 
     def gemm_for(self, dtype: str) -> GemmFit:
         """The efficiency curve of GEMMs whose math runs in ``dtype``."""
@@ -334,7 +354,28 @@ def _arch(f: Fields, g: Fields, dtype_fits: tuple[tuple[str, GemmFit], ...] = ()
             else 0.0
         ),
         gemm_overlap=f.flag("gemm_overlap", False),
+        **_l2_fields(f),
     )
+
+
+def _l2_fields(f: Fields) -> dict:
+    """An architecture's L2 (assumption 12): ``l2_cache`` (a size), ``l2_latency_cycles`` and
+    ``l2_bytes_per_clock_per_sm`` with ``sm_clock_mhz`` (cycles to seconds); all or none."""
+    keys = ("l2_cache", "l2_latency_cycles", "l2_bytes_per_clock_per_sm", "sm_clock_mhz")
+    stated = [k for k in keys[:3] if k in f.data]
+    if not stated:
+        return {}
+    missing = [k for k in keys if k not in f.data]
+    if missing:
+        raise f.error(
+            missing[0], "missing: an L2 model needs all of " + ", ".join(keys), allowed=", ".join(keys)
+        )
+    clock = f.integer("sm_clock_mhz") * 1e6
+    return {
+        "l2_bytes": f.quantity("l2_cache", "bytes"),
+        "l2_latency_s": f.quantity("l2_latency_cycles", "fraction", unit=False) / clock,
+        "l2_bytes_per_clock_per_sm": f.quantity("l2_bytes_per_clock_per_sm", "bytes", unit=False),
+    }
 
 
 def architecture(gpu: GpuSpec) -> str:
@@ -584,22 +625,57 @@ def embedding_forward_time_s(
     fused: bool,
     out_bytes: float,
     model: ComputeModel | None = None,
+    l2_parts: tuple | None = None,
 ) -> float:
     """Seconds of a pooled lookup: ``lookups`` rows gathered, ``out_bytes`` of pooled output.
 
     Per lookup: one random row access and an 8-byte index read; the output streams once.
     Native (``fused=False``): one ``EmbeddingBag_updateOutputKernel_sum_mean`` launch per table,
     each also writing ``offset2bag`` (one index per lookup) for its backward.
+    ``l2_parts``: the kernel's tables, ``(table_rows, rows_held, lookups, row_bytes,
+    zipf_alpha)`` each: the share of the row reads the GPU's L2 serves (assumption 12) moves at
+    :func:`l2_gather_bandwidth_Bps` instead of the HBM gather rate (None: every read from HBM).
     """
     m = _checked_embedding(lookups, row_bytes, tables, model)
     _non_negative("out_bytes", out_bytes)
     a = m.for_gpu(gpu)
     scattered = lookups * access_bytes(row_bytes, m)
     streamed = lookups * m.index_bytes + out_bytes
-    if fused:
-        return a.launch_s + _transfer_s(gpu, a, scattered, streamed)
-    streamed += lookups * m.index_bytes
-    return tables * a.launch_s + _transfer_s(gpu, a, scattered, streamed)
+    if not fused:
+        streamed += lookups * m.index_bytes
+    launches = a.launch_s if fused else tables * a.launch_s
+    share = l2_hit_share(gpu, l2_parts, m) if l2_parts else 0.0
+    if share <= 0.0:
+        return launches + _transfer_s(gpu, a, scattered, streamed)
+    hits = scattered * share
+    return (
+        launches
+        + _transfer_s(gpu, a, scattered - hits, streamed)
+        + hits / l2_gather_bandwidth_Bps(gpu, m)
+    )
+
+
+def l2_hit_share(gpu: GpuSpec, l2_parts, model: ComputeModel | None = None) -> float:
+    """Share of a lookup kernel's row bytes that ``gpu``'s L2 serves (assumption 12; 0 on an
+    architecture without an L2 model)."""
+    m = model or load_compute_model()
+    a = m.for_gpu(gpu)
+    capacity = gpu.l2_bytes or a.l2_bytes
+    if not capacity or not a.l2_bytes_per_clock_per_sm:
+        return 0.0
+    return l2_cache.hit_bytes_share(l2_parts, capacity, m.sector_bytes)
+
+
+def l2_gather_bandwidth_Bps(gpu: GpuSpec, model: ComputeModel | None = None) -> float:
+    """Bytes per second of row reads that hit ``gpu``'s L2 (assumption 12): the smooth minimum
+    of the L2's peak read rate (bytes per clock per SM x SMs x clock) and the Little's-law bound
+    of the gathers' bytes in flight at the L2 hit latency."""
+    m = model or load_compute_model()
+    a = m.for_gpu(gpu)
+    sms = gpu.sm_count or a.sm_count
+    peak = a.l2_bytes_per_clock_per_sm * sms * a.sm_clock_Hz
+    bound = latency_bound_Bps(sms, m.gather_bytes_in_flight, a.l2_latency_s)
+    return smooth_min(peak, bound, m.gather_smoothness)
 
 
 def embedding_backward_time_s(

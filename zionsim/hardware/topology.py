@@ -58,6 +58,9 @@ class GpuSpec:
     #: (``hardware.compute.gather_bandwidth_Bps``); 0 = the architecture's default
     sm_count: int = 0
     memory_latency_s: float = 0.0
+    #: L2 cache capacity (``gpu.l2_cache``), for the L2 hits of embedding lookups
+    #: (``hardware.l2_cache``); 0 = the architecture's default
+    l2_bytes: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -283,7 +286,9 @@ def cluster_from_dict(data: dict, file: str = "<topology>") -> ClusterSpec:
 
 
 def _gpu(f: Fields) -> GpuSpec:
-    f.check_keys({"model", "architecture", "flops", "hbm", "hbm_bw", "sm_count", "memory_latency"})
+    f.check_keys(
+        {"model", "architecture", "flops", "hbm", "hbm_bw", "sm_count", "memory_latency", "l2_cache"}
+    )
     arch = "architecture" in f.data
     flops_f = f.sub("flops")
     flops_f.check_keys(DTYPES)
@@ -300,6 +305,7 @@ def _gpu(f: Fields) -> GpuSpec:
         memory_latency_s=(
             f.quantity("memory_latency", "time") if "memory_latency" in f.data else 0.0
         ),
+        l2_bytes=f.quantity("l2_cache", "bytes") if "l2_cache" in f.data else 0.0,
     )
 
 
