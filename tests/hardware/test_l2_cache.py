@@ -136,3 +136,42 @@ def test_che_takes_any_distinct_row_model():
     closed = l2_cache.che_hit_share(distinct, rate, 2e6, 50 * MiB / 512)
     assert closed == pytest.approx(l2_cache.hit_share(rows, rows, 2e6, 512, 0.0, 50 * MiB), rel=1e-3)
     assert 0.0 < closed < 0.1
+
+
+def test_fixed_multi_hot_lists_match_an_lru_simulation():
+    """MLPerf DCNv2's lists (assumption 6): a Zipf one-hot id and its fixed list of L - 1 random
+    rows, read together, against an LRU cache of rows (seeded, small scale)."""
+    rows, length, capacity, samples, alpha = 20_000, 8, 3_000, 6_000, 1.0
+    rng = random.Random(11)
+    lists = [[x] + [rng.randrange(rows) for _ in range(length - 1)] for x in range(rows)]
+    weights = [k**-alpha for k in range(1, rows + 1)]
+    cache, hits = OrderedDict(), 0
+    for x in rng.choices(range(rows), weights=weights, k=samples):
+        for row in lists[x]:
+            if row in cache:
+                hits += 1
+                cache.move_to_end(row)
+            else:
+                cache[row] = None
+                if len(cache) > capacity:
+                    cache.popitem(last=False)
+    draws = samples * length
+    model = l2_cache.hit_share(rows, rows, draws, 32, alpha, capacity * 32, float(length))
+    assert model == pytest.approx(hits / draws, abs=0.04)
+    # fewer hits than the same lookups as independent Zipf draws: the lists spread them
+    assert model < l2_cache.hit_share(rows, rows, draws, 32, alpha, capacity * 32) - 0.05
+
+
+def test_fixed_lists_distinct_rows_are_the_workload_model():
+    """The L2 solve's U(t) for fixed lists is dlrm/cache.py's count, and U' its slope."""
+    from zionsim.dlrm.cache import multi_hot_unique_rows
+
+    rows, length = 1e6, 20.0
+    w, p = l2_cache.popularity(int(rows), 1.0)
+    distinct, rate = l2_cache._list_distinct(w, p, rows, length)
+    for lookups in (2e3, 4e5, 2e7):
+        want = multi_hot_unique_rows(rows, lookups / length, length, 1.0)
+        assert distinct(lookups) == pytest.approx(want, rel=0.02)
+        h = lookups * 1e-4
+        slope = (distinct(lookups + h) - distinct(lookups - h)) / (2 * h)
+        assert rate(lookups) == pytest.approx(slope, rel=1e-3)

@@ -99,6 +99,9 @@ class Layout:
     #: array); per rank by :func:`l2_parts_by_rank`
     l2_records: list = None
     zipf_alpha: float = 1.0
+    #: per table index, the multi-hot list length of MLPerf DCNv2's fixed lists (the workload's
+    #: ``multi_hot: fixed_uniform``; 0: independent draws), for the L2 hit model
+    list_pooling: dict = None
 
 
 @lru_cache(maxsize=4096)
@@ -134,6 +137,8 @@ def layout(w: WorkloadSpec, plan, n: int, gpus_per_node: int, zipf_alpha: float 
     out = _empty_layout(n, nodes, n_ps)
     out.hyb_gpus_per_node = gpus_per_node
     out.l2_records, out.zipf_alpha = [], float(zipf_alpha)
+    fixed = w.multi_hot == "fixed_uniform"
+    out.list_pooling = {i: float(t.pooling) if fixed else 0.0 for i, t in enumerate(w.tables)}
     for s in plan.shards:
         if s.tier == "ps":
             _add_ps_shard(out, w, s)
@@ -308,8 +313,9 @@ _CODE = (0xFF51AFD7ED558CCD, 0xC4CEB9FE1A85EC53, 0x165667B19E3779F9, 0x27D4EB2F1
 def l2_parts_by_rank(lay: Layout, n: int) -> tuple[np.ndarray, list[tuple]]:
     """Each rank's number in a list of distinct lookup-kernel contents, and that list: per rank,
     the tables its lookup kernel reads in the order the plan serves them, each ``(table rows,
-    rows held, lookups, row bytes, zipf_alpha)`` (``hardware/l2_cache.py``; ranks with the same
-    list get the same number, so the lowering's alike ranks stay alike).
+    rows held, lookups, row bytes, zipf_alpha, list length)`` (``hardware/l2_cache.py``; the list
+    length is 0 for independent draws; ranks with the same list get the same number, so the
+    lowering's alike ranks stay alike).
 
     Cheap at any scale: each rank's sequence of parts is folded into two 64-bit hashes record
     by record (one array operation per record however many ranks it covers; plain integers for
@@ -319,8 +325,10 @@ def l2_parts_by_rank(lay: Layout, n: int) -> tuple[np.ndarray, list[tuple]]:
     sig = np.zeros((2, n), np.uint64)
     every = np.arange(n)
     mix = [np.uint64(m) for m in _MIX]
-    for sel, _, rows, h, k, rb in records:
+    pooling = lay.list_pooling or {}
+    for sel, table, rows, h, k, rb in records:
         fixed = _bits(rows) * _CODE[2] & _MASK ^ _bits(rb) * _CODE[3] & _MASK
+        fixed = (fixed * _MIX[1] + _bits(pooling.get(table, 0.0))) & _MASK
         one = isinstance(sel, int | np.integer)
         if one and not isinstance(h, np.ndarray) and not isinstance(k, np.ndarray):
             if h > 0 and k > 0:
@@ -343,7 +351,7 @@ def l2_parts_by_rank(lay: Layout, n: int) -> tuple[np.ndarray, list[tuple]]:
     slot[first] = np.arange(len(first))
     lists: list[list[tuple]] = [[] for _ in first]
     alpha = float(lay.zipf_alpha)
-    for sel, _, rows, h, k, rb in records:
+    for sel, table, rows, h, k, rb in records:
         if isinstance(sel, int | np.integer):
             members = [int(sel)] if slot[sel] >= 0 else []
         else:
@@ -353,7 +361,9 @@ def l2_parts_by_rank(lay: Layout, n: int) -> tuple[np.ndarray, list[tuple]]:
             hr = float(h[r]) if isinstance(h, np.ndarray) else float(h)
             kr = float(k[r]) if isinstance(k, np.ndarray) else float(k)
             if hr > 0 and kr > 0:
-                lists[slot[r]].append((float(rows), hr, kr, float(rb), alpha))
+                lists[slot[r]].append(
+                    (float(rows), hr, kr, float(rb), alpha, pooling.get(table, 0.0))
+                )
     return ids.reshape(n).astype(np.int64), [tuple(p) for p in lists]
 
 

@@ -87,7 +87,8 @@ class EmbeddingFwdArgs(NamedTuple):
     """Embedding lookups: ``lookups`` rows of ``row_bytes`` over ``tables`` tables, pooled into
     ``out_bytes``; ``unique_rows`` distinct rows (None: every lookup); ``l2_parts``: the tables
     the kernel reads, in its order, each ``(table_rows, rows_held, lookups, row_bytes,
-    zipf_alpha)``, for the share of row reads the GPU's L2 serves (``hardware/l2_cache.py``;
+    zipf_alpha, list_length)`` (list length 0: independent draws), for the share of row
+    reads the GPU's L2 serves (``hardware/l2_cache.py``;
     None: every read from HBM)."""
 
     lookups: float

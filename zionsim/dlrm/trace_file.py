@@ -395,16 +395,20 @@ def _check_arg(where: str, name: str, value, err):
 
 def _l2_parts(where: str, value, err) -> tuple:
     """An embedding lookup's ``l2_parts``: a list of ``[table_rows, rows_held, lookups,
-    row_bytes, zipf_alpha]``, the rows held no more than the table's, as a tuple of tuples."""
-    allowed = "a list of [table_rows, rows_held, lookups, row_bytes, zipf_alpha], each >= 0"
+    row_bytes, zipf_alpha]`` and optionally a sixth, the multi-hot list length (0: independent
+    draws), the rows held no more than the table's, as a tuple of tuples."""
+    allowed = (
+        "a list of [table_rows, rows_held, lookups, row_bytes, zipf_alpha] (and optionally "
+        "list_length), each >= 0"
+    )
     if not isinstance(value, list | tuple):
         raise err(where, f"expected a list, got {value!r}"[:120], allowed)
     parts = []
     for i, part in enumerate(value):
-        ok = isinstance(part, list | tuple) and len(part) == 5
+        ok = isinstance(part, list | tuple) and len(part) in (5, 6)
         ok = ok and all(isinstance(v, int | float) and not isinstance(v, bool) for v in part)
         if not ok or not all(math.isfinite(v) and v >= 0 for v in part) or part[1] > part[0]:
-            raise err(f"{where}[{i}]", f"expected five numbers, got {part!r}"[:120], allowed)
+            raise err(f"{where}[{i}]", f"expected five or six numbers, got {part!r}"[:120], allowed)
         bounds.check(float(part[4]), "zipf_alpha", field=f"{where}[{i}][4]")
         parts.append(tuple(float(v) for v in part))
     return tuple(parts)

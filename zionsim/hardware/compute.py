@@ -368,7 +368,9 @@ def _l2_fields(f: Fields) -> dict:
     missing = [k for k in keys if k not in f.data]
     if missing:
         raise f.error(
-            missing[0], "missing: an L2 model needs all of " + ", ".join(keys), allowed=", ".join(keys)
+            missing[0],
+            "missing: an L2 model needs all of " + ", ".join(keys),
+            allowed=", ".join(keys),
         )
     clock = f.integer("sm_clock_mhz") * 1e6
     return {

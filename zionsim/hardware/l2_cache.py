@@ -39,6 +39,14 @@ still in the L2 cache, the read does not reach HBM.  Model (documented assumptio
    :data:`EXACT_ROWS` and over geometric bins of rank beyond (each bin's rows at the
    popularity of its geometric-mean rank): a few hundred terms for any table size.
 
+6. MLPerf DLRM-DCNv2's multi-hot data (a workload's ``multi_hot: fixed_uniform``): a sample's
+   ``L`` lookups of a table are the fixed list of its one-hot id, the id itself and ``L - 1``
+   uniform random rows (mlcommons ``multi_hot.py``, ``dlrm/cache.py``
+   ``multi_hot_unique_rows``); the ids are the Zipf draws of assumption 1, so ``t`` lookups
+   touch ``U(t) = R - (R - D)(1 - 1/R)^(D (L - 1))`` distinct rows, ``D`` the distinct ids of
+   ``t / L`` draws, and that ``U`` drives the same solve (the rows of a hot id's list are as
+   hot as the id: they come back whenever it does).
+
 Not modelled: L2 set conflicts and the L2's split into two partitions (A100, H100: an SM's
 reads of the far partition's lines; the capacity is taken whole), the persisting-access window
 (``cudaAccessPolicyWindow``, which no DLRM stack sets), hot rows shared by tables, and reuse in
@@ -71,7 +79,9 @@ def popularity(rows: int, alpha: float) -> tuple[np.ndarray, np.ndarray]:
     weights, ranks = [np.ones(head)], [k]
     if rows > head:
         decades = math.log10(rows / head)
-        edges = np.unique(np.round(np.geomspace(head, rows, max(2, int(decades * BINS_PER_DECADE) + 1))))
+        edges = np.unique(
+            np.round(np.geomspace(head, rows, max(2, int(decades * BINS_PER_DECADE) + 1)))
+        )
         lo, hi = edges[:-1], edges[1:]  # ranks lo+1 .. hi
         weights.append(hi - lo)
         ranks.append(np.sqrt((lo + 1) * hi))
@@ -96,20 +106,44 @@ def _distinct_rate(w: np.ndarray, p: np.ndarray, t: float) -> float:
 @lru_cache(maxsize=65536)
 def hit_share(
     table_rows: float, rows_held: float, lookups: float, block_bytes: float, alpha: float,
-    capacity_bytes: float,
+    capacity_bytes: float, list_length: float = 0.0,
 ) -> float:  # fmt: skip
     """Share of ``lookups`` reads of one table shard (``rows_held`` of the table's
     ``table_rows`` rows, rows occupying ``block_bytes`` of cache each) that hit an L2 of
-    ``capacity_bytes`` (module assumptions 1-5); 0 for an empty shard or cache."""
+    ``capacity_bytes`` (module assumptions 1-6); 0 for an empty shard or cache.
+    ``list_length`` > 1: the lookups are MLPerf DCNv2's fixed multi-hot lists of that length
+    (assumption 6); else independent draws."""
     if lookups <= 0 or rows_held <= 0 or table_rows <= 0 or capacity_bytes <= 0:
         return 0.0
     w, p = popularity(int(round(table_rows)), float(alpha))
     held = min(rows_held / table_rows, 1.0)
     draws = lookups / held  # draws of the whole table; this shard sees ``lookups`` of them
     blocks = capacity_bytes / block_bytes / held  # the capacity in the table's rows
+    if list_length > 1.0:
+        distinct, rate = _list_distinct(w, p, float(table_rows), float(list_length))
+        return che_hit_share(distinct, rate, draws, blocks)
     return che_hit_share(
         lambda t: _distinct(w, p, t), lambda t: _distinct_rate(w, p, t), draws, blocks
     )
+
+
+def _list_distinct(w: np.ndarray, p: np.ndarray, rows: float, length: float):
+    """``U(t)`` and ``U'(t)`` of ``t`` lookups made of fixed lists of ``length`` rows (assumption
+    6): ``D = U_ids(t / L)`` distinct one-hot ids, and ``rows - (rows - D) q^(D (L - 1))``
+    distinct rows, ``q = 1 - 1/rows`` (``dlrm/cache.py`` ``multi_hot_unique_rows``)."""
+    log_q = math.log1p(-1.0 / rows) if rows > 1 else -math.inf
+
+    def distinct(t: float) -> float:
+        d = _distinct(w, p, t / length)
+        return rows - (rows - d) * math.exp(d * (length - 1.0) * log_q)
+
+    def rate(t: float) -> float:
+        d = _distinct(w, p, t / length)
+        dd = _distinct_rate(w, p, t / length) / length
+        untouched = math.exp(d * (length - 1.0) * log_q)
+        return dd * untouched * (1.0 - (rows - d) * (length - 1.0) * log_q)
+
+    return distinct, rate
 
 
 def che_hit_share(distinct, distinct_rate, draws: float, blocks: float) -> float:
@@ -139,12 +173,14 @@ def che_hit_share(distinct, distinct_rate, draws: float, blocks: float) -> float
 
 def hit_bytes_share(parts, capacity_bytes: float, sector_bytes: float) -> float:
     """Share of the row bytes a lookup kernel reads that L2 serves: ``parts`` is the kernel's
-    tables, each ``(table_rows, rows_held, lookups, row_bytes, zipf_alpha)``; a row occupies
-    its bytes rounded up to ``sector_bytes``-byte sectors in the cache and in the reads."""
+    tables, each ``(table_rows, rows_held, lookups, row_bytes, zipf_alpha[, list_length])``; a
+    row occupies its bytes rounded up to ``sector_bytes``-byte sectors in the cache and in the
+    reads."""
     total = hits = 0.0
-    for table_rows, held, lookups, row_bytes, alpha in parts:
+    for table_rows, held, lookups, row_bytes, alpha, *rest in parts:
         block = math.ceil(row_bytes / sector_bytes) * sector_bytes
         read = lookups * block
         total += read
-        hits += read * hit_share(table_rows, held, lookups, block, alpha, capacity_bytes)
+        length = float(rest[0]) if rest else 0.0
+        hits += read * hit_share(table_rows, held, lookups, block, alpha, capacity_bytes, length)
     return hits / total if total > 0 else 0.0

@@ -287,7 +287,16 @@ def cluster_from_dict(data: dict, file: str = "<topology>") -> ClusterSpec:
 
 def _gpu(f: Fields) -> GpuSpec:
     f.check_keys(
-        {"model", "architecture", "flops", "hbm", "hbm_bw", "sm_count", "memory_latency", "l2_cache"}
+        {
+            "model",
+            "architecture",
+            "flops",
+            "hbm",
+            "hbm_bw",
+            "sm_count",
+            "memory_latency",
+            "l2_cache",
+        }
     )
     arch = "architecture" in f.data
     flops_f = f.sub("flops")
