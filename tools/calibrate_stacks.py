@@ -19,6 +19,9 @@ build (the same run campaign), whose per-GPU batch differs most from it by ratio
 - hugectr: h100x8_dcnv2_hugectr_v40 (6912 per GPU) and h100x4_dcnv2_hugectr_v40 (8192 per GPU);
   its host work (a replayed CUDA graph) hides behind the GPU, so what it fits is
   ``gpu_per_step``, GPU work per step that the op list leaves out
+- hugectr_dlrm_v1 (HugeCTR's MLPerf DLRM v1 code path, NGC 22.04): a100x8_dlrm_hugectr_v20
+  (6912 per GPU) alone, for ``gpu_per_step``: the build's only other run, a100x64_dlrm_hugectr_v20
+  (8 nodes, 1120 per GPU), is out of one fixed term's reach (+16 % with none), so it stays held out
 - nvidia_pytorch_dlrm: a100x8_dle_large_tf32 (8192 per GPU), a100x8_dlrm_pytorch_v07 (6912)
 - tensorflow_sok: a100_mlperf_dlrm_fp32 (8192 per GPU), a100_mlperf_dlrm_fp32_gb55296 (6912)
 - torchrec: p4d_x8_torchrec_gb16384 (2048 per GPU) and p4d_x8_torchrec_gb65536 (8192 per GPU),

@@ -168,9 +168,10 @@ def test_end_to_end_cases_name_a_stack_and_every_fitted_stack_has_calibration_ca
     assert all(stacks.values()), [i for i, s in stacks.items() if not s]
     calibrated = {stacks[c.id] for c in e2e if c.calibrated}
     held_out = {stacks[c.id] for c in e2e if not c.calibrated}
-    fitted = {"hugectr", "nvidia_pytorch_dlrm", "tensorflow_sok", "torchrec"}
+    fitted = {"hugectr", "hugectr_dlrm_v1", "nvidia_pytorch_dlrm", "tensorflow_sok", "torchrec"}
     assert fitted == calibrated  # every fitted stack's host terms are fitted on its own cases
-    for s in fitted:  # on two per-GPU batch sizes each
+    for s in fitted - {"hugectr_dlrm_v1"}:  # on two per-GPU batch sizes each (tools/
+        # calibrate_stacks.py says why hugectr_dlrm_v1 has one)
         per_gpu = {
             c.params["options"]["global_batch"] // c.params["options"].get("gpus_per_node", 8)
             for c in e2e
