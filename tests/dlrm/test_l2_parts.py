@@ -33,7 +33,8 @@ def test_parts_are_the_rank_tables_and_add_up_to_its_lookups():
     # the row-wise table is on every rank, a quarter of its rows each
     rows0 = w.tables[0].rows
     for op in fwd:
-        assert any(p[0] == rows0 and p[1] == pytest.approx(rows0 / 4, abs=1) for p in op.args["l2_parts"])
+        parts = op.args["l2_parts"]
+        assert any(p[0] == rows0 and p[1] == pytest.approx(rows0 / 4, abs=1) for p in parts)
     assert not any("l2_parts" in op.args for op in tr.ops if op.kind == "embedding_bwd")
 
 
@@ -48,7 +49,13 @@ def test_parts_survive_the_trace_file():
 
 @pytest.mark.parametrize(
     "parts",
-    [[[10, 20, 5, 64, 1.0]], [[10, 5, 5, 64]], "many", [[10, 5, -1, 64, 1.0]], [[10, 5, 5, 64, 99]]],
+    [
+        [[10, 20, 5, 64, 1.0]],
+        [[10, 5, 5, 64]],
+        "many",
+        [[10, 5, -1, 64, 1.0]],
+        [[10, 5, 5, 64, 99]],
+    ],
 )
 def test_bad_parts_are_clear_errors(parts):
     _, tr = _trace()
