@@ -68,15 +68,7 @@ def test_che_approximation_matches_an_lru_simulation():
     rows, capacity, draws, alpha = 20_000, 1_500, 60_000, 0.9
     weights = [k**-alpha for k in range(1, rows + 1)]
     rng = random.Random(7)
-    cache, hits = OrderedDict(), 0
-    for row in rng.choices(range(rows), weights=weights, k=draws):
-        if row in cache:
-            hits += 1
-            cache.move_to_end(row)
-        else:
-            cache[row] = None
-            if len(cache) > capacity:
-                cache.popitem(last=False)
+    hits = _lru_hits(rng.choices(range(rows), weights=weights, k=draws), capacity)
     model = l2_cache.hit_share(rows, rows, draws, 32, alpha, capacity * 32)
     assert model == pytest.approx(hits / draws, abs=0.03)
 
@@ -148,16 +140,8 @@ def test_fixed_multi_hot_lists_match_an_lru_simulation():
     rng = random.Random(11)
     lists = [[x] + [rng.randrange(rows) for _ in range(length - 1)] for x in range(rows)]
     weights = [k**-alpha for k in range(1, rows + 1)]
-    cache, hits = OrderedDict(), 0
-    for x in rng.choices(range(rows), weights=weights, k=samples):
-        for row in lists[x]:
-            if row in cache:
-                hits += 1
-                cache.move_to_end(row)
-            else:
-                cache[row] = None
-                if len(cache) > capacity:
-                    cache.popitem(last=False)
+    ids = rng.choices(range(rows), weights=weights, k=samples)
+    hits = _lru_hits((row for x in ids for row in lists[x]), capacity)
     draws = samples * length
     model = l2_cache.hit_share(rows, rows, draws, 32, alpha, capacity * 32, float(length))
     assert model == pytest.approx(hits / draws, abs=0.04)
@@ -178,3 +162,17 @@ def test_fixed_lists_distinct_rows_are_the_workload_model():
         h = lookups * 1e-4
         slope = (distinct(lookups + h) - distinct(lookups - h)) / (2 * h)
         assert rate(lookups) == pytest.approx(slope, rel=1e-3)
+
+
+def _lru_hits(rows, capacity: int) -> int:
+    """Hits of an LRU cache of ``capacity`` rows fed ``rows`` in order."""
+    cache, hits = OrderedDict(), 0
+    for row in rows:
+        if row in cache:
+            hits += 1
+            cache.move_to_end(row)
+        else:
+            cache[row] = None
+            if len(cache) > capacity:
+                cache.popitem(last=False)
+    return hits
