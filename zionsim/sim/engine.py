@@ -128,15 +128,19 @@ class Environment(CountingEnvironment):
     def run(self, until=None):
         """``simpy.Environment.run``; without ``until`` (to the last event), its ``step``
         inline: each event's callbacks in order, and a failed event that nothing defused
-        raised as simpy raises it (a copy of its exception, caused by it)."""
+        raised as simpy raises it (a copy of its exception, caused by it).  An event nothing
+        waits for does not move the clock, so the run ends at its last event that did
+        something (its ``now`` is the simulated time the links' utilisation divides by)."""
         if until is not None:
             return super().run(until)
         queue, pop = self._queue, heapq.heappop
         while queue:
-            self._now, _, _, event = pop(queue)
+            now, _, _, event = pop(queue)
             callbacks, event.callbacks = event.callbacks, None
-            for callback in callbacks:
-                callback(event)
+            if callbacks:  # else nothing waits (a slowed kernel's spare timeout, _Run._slowed):
+                self._now = now  # the clock stays at the last event that did something
+                for callback in callbacks:
+                    callback(event)
             if not event._ok and not hasattr(event, "_defused"):
                 exc = type(event._value)(*event._value.args)
                 exc.__cause__ = event._value
