@@ -96,3 +96,28 @@ def test_efficiency_array_counts_connections_on_the_busier_nic():
     cross = cl.node_of(phase.src) != cl.node_of(phase.dst)
     assert np.allclose(eta[cross], _eta(4))
     assert np.allclose(eta[~cross], 1.0)
+
+
+def test_remembered_efficiency_equals_fresh(monkeypatch):
+    """``nccl_wire._p2p_efficiency`` (kept per phase, routes and cluster layout) gives what
+    ``p2p_net_efficiency`` computes anew, on clusters that differ in the NIC rate (a sweep's
+    points share schedules across them), and the kept entry is the one handed out again."""
+    from zionsim.network import nccl_wire
+
+    monkeypatch.setattr(nccl_wire, "_P2P", {})
+    ranks = np.arange(16)
+    for nic in ("100Gbps", "400Gbps"):
+        cl = Cluster.load("zionex", nodes=2, overrides=[f"scale_out.nic_bw={nic}"])
+        model = nccl.load_model()
+        sched, routes = nccl._scheduled(cl, "all_to_all", ranks, float(GiB), "pxn", None)
+        for phase, r in zip(sched.phases, routes, strict=True):
+            kept = nccl_wire._p2p_efficiency(cl, model.table, phase, r)
+            assert nccl_wire._p2p_efficiency(cl, model.table, phase, r) is kept
+            fresh = nccl_wire.p2p_net_efficiency(cl, model.table, phase, r)
+            assert np.array_equal(kept, fresh)
+        monkeypatch.setattr(nccl_wire, "REUSE_P2P", False)
+        off = nccl.choose(cl, "all_to_all", ranks, float(GiB), model=model)
+        monkeypatch.setattr(nccl_wire, "REUSE_P2P", True)
+        on = nccl.choose(cl, "all_to_all", ranks, float(GiB), model=model)
+        assert (on.protocol, on.estimate_s) == (off.protocol, off.estimate_s)
+    assert nccl_wire._P2P  # something was kept

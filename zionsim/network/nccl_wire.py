@@ -84,7 +84,7 @@ def phase_wire(cluster, model, st: Setting, algorithm: str, protocol: str, phase
     cap = np.full(n_flows, np.inf)
     if fam == "p2p":
         eff = t["protocol_efficiency"]["other"][protocol] * extra
-        eff = eff * p2p_net_efficiency(cluster, t, phase, routes)
+        eff = eff * _p2p_efficiency(cluster, t, phase, routes)
         cap = np.minimum(cap, host_staged_cap(cluster, t, st, protocol, phase, routes) / eff)
         return _Wire(phase.nbytes / eff, cap)
     # flows per sending rank: a rank's payload rate (bus bandwidth) is shared by its flows
@@ -186,6 +186,39 @@ def _fabric_edges(cluster, routes) -> tuple:
         nic_up = np.isin(routes.routes, router.nic_up_edges())
         nic_down = np.isin(routes.routes, router.nic_down_edges())
     return plain, on_net, nic_up, nic_down
+
+
+#: remember :func:`p2p_net_efficiency` per phase and routes (by identity, held) and cluster
+#: layout (:func:`_p2p_efficiency`); False: computed each time (the tests comparing the two)
+REUSE_P2P = True
+#: entries of :data:`_P2P` kept, at most
+KEEP_P2P = 4096
+_P2P: dict[tuple, tuple] = {}
+
+
+def _p2p_efficiency(cluster, t: dict, phase, routes) -> np.ndarray:
+    """:func:`p2p_net_efficiency`, remembered while :data:`REUSE_P2P` for the very same phase
+    and routes objects (``nccl.choose`` keeps a schedule and its routes per cluster layout and
+    weighs two protocols on them; a sweep over link rates meets them on every cluster) on a
+    cluster of the same layout (``nccl._layout``: what the routes and the router's edge kinds
+    read; not the rates, which the efficiency does not read), link count, fabric kind and
+    ``p2p_net_peer_overhead``.  Read only (shared)."""
+    from zionsim.network.nccl import _layout
+
+    layout = _layout(cluster) if REUSE_P2P else None
+    if layout is None:
+        return p2p_net_efficiency(cluster, t, phase, routes)
+    key = (id(phase), id(routes), layout, len(cluster.router.capacity_Bps),
+           cluster.spec.scale_out.kind, float(t.get("p2p_net_peer_overhead", 0.0)))  # fmt: skip
+    hit = _P2P.get(key)
+    if hit is not None and hit[0] is phase and hit[1] is routes:
+        return hit[2]
+    out = p2p_net_efficiency(cluster, t, phase, routes)
+    out.flags.writeable = False
+    if len(_P2P) >= KEEP_P2P:
+        _P2P.clear()
+    _P2P[key] = (phase, routes, out)  # held: no other object takes their identities meanwhile
+    return out
 
 
 def p2p_net_efficiency(cluster, t: dict, phase, routes) -> np.ndarray:
