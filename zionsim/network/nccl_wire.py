@@ -88,9 +88,7 @@ def phase_wire(cluster, model, st: Setting, algorithm: str, protocol: str, phase
         cap = np.minimum(cap, host_staged_cap(cluster, t, st, protocol, phase, routes) / eff)
         return _Wire(phase.nbytes / eff, cap)
     # flows per sending rank: a rank's payload rate (bus bandwidth) is shared by its flows
-    per_src = np.bincount(np.searchsorted(np.unique(phase.src), phase.src))[
-        np.searchsorted(np.unique(phase.src), phase.src)
-    ].astype(float)
+    per_src = _per_src(phase)
     if fam == "collnet":  # CollNet Direct's derating on sm90+ (T:340-350)
         eff = t["protocol_efficiency"]["other"][protocol] * extra
         return _Wire(phase.nbytes / (eff * per_generation(t, "collnet_efficiency", gen)), cap)
@@ -124,6 +122,26 @@ def phase_wire(cluster, model, st: Setting, algorithm: str, protocol: str, phase
     cap = np.minimum(cap, busbw / per_src / eff)
     cap = np.minimum(cap, host_staged_cap(cluster, t, st, protocol, phase, routes) / eff)
     return _Wire(phase.nbytes / eff, cap)
+
+
+#: per phase (by identity, held), its flows per sending rank (:func:`_per_src`)
+_PER_SRC: dict[int, tuple] = {}
+
+
+def _per_src(phase) -> np.ndarray:
+    """Each flow's count of flows from its sending rank in ``phase``, remembered per phase
+    while :data:`REUSE_P2P` (a phase is weighed once per protocol and cluster); read only."""
+    hit = _PER_SRC.get(id(phase)) if REUSE_P2P else None
+    if hit is not None and hit[0] is phase:
+        return hit[1]
+    at = np.searchsorted(np.unique(phase.src), phase.src)
+    out = np.bincount(at)[at].astype(float)
+    if REUSE_P2P:
+        out.flags.writeable = False
+        if len(_PER_SRC) >= KEEP_P2P:
+            _PER_SRC.clear()
+        _PER_SRC[id(phase)] = (phase, out)
+    return out
 
 
 def host_staged_cap(cluster, t: dict, st: Setting, protocol: str, phase, routes) -> np.ndarray:
