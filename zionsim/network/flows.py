@@ -165,9 +165,13 @@ class _Network:
 #: cluster run the same collectives' flows at other sizes, and the rates do not read the bytes;
 #: False: every solve made anew (the tests comparing the two)
 REUSE_SOLVES = True
-#: solves remembered, at most (then forgotten all at once)
+#: solves remembered, at most, and the bytes of their keys, at most (then all forgotten at once)
 KEEP_SOLVES = 512
+KEEP_SOLVE_BYTES = 64 * 2**20
+#: a solve whose capacities and routes take more bytes than this is not kept
+MAX_SOLVE_BYTES = 2 * 2**20
 _SOLVES: dict[tuple, tuple] = {}
+_SOLVES_BYTES = [0]  # the bytes of the kept keys
 
 
 def _array_key(a: np.ndarray) -> tuple:
@@ -305,7 +309,7 @@ class FlowNetwork(_Network):
         while True:
             classes = self._class_args()
             self.stats.solves += 1
-            key = self._solve_key(classes) if REUSE_SOLVES else None
+            key = self._solve_key(classes)
             hit = _SOLVES.get(key) if key is not None else None
             if hit is not None:
                 self._rate, bad, level = hit[0].copy(), hit[1], hit[2]
@@ -320,17 +324,27 @@ class FlowNetwork(_Network):
                         self._weight, self._cap, self._rate,
                     )  # fmt: skip
                 if key is not None:
-                    if len(_SOLVES) >= KEEP_SOLVES:
+                    size = sum(len(k[2]) for k in key)
+                    if len(_SOLVES) >= KEEP_SOLVES or _SOLVES_BYTES[0] + size > KEEP_SOLVE_BYTES:
                         _SOLVES.clear()
+                        _SOLVES_BYTES[0] = 0
                     _SOLVES[key] = (self._rate.copy(), bad, level)
+                    _SOLVES_BYTES[0] += size
             if classes is None or not len(bad):
                 return
             self._split(bad, level)
 
-    def _solve_key(self, classes) -> tuple:
+    def _solve_key(self, classes) -> tuple | None:
         """All that a rate solve (``maxmin_rates``, then ``uncovered_classes``) reads, as a key:
         the links' capacities and every row's route, weight and cap, and the class rows', each
-        array's type, shape and bytes (both are pure functions of these arrays)."""
+        array's type, shape and bytes (both are pure functions of these arrays); None where
+        solves are not kept (:data:`REUSE_SOLVES`) or these are too large to keep
+        (:data:`MAX_SOLVE_BYTES`: a large cluster's solves are not met again in a sweep)."""
+        size = self.capacity.nbytes + self._routes.nbytes
+        if classes is not None:
+            size += classes[1].nbytes
+        if not REUSE_SOLVES or size > MAX_SOLVE_BYTES:
+            return None
         if self._capacity_key is None:
             self._capacity_key = _array_key(self.capacity)
         arrays = (self._routes, self._weight, self._cap)
