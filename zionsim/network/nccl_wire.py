@@ -211,6 +211,9 @@ def _fabric_edges(cluster, routes) -> tuple:
 REUSE_P2P = True
 #: entries of :data:`_P2P` kept, at most
 KEEP_P2P = 4096
+#: a cluster's layout fingerprint (``nccl._layout``, set there: ``nccl`` imports this module);
+#: None: nothing kept by layout
+LAYOUT_OF = None
 _P2P: dict[tuple, tuple] = {}
 
 
@@ -221,9 +224,7 @@ def _p2p_efficiency(cluster, t: dict, phase, routes) -> np.ndarray:
     cluster of the same layout (``nccl._layout``: what the routes and the router's edge kinds
     read; not the rates, which the efficiency does not read), link count, fabric kind and
     ``p2p_net_peer_overhead``.  Read only (shared)."""
-    from zionsim.network.nccl import _layout
-
-    layout = _layout(cluster) if REUSE_P2P else None
+    layout = LAYOUT_OF(cluster) if REUSE_P2P and LAYOUT_OF is not None else None
     if layout is None:
         return p2p_net_efficiency(cluster, t, phase, routes)
     key = (id(phase), id(routes), layout, len(cluster.router.capacity_Bps),
