@@ -328,7 +328,11 @@ class FlowNetwork(_Network):
                     if len(_SOLVES) >= KEEP_SOLVES or _SOLVES_BYTES[0] + size > KEEP_SOLVE_BYTES:
                         _SOLVES.clear()
                         _SOLVES_BYTES[0] = 0
-                    _SOLVES[key] = (self._rate.copy(), bad, level)
+                    kept = [self._rate.copy(), bad, level]
+                    for a in kept:
+                        if a is not None:  # shared by the solves that find it: never written
+                            a.flags.writeable = False
+                    _SOLVES[key] = tuple(kept)
                     _SOLVES_BYTES[0] += size
             if classes is None or not len(bad):
                 return
