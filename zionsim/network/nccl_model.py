@@ -169,8 +169,10 @@ class Setting:
 #: the tuner and the estimates ask for a schedule's setting once per protocol and phase;
 #: False: made each time (the tests comparing the two)
 REUSE_SETTINGS = True
-#: settings remembered per cluster, at most
+#: settings remembered per cluster, at most; clusters above this many GPUs keep none (an entry
+#: holds its schedule, whose arrays grow with the cluster)
 KEEP_SETTINGS = 4096
+KEEP_MAX_GPUS = 4096
 _SETTINGS: Registry = {}
 
 
@@ -178,7 +180,7 @@ def setting(cluster, sched: Schedule) -> Setting:
     """What NCCL's tuner sees of a collective: op, ranks, nodes, GPUs per node, GPU generation,
     CPU vendor, intra-node link kind, bytes and whether the NICs sit next to the GPUs (kept
     per cluster, its spec and the schedule while :data:`REUSE_SETTINGS`: all it reads)."""
-    if not REUSE_SETTINGS:
+    if not REUSE_SETTINGS or cluster.spec.nodes * cluster.spec.gpus_per_node > KEEP_MAX_GPUS:
         return _setting(cluster, sched)
     memo = kept_for(_SETTINGS, cluster)
     hit = memo.get(id(sched))

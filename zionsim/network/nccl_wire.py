@@ -124,6 +124,8 @@ def phase_wire(cluster, model, st: Setting, algorithm: str, protocol: str, phase
     return _Wire(phase.nbytes / eff, cap)
 
 
+#: phases of more flows than this are not kept (:func:`_per_src`: an entry holds its phase)
+KEEP_MAX_FLOWS = 65_536
 #: per phase (by identity, held), its flows per sending rank (:func:`_per_src`)
 _PER_SRC: dict[int, tuple] = {}
 
@@ -131,12 +133,13 @@ _PER_SRC: dict[int, tuple] = {}
 def _per_src(phase) -> np.ndarray:
     """Each flow's count of flows from its sending rank in ``phase``, remembered per phase
     while :data:`REUSE_P2P` (a phase is weighed once per protocol and cluster); read only."""
-    hit = _PER_SRC.get(id(phase)) if REUSE_P2P else None
+    keep = REUSE_P2P and len(phase.src) <= KEEP_MAX_FLOWS
+    hit = _PER_SRC.get(id(phase)) if keep else None
     if hit is not None and hit[0] is phase:
         return hit[1]
     at = np.searchsorted(np.unique(phase.src), phase.src)
     out = np.bincount(at)[at].astype(float)
-    if REUSE_P2P:
+    if keep:
         out.flags.writeable = False
         if len(_PER_SRC) >= KEEP_P2P:
             _PER_SRC.clear()
