@@ -172,3 +172,27 @@ def test_class_route_counts_every_member_path(monkeypatch):
                 at = paths[:, pos]
                 assert (at >= 0).all()
                 assert np.sum(frac[group == pos]) == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_remembered_solves_give_the_fresh_answer(seed, monkeypatch):
+    """Rate solves kept by all they read (``flows.REUSE_SOLVES``) give the very numbers of
+    solving anew, class rows split included: the same all-to-all beside a ring run twice with
+    the memo (the second run from what the first kept) and once without."""
+    from zionsim.network import flows
+
+    rng = np.random.default_rng(seed)
+    c = _cluster(rng, nodes=int(rng.choice([6, 9])), tiers=2)
+    m = _matrix(rng, len(c.gpus), c.spec.gpus_per_node)
+    monkeypatch.setattr(flows, "_SOLVES", {})
+    monkeypatch.setattr(flows, "REUSE_SOLVES", False)
+    fresh = _run(c, m, True, "ring", monkeypatch)
+    monkeypatch.setattr(flows, "REUSE_SOLVES", True)
+    first = _run(c, m, True, "ring", monkeypatch)
+    kept = len(flows._SOLVES)
+    again = _run(c, m, True, "ring", monkeypatch)
+    assert kept and len(flows._SOLVES) == kept  # the second run solved nothing anew
+    for got in (first, again):
+        assert got[0] == fresh[0]  # finish times, to the bit
+        assert np.array_equal(got[1], fresh[1])  # bytes per link
+        assert got[2:] == fresh[2:]  # rows split, flows

@@ -137,3 +137,28 @@ def test_collectives_prepared_from_kept_choices_run_as_fresh_ones(options, monke
     monkeypatch.setattr(estimate, "MEMO_CHOICES", 0)
     fresh = engine.simulate_trace(cluster, trace, iterations=2)
     assert _records(warm) == _records(fresh) == _records(again)
+
+
+def test_op_seconds_shared_across_traces_equal_fresh_ones(monkeypatch):
+    """Op seconds kept by (kind, arguments) per GPU and compute model and shared across the
+    candidates' traces (``estimate._seconds_of``) equal each trace's seconds priced alone, and
+    ``Trace.by_rank``'s slices equal its ops grouped one by one."""
+    from zionsim.dlrm.op_costs import op_durations
+
+    monkeypatch.setattr(estimate, "_DURATIONS", estimate._ByTrace())
+    monkeypatch.setattr(estimate, "_SECONDS", estimate.OrderedDict())
+    inputs, cluster, plans = _candidates({"workload": "mlperf_dlrm", "nodes": 2})
+    w, stack = inputs.workload, inputs.stack
+    g = cluster.spec.gpus_per_node
+    traces = [
+        lowering.lower(w, p, len(cluster.gpus), stack.fused_embedding, g, w.zipf_alpha,
+                       inputs.sync, stack)
+        for p in plans
+    ]  # fmt: skip
+    for trace in traces:
+        model = estimate._compute_model(cluster, trace.stack or estimate.BARE)
+        kept = estimate.op_seconds(cluster, trace)
+        assert np.array_equal(kept, op_durations(cluster, trace, model))
+        grouped = [[op for op in trace.ops if op.rank == r] for r in range(trace.ranks)]
+        assert trace.by_rank() == grouped
+    assert sum(map(len, estimate._SECONDS.values())) > 0

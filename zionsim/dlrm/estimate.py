@@ -316,10 +316,31 @@ def durations_of(cluster, trace: Trace, model) -> np.ndarray:
     )
     out = _DURATIONS.get(trace, extra)
     if out is None:
-        out = op_durations(cluster, trace, model)
+        out = op_durations(cluster, trace, model, _seconds_of(extra))
         out.flags.writeable = False
         _DURATIONS.put(trace, extra, out)
     return out
+
+
+#: op seconds by (kind, arguments) per GPU and compute model (``durations_of``'s key, by
+#: value), shared by every trace priced on them while :data:`REUSE`: a sweep's candidate plans
+#: and points hold the same GEMMs and kernels again and again; entries kept per GPU and model,
+#: at most
+KEEP_SECONDS = 50_000
+_SECONDS: OrderedDict = OrderedDict()
+
+
+def _seconds_of(extra: tuple) -> dict | None:
+    """The op seconds kept for GPU and model ``extra`` (None: not kept, :data:`REUSE` off)."""
+    if not REUSE:
+        return None
+    hit = _SECONDS.get(extra)
+    if hit is None or len(hit) > KEEP_SECONDS:
+        hit = _SECONDS[extra] = {}
+        while len(_SECONDS) > KEEP_MODELS:
+            _SECONDS.popitem(last=False)
+    _SECONDS.move_to_end(extra)
+    return hit
 
 
 def _shape(

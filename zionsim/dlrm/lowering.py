@@ -211,16 +211,20 @@ def _retyped(w: WorkloadSpec, plan: Plan, ranks: int, fused: bool, twin: tuple) 
         if base is None or old == dense:
             continue
         retyped: dict[int, dict] = {}  # by the identity of the kept op's arguments
-        ops = []
-        append = ops.append
-        for op in base.ops:
+        ops = list(base.ops)  # the other ops are the very same objects
+        new = object.__new__
+        for i in [i for i, op in enumerate(ops) if op.kind == "gemm"]:
+            op = ops[i]
             a = op.args
-            if op.kind == "gemm" and a.get("dtype") == old:
+            if a.get("dtype") == old:
                 b = retyped.get(id(a))
                 if b is None:
                     b = retyped[id(a)] = {**a, "dtype": dense}
-                op = Op(op.id, op.rank, op.name, op.kind, op.category, op.stream, op.deps, b)
-            append(op)
+                # Op(...) with its fields set here, as its __init__ sets them (copy_rank's way)
+                c = new(Op)
+                c.id, c.rank, c.name, c.kind = op.id, op.rank, op.name, op.kind
+                c.category, c.stream, c.deps, c.args = op.category, op.stream, op.deps, b
+                ops[i] = c
         meta = _meta(w, plan, ranks, fused)
         return Trace(ranks, ops, list(base.collectives), meta, base.stack, base.sync, base.alike)
     return None

@@ -19,13 +19,17 @@ from zionsim.hardware import compute
 from zionsim.hardware.services import service_routes
 
 
-def op_durations(cluster, trace: Trace, model: compute.ComputeModel | None = None) -> np.ndarray:
+def op_durations(
+    cluster, trace: Trace, model: compute.ComputeModel | None = None, cache: dict | None = None
+) -> np.ndarray:
     """Seconds of every compute op of ``trace`` on ``cluster``'s GPU (0 for collectives).
 
     Every node has the same GPU, so a rank the lowering made as a copy of another
-    (``Trace.alike``) gets that rank's seconds, op for op, without pricing its ops again."""
+    (``Trace.alike``) gets that rank's seconds, op for op, without pricing its ops again.
+    ``cache``: seconds by (kind, arguments) already priced on this GPU under this model (a
+    caller's, kept across traces; filled here)."""
     gpu = cluster.spec.gpu
-    cache: dict[tuple, float] = {}
+    cache = {} if cache is None else cache
     same: dict[int, float] = {}  # by the identity of an op's arguments (shared by copied ranks)
     out = np.zeros(len(trace.ops))
     blocks = _rank_blocks(trace)

@@ -13,7 +13,9 @@ its docstring walks through the iteration); ``trace_file.py`` holds the file for
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import NamedTuple
 
 import numpy as np
@@ -198,6 +200,9 @@ class Collective:
     matrix: np.ndarray | None = None
 
 
+_RANK = attrgetter("rank")
+
+
 @dataclass
 class Trace:
     """One training iteration: every rank's ops (``ops[i].id == i``), the collectives they
@@ -221,8 +226,14 @@ class Trace:
         return self.sync.spec if self.sync is not None else SyncSpec()
 
     def by_rank(self) -> list[list[Op]]:
-        """Each rank's ops in id order (list index = rank)."""
+        """Each rank's ops in id order (list index = rank): slices of the op list where each
+        rank's ops are one run of ids in rank order (as the lowering makes them)."""
+        ops = self.ops
+        ranks = list(map(_RANK, ops))
+        if ranks and 0 <= ranks[0] and ranks[-1] < self.ranks and ranks == sorted(ranks):
+            at = [bisect_left(ranks, r) for r in range(self.ranks)] + [len(ops)]
+            return [ops[at[r] : at[r + 1]] for r in range(self.ranks)]
         out: list[list[Op]] = [[] for _ in range(self.ranks)]
-        for op in self.ops:
+        for op in ops:
             out[op.rank].append(op)
         return out

@@ -161,6 +161,24 @@ class _Network:
             )
 
 
+#: remember rate solves by all they read (``FlowNetwork._solve_key``): a sweep's points on one
+#: cluster run the same collectives' flows at other sizes, and the rates do not read the bytes;
+#: False: every solve made anew (the tests comparing the two)
+REUSE_SOLVES = True
+#: solves remembered, at most, and the bytes of their keys, at most (then all forgotten at once)
+KEEP_SOLVES = 512
+KEEP_SOLVE_BYTES = 64 * 2**20
+#: a solve whose capacities and routes take more bytes than this is not kept
+MAX_SOLVE_BYTES = 2 * 2**20
+_SOLVES: dict[tuple, tuple] = {}
+_SOLVES_BYTES = [0]  # the bytes of the kept keys
+
+
+def _array_key(a: np.ndarray) -> tuple:
+    """An array as a key: its type, shape and bytes."""
+    return (a.dtype.str, a.shape, a.tobytes())
+
+
 class FlowNetwork(_Network):
     """Flow-level max-min fair sharing of every directed link.
 
@@ -176,6 +194,7 @@ class FlowNetwork(_Network):
     ):
         super().__init__(env, capacity_Bps, record_spans)
         self.router = router
+        self._capacity_key: tuple | None = None  # the capacities as a key (_solve_key)
         self._routes = np.zeros((0, 0), dtype=np.int32)  # edge ids fit 32 bits; half the memory
         self._left = np.zeros(0)
         self._weight = np.zeros(0)
@@ -289,17 +308,53 @@ class FlowNetwork(_Network):
         split into their flows and the rates solved again (assumption 6)."""
         while True:
             classes = self._class_args()
-            self._rate = maxmin_rates(self._routes, self.capacity, self._weight, self._cap, classes)
             self.stats.solves += 1
-            if classes is None:
-                return
-            bad, level = uncovered_classes(
-                self._routes, classes, self._cgroup, self.capacity,
-                self._weight, self._cap, self._rate,
-            )  # fmt: skip
-            if not len(bad):
+            key = self._solve_key(classes)
+            hit = _SOLVES.get(key) if key is not None else None
+            if hit is not None:
+                self._rate, bad, level = hit[0].copy(), hit[1], hit[2]
+            else:
+                self._rate = maxmin_rates(
+                    self._routes, self.capacity, self._weight, self._cap, classes
+                )
+                bad = level = None
+                if classes is not None:
+                    bad, level = uncovered_classes(
+                        self._routes, classes, self._cgroup, self.capacity,
+                        self._weight, self._cap, self._rate,
+                    )  # fmt: skip
+                if key is not None:
+                    size = sum(len(k[2]) for k in key)
+                    if len(_SOLVES) >= KEEP_SOLVES or _SOLVES_BYTES[0] + size > KEEP_SOLVE_BYTES:
+                        _SOLVES.clear()
+                        _SOLVES_BYTES[0] = 0
+                    kept = [self._rate.copy(), bad, level]
+                    for a in kept:
+                        if a is not None:  # shared by the solves that find it: never written
+                            a.flags.writeable = False
+                    _SOLVES[key] = tuple(kept)
+                    _SOLVES_BYTES[0] += size
+            if classes is None or not len(bad):
                 return
             self._split(bad, level)
+
+    def _solve_key(self, classes) -> tuple | None:
+        """All that a rate solve (``maxmin_rates``, then ``uncovered_classes``) reads, as a key:
+        the links' capacities and every row's route, weight and cap, and the class rows', each
+        array's type, shape and bytes (both are pure functions of these arrays); None where
+        solves are not kept (:data:`REUSE_SOLVES`) or these are too large to keep
+        (:data:`MAX_SOLVE_BYTES`: a large cluster's solves are not met again in a sweep)."""
+        size = self.capacity.nbytes + self._routes.nbytes
+        if classes is not None:
+            size += classes[1].nbytes
+        if not REUSE_SOLVES or size > MAX_SOLVE_BYTES:
+            return None
+        if self._capacity_key is None:
+            self._capacity_key = _array_key(self.capacity)
+        arrays = (self._routes, self._weight, self._cap)
+        if classes is not None:
+            arrays += (*classes, self._cgroup)
+        return (self._capacity_key, *map(_array_key, arrays))
 
     def _split(self, bad: np.ndarray, level: np.ndarray) -> None:
         """Replace class rows ``bad`` (positions among the class rows) by finer rows, each with

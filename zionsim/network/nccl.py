@@ -60,7 +60,7 @@ import numpy as np
 import simpy
 
 from zionsim.base.errors import InputError
-from zionsim.network import point_to_point
+from zionsim.network import nccl_wire, point_to_point
 from zionsim.network.collectives import ALGORITHMS, Schedule, schedule
 from zionsim.network.nccl_model import (  # noqa: F401 - re-exported: callers use nccl.<name>
     FAMILY,
@@ -291,6 +291,9 @@ def _layout(cluster) -> str | None:
         digest = h.hexdigest()
     _LAYOUTS[id(cluster)] = (weakref.ref(cluster), digest)
     return digest
+
+
+nccl_wire.LAYOUT_OF = _layout  # the wire's rate-free memos (``nccl_wire._p2p_efficiency``)
 
 
 def matrix_key(m) -> tuple | None:

@@ -16,6 +16,7 @@ import numpy as np
 
 from zionsim.base.config import safe_load
 from zionsim.base.errors import InputError
+from zionsim.base.kept import Registry, kept_for
 from zionsim.network.collectives import Schedule
 
 PROTOCOLS = ("LL", "LL128", "Simple")
@@ -164,9 +165,36 @@ class Setting:
     nic_GBps: float = 25.0  # one NIC's line rate, GB/s (NCCL's NET bandwidth)
 
 
+#: remember :func:`setting` per cluster (and its spec) and schedule, both by identity (held):
+#: the tuner and the estimates ask for a schedule's setting once per protocol and phase;
+#: False: made each time (the tests comparing the two)
+REUSE_SETTINGS = True
+#: settings remembered per cluster, at most; clusters above this many GPUs keep none (an entry
+#: holds its schedule, whose arrays grow with the cluster)
+KEEP_SETTINGS = 4096
+KEEP_MAX_GPUS = 4096
+_SETTINGS: Registry = {}
+
+
 def setting(cluster, sched: Schedule) -> Setting:
     """What NCCL's tuner sees of a collective: op, ranks, nodes, GPUs per node, GPU generation,
-    CPU vendor, intra-node link kind, bytes and whether the NICs sit next to the GPUs."""
+    CPU vendor, intra-node link kind, bytes and whether the NICs sit next to the GPUs (kept
+    per cluster, its spec and the schedule while :data:`REUSE_SETTINGS`: all it reads)."""
+    if not REUSE_SETTINGS or cluster.spec.nodes * cluster.spec.gpus_per_node > KEEP_MAX_GPUS:
+        return _setting(cluster, sched)
+    memo = kept_for(_SETTINGS, cluster)
+    hit = memo.get(id(sched))
+    if hit is not None and hit[0] is sched and hit[1] is cluster.spec:
+        return hit[2]
+    st = _setting(cluster, sched)
+    if len(memo) >= KEEP_SETTINGS:
+        memo.clear()
+    memo[id(sched)] = (sched, cluster.spec, st)  # held: their identities stay theirs
+    return st
+
+
+def _setting(cluster, sched: Schedule) -> Setting:
+    """:func:`setting`, made."""
     nodes = cluster.node_of(sched.ranks)
     n_nodes = len(np.unique(nodes))
     su, so = cluster.spec.scale_up, cluster.spec.scale_out

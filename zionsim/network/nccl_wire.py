@@ -84,13 +84,11 @@ def phase_wire(cluster, model, st: Setting, algorithm: str, protocol: str, phase
     cap = np.full(n_flows, np.inf)
     if fam == "p2p":
         eff = t["protocol_efficiency"]["other"][protocol] * extra
-        eff = eff * p2p_net_efficiency(cluster, t, phase, routes)
+        eff = eff * _p2p_efficiency(cluster, t, phase, routes)
         cap = np.minimum(cap, host_staged_cap(cluster, t, st, protocol, phase, routes) / eff)
         return _Wire(phase.nbytes / eff, cap)
     # flows per sending rank: a rank's payload rate (bus bandwidth) is shared by its flows
-    per_src = np.bincount(np.searchsorted(np.unique(phase.src), phase.src))[
-        np.searchsorted(np.unique(phase.src), phase.src)
-    ].astype(float)
+    per_src = _per_src(phase)
     if fam == "collnet":  # CollNet Direct's derating on sm90+ (T:340-350)
         eff = t["protocol_efficiency"]["other"][protocol] * extra
         return _Wire(phase.nbytes / (eff * per_generation(t, "collnet_efficiency", gen)), cap)
@@ -124,6 +122,29 @@ def phase_wire(cluster, model, st: Setting, algorithm: str, protocol: str, phase
     cap = np.minimum(cap, busbw / per_src / eff)
     cap = np.minimum(cap, host_staged_cap(cluster, t, st, protocol, phase, routes) / eff)
     return _Wire(phase.nbytes / eff, cap)
+
+
+#: phases of more flows than this are not kept (:func:`_per_src`: an entry holds its phase)
+KEEP_MAX_FLOWS = 65_536
+#: per phase (by identity, held), its flows per sending rank (:func:`_per_src`)
+_PER_SRC: dict[int, tuple] = {}
+
+
+def _per_src(phase) -> np.ndarray:
+    """Each flow's count of flows from its sending rank in ``phase``, remembered per phase
+    while :data:`REUSE_P2P` (a phase is weighed once per protocol and cluster); read only."""
+    keep = REUSE_P2P and len(phase.src) <= KEEP_MAX_FLOWS
+    hit = _PER_SRC.get(id(phase)) if keep else None
+    if hit is not None and hit[0] is phase:
+        return hit[1]
+    at = np.searchsorted(np.unique(phase.src), phase.src)
+    out = np.bincount(at)[at].astype(float)
+    if keep:
+        out.flags.writeable = False
+        if len(_PER_SRC) >= KEEP_P2P:
+            _PER_SRC.clear()
+        _PER_SRC[id(phase)] = (phase, out)
+    return out
 
 
 def host_staged_cap(cluster, t: dict, st: Setting, protocol: str, phase, routes) -> np.ndarray:
@@ -186,6 +207,40 @@ def _fabric_edges(cluster, routes) -> tuple:
         nic_up = np.isin(routes.routes, router.nic_up_edges())
         nic_down = np.isin(routes.routes, router.nic_down_edges())
     return plain, on_net, nic_up, nic_down
+
+
+#: remember :func:`p2p_net_efficiency` per phase and routes (by identity, held) and cluster
+#: layout (:func:`_p2p_efficiency`); False: computed each time (the tests comparing the two)
+REUSE_P2P = True
+#: entries of :data:`_P2P` kept, at most
+KEEP_P2P = 4096
+#: a cluster's layout fingerprint (``nccl._layout``, set there: ``nccl`` imports this module);
+#: None: nothing kept by layout
+LAYOUT_OF = None
+_P2P: dict[tuple, tuple] = {}
+
+
+def _p2p_efficiency(cluster, t: dict, phase, routes) -> np.ndarray:
+    """:func:`p2p_net_efficiency`, remembered while :data:`REUSE_P2P` for the very same phase
+    and routes objects (``nccl.choose`` keeps a schedule and its routes per cluster layout and
+    weighs two protocols on them; a sweep over link rates meets them on every cluster) on a
+    cluster of the same layout (``nccl._layout``: what the routes and the router's edge kinds
+    read; not the rates, which the efficiency does not read), link count, fabric kind and
+    ``p2p_net_peer_overhead``.  Read only (shared)."""
+    layout = LAYOUT_OF(cluster) if REUSE_P2P and LAYOUT_OF is not None else None
+    if layout is None:
+        return p2p_net_efficiency(cluster, t, phase, routes)
+    key = (id(phase), id(routes), layout, len(cluster.router.capacity_Bps),
+           cluster.spec.scale_out.kind, float(t.get("p2p_net_peer_overhead", 0.0)))  # fmt: skip
+    hit = _P2P.get(key)
+    if hit is not None and hit[0] is phase and hit[1] is routes:
+        return hit[2]
+    out = p2p_net_efficiency(cluster, t, phase, routes)
+    out.flags.writeable = False
+    if len(_P2P) >= KEEP_P2P:
+        _P2P.clear()
+    _P2P[key] = (phase, routes, out)  # held: no other object takes their identities meanwhile
+    return out
 
 
 def p2p_net_efficiency(cluster, t: dict, phase, routes) -> np.ndarray:
