@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.dlrm.test_hugectr_dp_overlap import BASE as OVERLAP
 from zionsim.dlrm import estimate
 from zionsim.dlrm.stack import load_stack, slowed_s
 from zionsim.hardware.cluster import Cluster
@@ -13,16 +14,9 @@ from zionsim.sim import engine
 from zionsim.sim.inputs import resolve_inputs
 from zionsim.sim.run import trace_of
 
-#: HugeCTR on 4 H100: the model-parallel embedding backward (~1.6 ms) starts beside the
-#: grouped all-reduce (~0.25 ms), which ends long before it (stack dp_local_reduce)
-BASE = {
-    "topology": "dgx_h100",
-    "nodes": 1,
-    "gpus_per_node": 4,
-    "workload": "mlperf_dlrm_dcnv2",
-    "batch_per_gpu": 8192,
-    "stack": "hugectr",
-}
+#: HugeCTR on 4 H100 (the dp_local_reduce tests' case): the model-parallel embedding backward
+#: (~1.6 ms) starts beside the grouped all-reduce (~0.25 ms), which ends long before it
+BASE = {k: v for k, v in OVERLAP.items() if k not in ("iterations", "warmup")}
 
 
 def test_slowed_s_pro_rates_the_overlap():
