@@ -64,7 +64,7 @@ TensorFlow + SOK.  A stack profile states, as data with sources, what differs be
    all-to-alls of the distinct keys only, then ``tf.gather`` back; its gradient a segment sum
    over the duplicates).  A run option of that benchmark, so a case states it (``stack.key_dedup:
    true``); the distinct keys per GPU and table are ``cache.unique_rows`` of the workload's
-   Zipf skew, and ``lowering.py`` prices the dedup kernels (``_lower_dedup``).
+   Zipf skew, and ``lower_rank.py`` prices the dedup kernels (``_lower_unique``).
 8. ``embedding_stream`` — the embedding lookups and updates run on a CUDA stream of their own
    (HugeCTR's model-parallel stream): they share the GPU with the dense stream one kernel at a
    time, but wait for no dense work, so the next iteration's lookups and their all-to-all run
