@@ -99,35 +99,35 @@ def test_efficiency_array_counts_connections_on_the_busier_nic():
 
 
 def test_remembered_efficiency_equals_fresh(monkeypatch):
-    """``nccl_wire._p2p_efficiency`` (kept per phase, routes and cluster layout) gives what
+    """``nccl_p2p.kept_p2p_efficiency`` (kept per phase, routes and cluster layout) gives what
     ``p2p_net_efficiency`` computes anew, on clusters that differ in the NIC rate (a sweep's
     points share schedules across them), and the kept entry is the one handed out again."""
-    from zionsim.network import nccl_wire
+    from zionsim.network import nccl_p2p
 
-    monkeypatch.setattr(nccl_wire, "_P2P", {})
+    monkeypatch.setattr(nccl_p2p, "_P2P", {})
     ranks = np.arange(16)
     for nic in ("100Gbps", "400Gbps"):
         cl = Cluster.load("zionex", nodes=2, overrides=[f"scale_out.nic_bw={nic}"])
         model = nccl.load_model()
         sched, routes = nccl._scheduled(cl, "all_to_all", ranks, float(GiB), "pxn", None)
         for phase, r in zip(sched.phases, routes, strict=True):
-            kept = nccl_wire._p2p_efficiency(cl, model.table, phase, r)
-            assert nccl_wire._p2p_efficiency(cl, model.table, phase, r) is kept
-            fresh = nccl_wire.p2p_net_efficiency(cl, model.table, phase, r)
+            kept = nccl_p2p.kept_p2p_efficiency(cl, model.table, phase, r)
+            assert nccl_p2p.kept_p2p_efficiency(cl, model.table, phase, r) is kept
+            fresh = nccl_p2p.p2p_net_efficiency(cl, model.table, phase, r)
             assert np.array_equal(kept, fresh)
-        monkeypatch.setattr(nccl_wire, "REUSE_P2P", False)
+        monkeypatch.setattr(nccl_p2p, "REUSE_P2P", False)
         off = nccl.choose(cl, "all_to_all", ranks, float(GiB), model=model)
-        monkeypatch.setattr(nccl_wire, "REUSE_P2P", True)
+        monkeypatch.setattr(nccl_p2p, "REUSE_P2P", True)
         on = nccl.choose(cl, "all_to_all", ranks, float(GiB), model=model)
         assert (on.protocol, on.estimate_s) == (off.protocol, off.estimate_s)
-    assert nccl_wire._P2P  # something was kept
+    assert nccl_p2p._P2P  # something was kept
 
 
 def test_remembered_setting_and_flows_per_sender_equal_fresh(monkeypatch):
     """``nccl_model.setting`` (kept per cluster, its spec and the schedule) and
     ``nccl_wire._per_src`` (kept per phase) give what they compute anew; a cluster of another
     NIC rate gets its own setting (the rate is in it)."""
-    from zionsim.network import nccl_model, nccl_wire
+    from zionsim.network import nccl_model, nccl_p2p, nccl_wire
 
     ranks = np.arange(16)
     got = {}
@@ -146,7 +146,7 @@ def test_remembered_setting_and_flows_per_sender_equal_fresh(monkeypatch):
     cl = Cluster.load("zionex", nodes=2)
     for reuse in (False, True):
         monkeypatch.setattr(nccl_model, "REUSE_SETTINGS", reuse)
-        monkeypatch.setattr(nccl_wire, "REUSE_P2P", reuse)
+        monkeypatch.setattr(nccl_p2p, "REUSE_P2P", reuse)
         got[reuse] = nccl.choose(cl, "all_reduce", ranks, float(GiB))
     on, off = got[True], got[False]
     assert (on.protocol, on.estimate_s) == (off.protocol, off.estimate_s)

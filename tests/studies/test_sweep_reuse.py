@@ -12,6 +12,7 @@ from zionsim.base import config, kept
 from zionsim.dlrm import estimate, lowering, planner
 from zionsim.io.files import to_json
 from zionsim.network import nccl
+from zionsim.network.layout_key import layout_of
 from zionsim.sim import engine, results
 from zionsim.sim.results import summary_row
 from zionsim.sim.run import run_point
@@ -199,7 +200,7 @@ def test_a_schedule_is_shared_only_by_clusters_of_one_layout(monkeypatch):
         Cluster.load("zionex", nodes=n, overrides={"scale_out.nic_bw": bw})
         for n, bw in ((2, "100Gbps"), (2, "400Gbps"), (4, "100Gbps"))
     )
-    assert nccl._layout(a) == nccl._layout(b) != nccl._layout(c)
+    assert layout_of(a) == layout_of(b) != layout_of(c)
     ranks = a.gpus
     ca, cb = (nccl.choose(x, "all_reduce", ranks, 64e6) for x in (a, b))
     assert ca.estimate_s > cb.estimate_s  # each cluster's own rates

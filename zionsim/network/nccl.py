@@ -52,16 +52,15 @@ The model's public names are re-exported here, so callers use ``nccl.<name>``.
 
 from __future__ import annotations
 
-import hashlib
-import weakref
 from dataclasses import dataclass, field
 
 import numpy as np
 import simpy
 
 from zionsim.base.errors import InputError
-from zionsim.network import nccl_wire, point_to_point
+from zionsim.network import point_to_point
 from zionsim.network.collectives import ALGORITHMS, Schedule, schedule
+from zionsim.network.layout_key import layout_of
 from zionsim.network.nccl_model import (  # noqa: F401 - re-exported: callers use nccl.<name>
     FAMILY,
     GENERATIONS,
@@ -84,11 +83,11 @@ from zionsim.network.nccl_model import (  # noqa: F401 - re-exported: callers us
     remote_peers,
     setting,
 )
+from zionsim.network.nccl_p2p import p2p_net_efficiency  # noqa: F401 - re-exported
 from zionsim.network.nccl_wire import (  # noqa: F401 - re-exported: callers use nccl.<name>
     _link_load,
     bandwidth_s,
     nvls_chunk_bytes,
-    p2p_net_efficiency,
     phase_routes,
     phase_wire,
     pipeline_fill_s,
@@ -224,16 +223,12 @@ def choose(
     return Choice(sched, proto, best_s, tuple(routes))
 
 
-#: schedules with their routes remembered for clusters of the same layout (:func:`_layout`),
-#: at most this many (a sweep over link rates meets the same collectives on every cluster);
+#: schedules with their routes remembered for clusters of the same layout
+#: (``layout_key.layout_of``), at most this many (a sweep over link rates meets the same
+#: collectives on every cluster);
 #: 0: never remembered
 MEMO_SCHEDULES = 4096
-#: clusters above this many GPUs are not fingerprinted (nor swept), their schedules not kept
-MEMO_MAX_GPUS = 4096
 _SCHEDULES: dict[tuple, tuple[Schedule, list]] = {}
-_LAYOUTS: dict[int, tuple[weakref.ref, str | None]] = {}
-#: router fields that are rates, not layout (its paths, computed with them, are compared)
-_RATE_FIELDS = ("graph", "spec", "bw_Bps", "capacity_Bps", "latency_s")
 
 
 def _scheduled(cluster, op, ranks, size_bytes, alg, matrix) -> tuple[Schedule, list]:
@@ -243,7 +238,7 @@ def _scheduled(cluster, op, ranks, size_bytes, alg, matrix) -> tuple[Schedule, l
     in rates share them (as ``choose``'s callers share a cluster's choices, they are never
     changed once made).  The key holds the algorithm's function and the flow-class switches
     of ``point_to_point``, which change a schedule too."""
-    layout = _layout(cluster) if MEMO_SCHEDULES else None
+    layout = layout_of(cluster) if MEMO_SCHEDULES else None
     key = None
     if layout is not None:
         ranks = np.asarray(ranks)
@@ -261,39 +256,6 @@ def _scheduled(cluster, op, ranks, size_bytes, alg, matrix) -> tuple[Schedule, l
             _SCHEDULES.clear()
         _SCHEDULES[key] = out
     return out
-
-
-def _layout(cluster) -> str | None:
-    """A fingerprint of what schedules and paths read of ``cluster`` (None: too large to
-    fingerprint, :data:`MEMO_MAX_GPUS`), computed once per cluster object."""
-    entry = _LAYOUTS.get(id(cluster))
-    if entry is not None and entry[0]() is cluster:
-        return entry[1]
-    for k in [k for k, (ref, _) in _LAYOUTS.items() if ref() is None]:
-        del _LAYOUTS[k]
-    spec, router = cluster.spec, cluster.router
-    digest = None
-    if spec.nodes * spec.gpus_per_node <= MEMO_MAX_GPUS:
-        h = hashlib.sha256()
-        head = (type(cluster).__name__, type(router).__name__,
-                getattr(router, "flow_classes", True), getattr(cluster, "nodes", None), spec.nodes,
-                spec.gpus_per_node, repr(spec.scale_up), spec.scale_out.nics_per_node)  # fmt: skip
-        h.update(repr(head).encode())
-        for name, value in sorted(vars(router).items()):
-            if name in _RATE_FIELDS:
-                continue
-            h.update(name.encode())
-            if isinstance(value, np.ndarray):
-                h.update(repr((value.dtype.str, value.shape)).encode())
-                h.update(np.ascontiguousarray(value).tobytes())
-            else:
-                h.update(repr(value).encode())
-        digest = h.hexdigest()
-    _LAYOUTS[id(cluster)] = (weakref.ref(cluster), digest)
-    return digest
-
-
-nccl_wire.LAYOUT_OF = _layout  # the wire's rate-free memos (``nccl_wire._p2p_efficiency``)
 
 
 def matrix_key(m) -> tuple | None:
