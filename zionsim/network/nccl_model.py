@@ -319,8 +319,42 @@ def gdr_flush_s(model: CollectiveModel, st: Setting, protocol: str) -> float:
     return _net_post_s(t, st, "LL", model.latency_scale) + pcie
 
 
+def ring_net_crossings(st: Setting, steps: int) -> int:
+    """Network crossings on the slowest chunk's path through a ring of ``steps`` steps across
+    nodes (issue 26 round 10, h26s).
+
+    NCCL's ring visits each node's GPUs in one block, entered and left through a NIC, so a lap
+    of ``n`` ranks crosses the network ``nodes`` times, once every ``ppn`` hops (src/graph/
+    search.cc builds the inter-node ring per node; connect.cc links the blocks).  Its ring
+    kernels move chunk ``c`` one hop a step (src/device/all_reduce.h runRing at v2.26.2-1:
+    step 0 sends chunk ``ringIx - 1``, every later step passes on the chunk just received), so
+    chunk ``c`` travels ``steps`` consecutive edges from its own start: 2(n - 1) for
+    all_reduce (reduce-scatter then all-gather, two laps less two edges), n - 1 for
+    reduce_scatter and all_gather.  The chunk whose start lies just before a node boundary
+    crosses the most: ceil(steps / ppn), at most every step.  A collective ends when its last
+    chunk does, so that chunk's crossings are all on the critical path.  That is 2 x nodes for
+    all_reduce from 3 GPUs a node on (NCCL's own count, ``nInterSteps = 2*nNodes``, in
+    tuning.cc of 2.16 to 2.22; 2.23 lowered it to 2(nodes - 1)), 2 x nodes - 1 with 2, nodes for
+    reduce_scatter/all_gather (NCCL: nodes - 1), and with one GPU a node every step
+    (NCCL's count there too).  Only the chunks that carry data count: a message smaller than
+    one 16-byte chunk per rank (NCCL 2.19+'s last-loop chunk, ``alignUp(divUp(count, nranks),
+    16/sizeof(T))``) fills fewer chunks, and its chain may cross once less; zionsim keeps the
+    worst chunk for every size (a size-independent latency, so the tuner stays monotone)."""
+    return int(min(steps, -(-steps // max(1, st.ppn))))
+
+
 def latency_s(model: CollectiveModel, st: Setting, algorithm: str, protocol: str) -> float:
-    """NCCL's latency of ``algorithm``/``protocol`` (tuning.cc:384-435), overhead included."""
+    """NCCL's latency of ``algorithm``/``protocol`` (tuning.cc:384-435), overhead included.
+
+    One departure, for rings across nodes with the protocols of the YAML's
+    ``ring_chain_protocols`` (LL and LL128, whose receivers poll flags in the data, so a hop
+    costs its latency and no step's transfer): their network steps are the crossings of the
+    slowest chunk's chain (:func:`ring_net_crossings`), each at the network latency NCCL gives a
+    ring whose latencies are "fully exposed" (the tree's, tuning.cc:300-301, which NCCL uses for
+    one GPU per node).  A chunk's data cross the network on its own path, with nothing to hide
+    the hop behind: the other ranks' steps run beside it, not in its path.  With one GPU a node
+    this is NCCL's formula exactly; with more it prices the path NCCL's ring formula takes as
+    partly overlapped (issue 26 round 10, h26s; docs/validation.md)."""
     fam = FAMILY[algorithm]
     # a fitted overhead of point-to-point kernels is the LL one (their launch floor)
     base = model.base_s[fam][protocol] + model.overhead_s.get(
@@ -353,6 +387,10 @@ def latency_s(model: CollectiveModel, st: Setting, algorithm: str, protocol: str
         if st.nodes == 1:
             return base + steps * intra
         n_inter = 2 * (st.nodes - 1) if st.op == "all_reduce" else st.nodes - 1
+        if protocol in t["ring_chain_protocols"]:
+            # the slowest chunk's chain: every crossing on it, each fully exposed
+            n_inter = ring_net_crossings(st, steps)
+            inter = model.step_s["tree"]["net"][protocol] + gdr_flush_s(model, st, protocol)
         post = _net_post_s(t, st, protocol, scale)
         lat = base + (steps - n_inter) * max(intra, post) + n_inter * inter
         channels = per_generation(t, "channels", st.generation)
