@@ -7,7 +7,9 @@ A collective's time follows NCCL's own model (``src/graph/tuning.cc``, constants
 
 * ``latency(a, p)`` is NCCL's formula for algorithm ``a`` and protocol ``p``: base latency plus
   per-step hardware latencies by link class — a ring pays ``nsteps`` steps, of which the steps
-  that cross nodes pay the network latency and the others at least NCCL's net post overhead; a
+  that cross nodes pay the network latency and the others at least NCCL's net post overhead
+  (for LL and LL128 the crossings of the slowest chunk's chain, each at the tree's exposed
+  network latency, :func:`nccl_model.ring_net_crossings`; issue 26 round 10); a
   tree pays ``2((ppn−1)·intra + log2(nodes)·net)``; NVLS, NVLSTree and CollNet their own terms;
   with one GPU per node the network latency is the tree's; below sm90 with GPUDirect RDMA a
   Simple network step also pays NCCL's GDR flush (:func:`nccl_model.gdr_flush_s`)
