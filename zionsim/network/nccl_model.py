@@ -344,17 +344,8 @@ def ring_net_crossings(st: Setting, steps: int) -> int:
 
 
 def latency_s(model: CollectiveModel, st: Setting, algorithm: str, protocol: str) -> float:
-    """NCCL's latency of ``algorithm``/``protocol`` (tuning.cc:384-435), overhead included.
-
-    One departure, for rings across nodes with the protocols of the YAML's
-    ``ring_chain_protocols`` (LL and LL128, whose receivers poll flags in the data, so a hop
-    costs its latency and no step's transfer): their network steps are the crossings of the
-    slowest chunk's chain (:func:`ring_net_crossings`), each at the network latency NCCL gives a
-    ring whose latencies are "fully exposed" (the tree's, tuning.cc:300-301, which NCCL uses for
-    one GPU per node).  A chunk's data cross the network on its own path, with nothing to hide
-    the hop behind: the other ranks' steps run beside it, not in its path.  With one GPU a node
-    this is NCCL's formula exactly; with more it prices the path NCCL's ring formula takes as
-    partly overlapped (issue 26 round 10, h26s; docs/validation.md)."""
+    """NCCL's latency of ``algorithm``/``protocol`` (tuning.cc:384-435), overhead included;
+    a flat ring across nodes in :func:`_ring_across_s` (one departure from NCCL, for LL/LL128)."""
     fam = FAMILY[algorithm]
     # a fitted overhead of point-to-point kernels is the LL one (their launch floor)
     base = model.base_s[fam][protocol] + model.overhead_s.get(
@@ -386,18 +377,7 @@ def latency_s(model: CollectiveModel, st: Setting, algorithm: str, protocol: str
             return base + 2 * (st.ppn - 1) * intra + n_inter * inter
         if st.nodes == 1:
             return base + steps * intra
-        n_inter = 2 * (st.nodes - 1) if st.op == "all_reduce" else st.nodes - 1
-        if protocol in t["ring_chain_protocols"]:
-            # the slowest chunk's chain: every crossing on it, each fully exposed
-            n_inter = ring_net_crossings(st, steps)
-            inter = model.step_s["tree"]["net"][protocol] + gdr_flush_s(model, st, protocol)
-        post = _net_post_s(t, st, protocol, scale)
-        lat = base + (steps - n_inter) * max(intra, post) + n_inter * inter
-        channels = per_generation(t, "channels", st.generation)
-        if protocol == "Simple" and st.op == "all_reduce" and st.nbytes / (channels * st.n) >= 64:
-            # NCCL: minCompCap < 80 ? 1.9 : 1.4 (Ampere, Hopper and Blackwell alike)
-            lat *= t["ring_plateau_factor"] if st.generation != "volta" else 1.9
-        return lat
+        return _ring_across_s(model, st, protocol, base, intra, inter, steps)
     if fam == "tree":
         return base + 2 * ((st.ppn - 1) * intra + log2i(st.nodes) * inter)
     if fam == "nvls":
@@ -408,6 +388,40 @@ def latency_s(model: CollectiveModel, st: Setting, algorithm: str, protocol: str
         arity = t["collnet_arity_us"] * 1e-6 * scale
         return base + 2 * (min(1, st.ppn - 1) * intra + (st.ppn - 1) * arity) + inter
     raise InputError(f"no latency model for {algorithm!r}", field="--algorithm")
+
+
+def _ring_across_s(
+    model: CollectiveModel,
+    st: Setting,
+    protocol: str,
+    base: float,
+    intra: float,
+    inter: float,
+    steps: int,
+) -> float:
+    """A flat ring's latency across nodes: NCCL's ``nInterSteps`` network steps at ``inter``,
+    the other steps at least NCCL's net post overhead, x the plateau factor for Simple.
+
+    One departure, for the protocols of the YAML's ``ring_chain_protocols`` (LL and LL128,
+    whose receivers poll flags in the data, so a hop costs its latency and no step's transfer):
+    their network steps are the crossings of the slowest chunk's chain
+    (:func:`ring_net_crossings`), each at the network latency NCCL gives a ring whose
+    latencies are "fully exposed" (the tree's, tuning.cc:300-301, which NCCL uses for one GPU
+    per node).  A chunk's data cross the network on its own path, with nothing to hide the hop
+    behind: the other ranks' steps run beside it, not in its path.  With one GPU a node this is
+    NCCL's formula exactly (issue 26 round 10, h26s; docs/validation.md)."""
+    t = model.table
+    n_inter = 2 * (st.nodes - 1) if st.op == "all_reduce" else st.nodes - 1
+    if protocol in t["ring_chain_protocols"]:
+        n_inter = ring_net_crossings(st, steps)
+        inter = model.step_s["tree"]["net"][protocol] + gdr_flush_s(model, st, protocol)
+    post = _net_post_s(t, st, protocol, model.latency_scale)
+    lat = base + (steps - n_inter) * max(intra, post) + n_inter * inter
+    channels = per_generation(t, "channels", st.generation)
+    if protocol == "Simple" and st.op == "all_reduce" and st.nbytes / (channels * st.n) >= 64:
+        # NCCL: minCompCap < 80 ? 1.9 : 1.4 (Ampere, Hopper and Blackwell alike)
+        lat *= t["ring_plateau_factor"] if st.generation != "volta" else 1.9
+    return lat
 
 
 def graph_channels(model: CollectiveModel, st: Setting) -> int:
