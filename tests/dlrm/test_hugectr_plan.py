@@ -123,6 +123,20 @@ def test_hier_auto_places_tables_on_whole_nodes(tiny_cluster):
     assert any(len(s.ranks) == 2 * g for s in plan.shards)  # table 20 split over both nodes
 
 
+def test_hier_auto_plan_round_trips_through_a_plan_file(tiny_cluster):
+    """``zionsim plan --out`` then ``run --plan``: hier_auto's table split over both node buckets
+    (TWRW over all four GPUs) is written and read back as the same shards."""
+    from zionsim.dlrm.plan_file import plan_from_dict, plan_to_dict
+
+    w = load_workload("mlperf_dlrm_dcnv2", batch_per_gpu=64)
+    plan = hugectr_plan(tiny_cluster, w)
+    n, g = len(tiny_cluster.gpus), tiny_cluster.spec.gpus_per_node
+    back = plan_from_dict(plan_to_dict(plan, w, n), w, n, g, "plan.yaml")
+    assert [(s.table, s.kind, s.ranks, s.rows) for s in back.shards] == [
+        (s.table, s.kind, s.ranks, s.rows) for s in plan.shards
+    ]
+
+
 def test_twrw_over_two_nodes_reduces_on_each_and_sums_partials(tiny_cluster):
     """A TWRW table on both nodes: each node reduce-scatters G·d and sends B·d to every node; the
     rows and lookups are split over all four GPUs (nothing lost, nothing doubled)."""

@@ -5,7 +5,7 @@ import pytest
 import yaml
 
 from zionsim.base.errors import InputError
-from zionsim.dlrm.plan import memory_by_rank
+from zionsim.dlrm.plan import Plan, Shard, memory_by_rank
 from zionsim.dlrm.plan_file import plan_from_dict, plan_to_dict
 from zionsim.dlrm.sharding import layout
 from zionsim.dlrm.workload import load_workload
@@ -79,6 +79,17 @@ def test_table_column_wise_lowers_like_column_wise_on_one_node():
     )
     with pytest.raises(InputError, match="one node"):
         _plan({"table": "t0", "sharding": "TWCW", "ranks": [1, 2]})
+
+
+def test_table_row_wise_over_whole_nodes_loads_like_the_planners_shard():
+    """TWRW over every GPU of several nodes (a table on two node buckets, HugeCTR's hier_auto)
+    loads as the shard the planner builds; a part of a second node is an error."""
+    w, p = _plan({"table": "t0", "sharding": "TWRW", "ranks": [0, 1, 2, 3]})
+    assert p.shards[0].kind == "TWRW" and p.shards[0].ranks == (0, 1, 2, 3)
+    built = Plan("p", (Shard(0, "TWRW", (0, 1, 2, 3)),) + p.shards[1:])
+    assert layout(w, p, N, G).twrw_rs == layout(w, built, N, G).twrw_rs
+    with pytest.raises(InputError, match="cover whole nodes"):
+        _plan({"table": "t0", "sharding": "TWRW", "ranks": [0, 1, 2]})
 
 
 @pytest.mark.parametrize(

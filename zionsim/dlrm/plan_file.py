@@ -214,8 +214,17 @@ def _plan_ranks(e, kind: str, gpus: int, g: int) -> tuple[int, ...]:
         raise e.error("ranks", "a rank appears twice (only column slices may share a rank)")
     if kind == "TW" and len(ranks) != 1:
         raise e.error("ranks", "table-wise sharding takes exactly one rank")
-    if kind in ("TWRW", "TWCW") and len({r // g for r in ranks}) != 1:
+    nodes = sorted({r // g for r in ranks})
+    if kind == "TWCW" and len(nodes) != 1:
         raise e.error("ranks", f"{kind} ranks must all be on one node ({g} GPUs per node)")
+    if kind == "TWRW" and len(nodes) > 1 and len(ranks) != len(nodes) * g:
+        # a table on several node buckets (HugeCTR's hier_auto, hugectr_plan.py) holds rows on
+        # every GPU of each of those nodes; a part of a node is not a sharding zionsim lowers
+        raise e.error(
+            "ranks",
+            f"TWRW ranks must all be on one node, or cover whole nodes ({g} GPUs per node); "
+            f"got nodes {nodes} with {len(ranks)} ranks",
+        )
     return tuple(ranks)
 
 
