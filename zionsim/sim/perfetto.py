@@ -39,16 +39,17 @@ def perfetto_json(events: pd.DataFrame) -> Iterator[str]:
     """:func:`perfetto` as compact JSON text (``separators=(",", ":")``), in pieces of about
     :data:`CHUNK_EVENTS` events each, so a writer streams it to its file without holding the
     trace as objects (or whole) in memory; the text is the one ``json.dumps`` writes of it."""
-    lanes = track_lanes(events)
+    lanes = track_lanes(events).tolist()
     order = {s: i for i, s in enumerate(STREAM_TRACKS)}
     streams = events["stream"].tolist()
-    tids = [order.get(s, len(order)) * 100 + int(n) for s, n in zip(streams, lanes, strict=True)]
+    tids = [order.get(s, len(order)) * 100 + n for s, n in zip(streams, lanes, strict=True)]
+    ranks = events["rank"].astype(int).tolist()
     head: list[dict] = []
     for p in sorted(events["rank"].unique()):
         name = f"rank {p}" if p >= 0 else "network"
         head.append(_meta("process_name", int(p), 0, {"name": name}))
         head.append(_meta("process_sort_index", int(p), 0, {"sort_index": int(p)}))
-    tracks = sorted(set(zip(events["rank"].astype(int), tids, streams, lanes, strict=True)))
+    tracks = sorted(set(zip(ranks, tids, streams, lanes, strict=True)))
     for rank, tid, stream, lane in tracks:
         label = STREAM_TRACKS.get(stream, stream) + (f" ({lane + 1})" if lane else "")
         head.append(_meta("thread_name", rank, tid, {"name": label}))
@@ -56,12 +57,14 @@ def perfetto_json(events: pd.DataFrame) -> Iterator[str]:
     yield '{"traceEvents":['
     yield ",".join(_dumps(m) for m in head)
     sep = "," if head else ""
-    cols = [events[c].tolist() for c in ("name", "category", "rank", "start_s", "end_s")]
+    cols = [events[c].tolist() for c in ("name", "category")] + [ranks]
+    cols += [events[c].tolist() for c in ("start_s", "end_s")]
     cols += [events["iteration"].tolist(), events["bytes"].tolist(), tids]
-    text: dict[str, str] = {}  # names and categories, JSON-quoted once each
+    heads: dict[tuple, str] = {}  # each track's span text up to "ts", written once
+    args: dict[tuple, str] = {}  # each (iteration, bytes) pair's "args" object, written once
     for k in range(0, len(tids), CHUNK_EVENTS):
         part = [c[k : k + CHUNK_EVENTS] for c in cols]
-        yield sep + ",".join(_span(*row, text) for row in zip(*part, strict=True))
+        yield sep + ",".join(_spans(zip(*part, strict=True), heads, args))
         sep = ","
     yield '],"displayTimeUnit":"ms"}'
 
@@ -70,21 +73,37 @@ def perfetto_json(events: pd.DataFrame) -> Iterator[str]:
 CHUNK_EVENTS = 20_000
 
 
-def _span(name, cat, rank, start_s, end_s, iteration, nbytes, tid, text: dict) -> str:
-    """One span as the JSON object :func:`perfetto` holds (keys in its order)."""
-    ts = round(start_s * 1e6, 3)
-    # from the rounded ends, so spans that touch do not overlap after rounding
-    dur = round(round(end_s * 1e6, 3) - ts, 3)
-    args = f'{{"iteration":{int(iteration)}'
-    args += f',"bytes":{_num(float(nbytes))}}}' if nbytes else "}"
-    if name not in text:
-        text[name] = _dumps(name)
-    if cat not in text:
-        text[cat] = _dumps(cat)
-    return (
-        f'{{"name":{text[name]},"cat":{text[cat]},"ph":"X","pid":{int(rank)},"tid":{tid},'
-        f'"ts":{_num(ts)},"dur":{_num(dur)},"args":{args}}}'
-    )
+def _spans(rows, heads: dict, args: dict) -> list[str]:
+    """Each span of ``rows`` (name, category, rank, start, end, iteration, bytes, track) as the
+    JSON object :func:`perfetto` holds (keys in its order).  What repeats (a track's name,
+    category, process and thread; an iteration's args) is looked up in ``heads`` and ``args``
+    (filled here) instead of formatted again: the Perfetto text was a tenth of the headline
+    run's CPU time."""
+    out: list[str] = []
+    put = out.append
+    text = float.__repr__  # json.dumps's text of a finite float
+    for name, cat, rank, start_s, end_s, iteration, nbytes, tid in rows:
+        try:
+            head = heads[name, cat, rank, tid]
+        except KeyError:
+            head = heads[name, cat, rank, tid] = (
+                f'{{"name":{_dumps(name)},"cat":{_dumps(cat)},"ph":"X","pid":{int(rank)},'
+                f'"tid":{tid},"ts":'
+            )
+        try:
+            arg = args[iteration, nbytes]
+        except KeyError:
+            arg = f'{{"iteration":{int(iteration)}'
+            arg += f',"bytes":{_num(float(nbytes))}}}}}' if nbytes else "}}"
+            args[iteration, nbytes] = arg
+        ts = round(start_s * 1e6, 3)
+        # from the rounded ends, so spans that touch do not overlap after rounding
+        dur = round(round(end_s * 1e6, 3) - ts, 3)
+        if ts - ts == 0.0 and dur - dur == 0.0:
+            put(f'{head}{text(ts)},"dur":{text(dur)},"args":{arg}')
+        else:  # NaN or infinite: as json.dumps writes them
+            put(f'{head}{_num(ts)},"dur":{_num(dur)},"args":{arg}')
+    return out
 
 
 def _num(x: float) -> str:
@@ -92,8 +111,12 @@ def _num(x: float) -> str:
     return float.__repr__(x) if x - x == 0.0 else _dumps(x)
 
 
+#: ``json.dumps(obj, separators=(",", ":"))`` without building an encoder per call
+_COMPACT = json.JSONEncoder(separators=(",", ":"))
+
+
 def _dumps(obj) -> str:
-    return json.dumps(obj, separators=(",", ":"))
+    return _COMPACT.encode(obj)
 
 
 def _meta(name: str, pid: int, tid: int, args: dict) -> dict:
@@ -106,9 +129,10 @@ def track_lanes(events: pd.DataFrame) -> np.ndarray:
     lanes = np.zeros(len(events), dtype=int)
     if events.empty:
         return lanes
+    starts, ends = events["start_s"].to_numpy(), events["end_s"].to_numpy()
     for _, idx in events.groupby(["rank", "stream"], sort=False).indices.items():
-        start = events["start_s"].to_numpy()[idx]
-        end = events["end_s"].to_numpy()[idx]
+        start = starts[idx]
+        end = ends[idx]
         order = np.lexsort((idx, start))
         s, e = start[order], end[order]
         if len(s) < 2 or np.all(s[1:] >= np.maximum.accumulate(e)[:-1]):
