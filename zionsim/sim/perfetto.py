@@ -60,7 +60,7 @@ def perfetto_json(events: pd.DataFrame) -> Iterator[str]:
     cols = [events[c].tolist() for c in ("name", "category")] + [ranks]
     cols += [events[c].tolist() for c in ("start_s", "end_s")]
     cols += [events["iteration"].tolist(), events["bytes"].tolist(), tids]
-    heads: dict[tuple, str] = {}  # each track's span text up to "ts", written once
+    heads: dict = {}  # each track's span text up to "ts" (and each name JSON-quoted), once
     args: dict[tuple, str] = {}  # each (iteration, bytes) pair's "args" object, written once
     for k in range(0, len(tids), CHUNK_EVENTS):
         part = [c[k : k + CHUNK_EVENTS] for c in cols]
@@ -75,7 +75,7 @@ CHUNK_EVENTS = 20_000
 
 def _spans(rows, heads: dict, args: dict) -> list[str]:
     """Each span of ``rows`` (name, category, rank, start, end, iteration, bytes, track) as the
-    JSON object :func:`perfetto` holds (keys in its order).  What repeats (a track's name,
+    JSON object :func:`perfetto` holds (keys in its order).  What repeats (a span's name and
     category, process and thread; an iteration's args) is looked up in ``heads`` and ``args``
     (filled here) instead of formatted again: the Perfetto text was a tenth of the headline
     run's CPU time."""
@@ -86,9 +86,10 @@ def _spans(rows, heads: dict, args: dict) -> list[str]:
         try:
             head = heads[name, cat, rank, tid]
         except KeyError:
+            quoted = heads.get(name) or heads.setdefault(name, _dumps(name))
+            kind = heads.get(cat) or heads.setdefault(cat, _dumps(cat))
             head = heads[name, cat, rank, tid] = (
-                f'{{"name":{_dumps(name)},"cat":{_dumps(cat)},"ph":"X","pid":{int(rank)},'
-                f'"tid":{tid},"ts":'
+                f'{{"name":{quoted},"cat":{kind},"ph":"X","pid":{int(rank)},"tid":{tid},"ts":'
             )
         try:
             arg = args[iteration, nbytes]
