@@ -58,13 +58,15 @@ def perfetto_json(events: pd.DataFrame) -> Iterator[str]:
     yield ",".join(_dumps(m) for m in head)
     sep = "," if head else ""
     cols = [events[c].tolist() for c in ("name", "category")] + [ranks]
-    cols += [events[c].tolist() for c in ("start_s", "end_s")]
     cols += [events["iteration"].tolist(), events["bytes"].tolist(), tids]
+    starts = np.asarray(events["start_s"].to_numpy(), dtype=np.float64)
+    ends = np.asarray(events["end_s"].to_numpy(), dtype=np.float64)
     heads: dict = {}  # each track's span text up to "ts" (and each name JSON-quoted), once
     args: dict[tuple, str] = {}  # each (iteration, bytes) pair's "args" object, written once
     for k in range(0, len(tids), CHUNK_EVENTS):
         part = [c[k : k + CHUNK_EVENTS] for c in cols]
-        yield sep + ",".join(_spans(zip(*part, strict=True), heads, args))
+        times = span_times(starts[k : k + CHUNK_EVENTS], ends[k : k + CHUNK_EVENTS])
+        yield sep + ",".join(_spans(zip(*part, *times, strict=True), heads, args))
         sep = ","
     yield '],"displayTimeUnit":"ms"}'
 
@@ -74,15 +76,14 @@ CHUNK_EVENTS = 20_000
 
 
 def _spans(rows, heads: dict, args: dict) -> list[str]:
-    """Each span of ``rows`` (name, category, rank, start, end, iteration, bytes, track) as the
-    JSON object :func:`perfetto` holds (keys in its order).  What repeats (a span's name and
-    category, process and thread; an iteration's args) is looked up in ``heads`` and ``args``
-    (filled here) instead of formatted again: the Perfetto text was a tenth of the headline
-    run's CPU time."""
+    """Each span of ``rows`` (name, category, rank, iteration, bytes, track, and the texts of
+    its start and duration, :func:`span_times`) as the JSON object :func:`perfetto` holds
+    (keys in its order).  What repeats (a span's name and category, process and thread; an
+    iteration's args) is looked up in ``heads`` and ``args`` (filled here) instead of
+    formatted again: the Perfetto text was a tenth of the headline run's CPU time."""
     out: list[str] = []
     put = out.append
-    text = float.__repr__  # json.dumps's text of a finite float
-    for name, cat, rank, start_s, end_s, iteration, nbytes, tid in rows:
+    for name, cat, rank, iteration, nbytes, tid, ts, dur in rows:
         try:
             head = heads[name, cat, rank, tid]
         except KeyError:
@@ -97,14 +98,77 @@ def _spans(rows, heads: dict, args: dict) -> list[str]:
             arg = f'{{"iteration":{int(iteration)}'
             arg += f',"bytes":{_num(float(nbytes))}}}}}' if nbytes else "}}"
             args[iteration, nbytes] = arg
-        ts = round(start_s * 1e6, 3)
-        # from the rounded ends, so spans that touch do not overlap after rounding
-        dur = round(round(end_s * 1e6, 3) - ts, 3)
-        if ts - ts == 0.0 and dur - dur == 0.0:
-            put(f'{head}{text(ts)},"dur":{text(dur)},"args":{arg}')
-        else:  # NaN or infinite: as json.dumps writes them
-            put(f'{head}{_num(ts)},"dur":{_num(dur)},"args":{arg}')
+        put(f'{head}{ts},"dur":{dur},"args":{arg}')
     return out
+
+
+def span_times(start_s: np.ndarray, end_s: np.ndarray) -> tuple[list[str], list[str]]:
+    """The JSON texts of the spans' ``ts`` and ``dur`` in microseconds: ``ts`` is
+    ``round(start_s * 1e6, 3)`` and ``dur`` ``round(round(end_s * 1e6, 3) - ts, 3)`` (from the
+    rounded ends, so spans that touch do not overlap after rounding), each as ``json.dumps``
+    writes it.  Worked on whole arrays (:func:`_round_ns`, :func:`_ns_text`): the same numbers
+    and text as Python's ``round`` and ``repr`` of each, which are checked against them in
+    ``tests/sim/test_results.py``; a value out of that range (NaN, infinite, 10¹² µs or
+    more) is left to Python."""
+    with np.errstate(all="ignore"):
+        ts, ts_ns, ok = _round_ns(start_s * 1e6)
+        te, _, ok_end = _round_ns(end_s * 1e6)
+        dur, dur_ns, ok_dur = _round_ns(te - ts)
+    ts_text, dur_text = _ns_text(ts, ts_ns), _ns_text(dur, dur_ns)
+    for i in np.flatnonzero(~(ok & ok_end & ok_dur)).tolist():
+        t = round(float(start_s[i]) * 1e6, 3)
+        ts_text[i] = _num(t)
+        dur_text[i] = _num(round(round(float(end_s[i]) * 1e6, 3) - t, 3))
+    return ts_text, dur_text
+
+
+#: |µs| below which :func:`_round_ns` rounds (and :func:`_ns_text` writes) a value: its
+#: nanoseconds have at most 15 digits, so the decimal of ``ns / 1000`` is what ``repr`` writes
+EXACT_US = 1e12
+
+
+def _round_ns(us: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``round(x, 3)`` of each microsecond value ``x`` as Python rounds a float (the exact
+    binary value to the nearest thousandth, ties to even; the sign of a zero kept), its
+    nanoseconds' magnitude, and where that holds (finite, under :data:`EXACT_US`).
+    ``x * 1000`` is ``p + e`` exactly (Dekker's product, ``x`` split by Veltkamp's 2²⁷ + 1;
+    1000 has 7 significant bits), so ``p``'s nearest integer is off only where ``p`` is a
+    half and ``e`` breaks the tie; ``n / 1000`` is the double nearest the decimal ``n``
+    thousandths, which is what ``round`` returns."""
+    ok = np.abs(us) < EXACT_US  # NaN: False
+    x = np.where(ok, us, 0.0)
+    p = x * 1000.0
+    hi = x * 134217729.0
+    hi = hi - (hi - x)
+    e = (hi * 1000.0 - p) + (x - hi) * 1000.0
+    n = np.rint(p)
+    d = p - n
+    n += (d == 0.5) & (e > 0)
+    n -= (d == -0.5) & (e < 0)
+    n = np.abs(n)
+    return np.copysign(n / 1000.0, x), n.astype(np.int64), ok
+
+
+#: ``.`` and the thousandths 0-999 as ``repr`` ends a float (``.0``, ``.5``, ``.125``)
+FRACTIONS = [".0"] + [f".{k:03d}".rstrip("0") for k in range(1, 1000)]
+#: :data:`FRACTIONS` as numpy text, where numpy has whole-array text (2.0 and later)
+_TEXT = np.array(FRACTIONS, dtype=np.dtypes.StringDType()) if hasattr(np, "strings") else None
+
+
+def _ns_text(value: np.ndarray, ns: np.ndarray) -> list[str]:
+    """``repr`` of each ``value`` = ±``ns`` / 1000 (:func:`_round_ns`): the whole microseconds
+    and the thousandths without trailing zeros, ``-`` where the sign bit is set."""
+    whole, frac = np.divmod(ns, 1000)
+    neg = np.signbit(value)
+    if _TEXT is None:  # numpy before 2.0: the same text, one value at a time
+        return [
+            f"{'-' if n else ''}{w}{FRACTIONS[f]}"
+            for n, w, f in zip(neg.tolist(), whole.tolist(), frac.tolist(), strict=True)
+        ]
+    text = np.strings.add(whole.astype(_TEXT.dtype), _TEXT[frac])
+    if neg.any():
+        text = np.where(neg, np.strings.add("-", text), text)
+    return text.tolist()
 
 
 def _num(x: float) -> str:
