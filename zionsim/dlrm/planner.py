@@ -294,18 +294,23 @@ class Planner:
     def _compared(self, cluster, w: WorkloadSpec) -> list[Plan]:
         """:meth:`compared`, made."""
         ctx = context(cluster, w)
-        price = _by_shape(ctx) if self.estimate is estimate else self.estimate
-        costed = {
-            t.index: [(o, price(ctx, t, o)) for o in self.enumerate(ctx, t)] for t in w.tables
-        }
-        data = sum(next(c for o, c in cs if o.kind == "TW").part_bytes for cs in costed.values())
-        ctx = replace(ctx, hbm_share=min(1.0, ctx.n * ctx.hbm_budget / data) if data else 1.0)
-        tw_total = sum(min(c.total_s for _, c in cs) for cs in costed.values())
-        target = tw_total / ctx.n
-        chosen = []
-        for t in w.tables:
-            opt = self.choose(ctx, t, costed[t.index], target)
-            chosen.append((opt, dict(costed[t.index])[opt]))
+        if self == _BUILT_IN and len({t.index for t in w.tables}) == len(w.tables):
+            ctx, costed, chosen = _chosen_by_shape(ctx, w)
+        else:
+            price = _by_shape(ctx) if self.estimate is estimate else self.estimate
+            costed = {
+                t.index: [(o, price(ctx, t, o)) for o in self.enumerate(ctx, t)] for t in w.tables
+            }
+            data = sum(
+                next(c for o, c in cs if o.kind == "TW").part_bytes for cs in costed.values()
+            )
+            ctx = replace(ctx, hbm_share=min(1.0, ctx.n * ctx.hbm_budget / data) if data else 1.0)
+            tw_total = sum(min(c.total_s for _, c in cs) for cs in costed.values())
+            target = tw_total / ctx.n
+            chosen = []
+            for t in w.tables:
+                opt = self.choose(ctx, t, costed[t.index], target)
+                chosen.append((opt, dict(costed[t.index])[opt]))
         plan = self.rebalance(ctx, costed, chosen)
         return self.candidates(ctx, costed, plan)
 
@@ -375,6 +380,52 @@ _BUILT_IN = Planner()
 #: candidate lists kept per cluster (:meth:`Planner.compared`), at most; 0: none kept
 KEEP_CANDIDATES = 64
 _CANDIDATES: Registry = {}
+
+
+class _CostedByShape(dict):
+    """Per table index, its options and their costs (``Planner._compared``'s ``costed``), made
+    when first looked up from its shape's: the built-in stages read nothing else of a table
+    (:func:`_by_shape`), and a workload of thousands of alike tables has its few looked up."""
+
+    def __init__(self, shapes: dict, tables: dict):
+        super().__init__()
+        self.shapes, self.tables = shapes, tables
+
+    def __missing__(self, index: int) -> list:
+        t = self.tables[index]
+        costed = [(Option(index, o.kind, o.parts), c) for o, c in self.shapes[_shape(t)]]
+        self[index] = costed
+        return costed
+
+
+def _shape(t) -> tuple:
+    return (t.rows, t.dim, t.pooling)
+
+
+def _chosen_by_shape(ctx: Context, w: WorkloadSpec) -> tuple[Context, dict, list]:
+    """Stages 1-3 of the built-in planner (``Planner._compared``) with each table shape
+    enumerated, priced and chosen once (what they read of a table: :func:`_by_shape`): the
+    context with its ``hbm_share``, ``costed`` (:class:`_CostedByShape`) and the chosen option
+    and cost of every table, the same as table by table (the sums in the tables' order)."""
+    price = _by_shape(ctx)
+    shapes: dict[tuple, list] = {}
+    for t in w.tables:
+        if _shape(t) not in shapes:
+            shapes[_shape(t)] = [(o, price(ctx, t, o)) for o in enumerate_options(ctx, t)]
+    per_table = [shapes[_shape(t)] for t in w.tables]
+    data = sum(next(c for o, c in cs if o.kind == "TW").part_bytes for cs in per_table)
+    ctx = replace(ctx, hbm_share=min(1.0, ctx.n * ctx.hbm_budget / data) if data else 1.0)
+    target = sum(min(c.total_s for _, c in cs) for cs in per_table) / ctx.n
+    picks: dict[tuple, tuple[Option, Cost]] = {}
+    chosen = []
+    for t in w.tables:
+        key = _shape(t)
+        if key not in picks:
+            opt = choose(ctx, t, shapes[key], target)
+            picks[key] = (opt, dict(shapes[key])[opt])
+        opt, cost = picks[key]
+        chosen.append((Option(t.index, opt.kind, opt.parts), cost))
+    return ctx, _CostedByShape(shapes, {t.index: t for t in w.tables}), chosen
 
 
 def _by_shape(ctx: Context) -> Callable:

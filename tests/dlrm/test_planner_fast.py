@@ -1,7 +1,8 @@
-"""The planner's placement keeps a heap of GPU loads for parts on one GPU
-(``planner._LeastLoaded``) instead of scanning every GPU per part: the same plans as the scan
-(``planner._least_loaded``), whatever the ties, the room left, the UVM parts and loads that
-are not numbers."""
+"""The planner's shortcuts give the plans of the long way: the built-in stages enumerate,
+price and choose once per table shape (``planner._chosen_by_shape``) instead of once per
+table; placement keeps a heap of GPU loads for parts on one GPU (``planner._LeastLoaded``)
+instead of scanning every GPU per part (``planner._least_loaded``), whatever the ties, the room
+left, the UVM parts and loads that are not numbers."""
 
 from __future__ import annotations
 
@@ -15,20 +16,45 @@ from zionsim.dlrm.plan_cost import Cost, Option, context
 from zionsim.sim.inputs import resolve_inputs
 from zionsim.sim.run import _build
 
+CASES = [
+    {"workload": "neo_model_a", "nodes": 1},  # thousands of alike tables: ties everywhere
+    {"workload": "neo_model_i", "nodes": 1, "batch_per_gpu": 256},  # UVM parts
+    {"workload": "mlperf_dlrm", "nodes": 4},  # TWRW, RW, CW and DP among the candidates
+    {"workload": "mlperf_dlrm_dcnv2", "nodes": 2, "topology": "dgx_h100"},
+    {"workload": "tiny", "nodes": 2},
+]
+
+
+def _table_by_table(monkeypatch):
+    """The long way for stages 1-3: a planner equal to the built-in one in all but identity."""
+    monkeypatch.setattr(planner, "_BUILT_IN", None)
+
+
+@pytest.mark.parametrize("options", CASES)
+def test_choosing_per_shape_is_choosing_per_table(options, monkeypatch):
+    inputs = resolve_inputs(options, "test")
+    cluster, w = _build(inputs), inputs.workload
+    monkeypatch.setattr(planner, "KEEP_CANDIDATES", 0)
+    fast = planner.Planner()._compared(cluster, w)
+    _table_by_table(monkeypatch)
+    assert planner.Planner()._compared(cluster, w) == fast
+
+
+def test_costed_by_shape_is_costed_per_table():
+    """Every table's options and costs, looked up, are those enumerated and priced for it."""
+    inputs = resolve_inputs({"workload": "mlperf_dlrm", "nodes": 2}, "test")
+    cluster, w = _build(inputs), inputs.workload
+    ctx, costed, _ = planner._chosen_by_shape(planner.context(cluster, w), w)
+    for t in reversed(w.tables):
+        want = [(o, planner.estimate(ctx, t, o)) for o in planner.enumerate_options(ctx, t)]
+        assert costed[t.index] == want
+
 
 def _scan_only(monkeypatch):
     monkeypatch.setattr(planner._LeastLoaded, "pick", lambda self, need: None)
 
 
-@pytest.mark.parametrize(
-    "options",
-    [
-        {"workload": "neo_model_a", "nodes": 1},  # thousands of alike tables: ties everywhere
-        {"workload": "neo_model_i", "nodes": 1, "batch_per_gpu": 256},  # UVM parts
-        {"workload": "mlperf_dlrm", "nodes": 4},  # TWRW, RW, CW and DP among the candidates
-        {"workload": "tiny", "nodes": 2},
-    ],
-)
+@pytest.mark.parametrize("options", CASES)
 def test_heap_places_as_the_scan(options, monkeypatch):
     inputs = resolve_inputs(options, "test")
     cluster, w = _build(inputs), inputs.workload
