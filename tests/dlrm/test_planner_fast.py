@@ -54,8 +54,27 @@ def _scan_only(monkeypatch):
     monkeypatch.setattr(planner._LeastLoaded, "pick", lambda self, need: None)
 
 
+def test_the_heap_is_used_for_many_tables(monkeypatch):
+    """Neo's model A (4,096 tables) is placed from the heap; MLPerf DLRM (26) by the scan."""
+    picked = []
+    pick = planner._LeastLoaded.pick
+
+    def counted(self, need):
+        picked.append(self.usable)
+        return pick(self, need)
+
+    monkeypatch.setattr(planner._LeastLoaded, "pick", counted)
+    monkeypatch.setattr(planner, "KEEP_CANDIDATES", 0)
+    for workload, heap in (("neo_model_a", True), ("mlperf_dlrm", False)):
+        inputs = resolve_inputs({"workload": workload, "nodes": 2}, "test")
+        picked.clear()
+        planner.Planner()._compared(_build(inputs), inputs.workload)
+        assert picked and set(picked) == {heap}
+
+
 @pytest.mark.parametrize("options", CASES)
 def test_heap_places_as_the_scan(options, monkeypatch):
+    monkeypatch.setattr(planner._LeastLoaded, "MIN_PARTS", 0)  # the heap for a few tables too
     inputs = resolve_inputs(options, "test")
     cluster, w = _build(inputs), inputs.workload
     monkeypatch.setattr(planner, "KEEP_CANDIDATES", 0)
@@ -91,6 +110,7 @@ def test_heap_places_random_parts_as_the_scan(seed, monkeypatch):
     tables = tuple(replace(t, index=i) for i, t in enumerate(w.tables * 320))[:320]
     ctx = replace(ctx, w=replace(w, tables=tables), hbm_budget=40.0)
     monkeypatch.setattr(planner._LeastLoaded, "MAX_SKIPPED", int(rng.integers(1, 20)))
+    monkeypatch.setattr(planner._LeastLoaded, "MIN_PARTS", 0)
     parts = _random_parts(rng, ctx, nan=seed % 4 == 1)
     fast = planner.place(ctx, parts, 1.0)
     _scan_only(monkeypatch)

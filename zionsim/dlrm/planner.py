@@ -128,7 +128,8 @@ def place(ctx: Context, chosen: list[tuple[Option, Cost]], zipf_alpha: float) ->
             oc[0].table,
         ),
     )
-    least = _LeastLoaded(load, room)
+    ones = sum(1 for o, _ in chosen if o.parts == 1 and o.kind not in ("RW", "DP", "TWRW"))
+    least = _LeastLoaded(load, room, usable=ones >= _LeastLoaded.MIN_PARTS)
     for opt, cost in order:
         if opt.kind in ("RW", "DP"):
             ranks = tuple(range(n))
@@ -167,16 +168,20 @@ class _LeastLoaded:
     part: a workload of thousands of tables (Neo's model A) placed a fifth as fast.  Entries go
     stale as loads change (:meth:`changed` pushes the new one) and are dropped when they
     surface; the heap is made at the first pick (after the parts on every GPU) and not used
-    once a load is not a number (``pick`` returns None: the scan decides)."""
+    once a load is not a number, nor for fewer than :attr:`MIN_PARTS` parts on one GPU
+    (``pick`` returns None: the scan decides)."""
 
     #: GPUs without room passed over in one pick, at most, before the scan decides instead
     MAX_SKIPPED = 64
+    #: parts on one GPU, at least, for the heap to be used (below, keeping it costs more than
+    #: the scans it saves: a few dozen tables)
+    MIN_PARTS = 256
 
-    def __init__(self, load: np.ndarray, room: np.ndarray):
+    def __init__(self, load: np.ndarray, room: np.ndarray, usable: bool = True):
         self.load, self.room = load, room
         self.heap: list[tuple[float, int]] | None = None
         self.now: list[float] = []  # each rank's load as the heap knows it
-        self.usable = True
+        self.usable = usable
 
     def pick(self, need: float) -> int | None:
         """The rank for a part of ``need`` bytes on one GPU, or None (the scan decides)."""
@@ -392,8 +397,11 @@ class _CostedByShape(dict):
         self.shapes, self.tables = shapes, tables
 
     def __missing__(self, index: int) -> list:
-        t = self.tables[index]
-        costed = [(Option(index, o.kind, o.parts), c) for o, c in self.shapes[_shape(t)]]
+        shape = self.shapes[_shape(self.tables[index])]
+        if shape[0][0].table == index:  # the table the shape was enumerated for
+            costed = shape
+        else:
+            costed = [(Option(index, o.kind, o.parts), c) for o, c in shape]
         self[index] = costed
         return costed
 
@@ -424,7 +432,9 @@ def _chosen_by_shape(ctx: Context, w: WorkloadSpec) -> tuple[Context, dict, list
             opt = choose(ctx, t, shapes[key], target)
             picks[key] = (opt, dict(shapes[key])[opt])
         opt, cost = picks[key]
-        chosen.append((Option(t.index, opt.kind, opt.parts), cost))
+        if opt.table != t.index:
+            opt = Option(t.index, opt.kind, opt.parts)
+        chosen.append((opt, cost))
     return ctx, _CostedByShape(shapes, {t.index: t for t in w.tables}), chosen
 
 
