@@ -76,8 +76,15 @@ def test_streamed_perfetto_is_the_json_of_its_own_objects(monkeypatch):
     import zionsim.sim.perfetto as trace_json
 
     r = run_point({"topology": TINY, "workload": "tiny", "iterations": 2})
-    odd = _events([(0, 0, "compute", 'say "hi"\\é', "gemm", "gemm", 1 / 3, 0.7, float("nan"))])
-    for events in (r.events, EVENTS, odd, EVENTS.iloc[:0]):
+    nan, inf = float("nan"), float("inf")
+    odd = _events([(0, 0, "compute", 'say "hi"\\é', "gemm", "gemm", 1 / 3, 0.7, nan)])
+    odder = _events(
+        [
+            (1, 0, "a2a", "x", "a2a", "a2a", nan, inf, 3.0),
+            (1, 0, "a2a", "x", "a2a", "a2a", 0.1, inf, 3.0),
+        ]
+    )
+    for events in (r.events, EVENTS, odd, odder, EVENTS.iloc[:0]):
         pieces = list(perfetto_json(events))
         text = "".join(pieces)
         assert text == json.dumps(json.loads(text), separators=(",", ":"))

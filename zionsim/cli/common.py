@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from zionsim.base.errors import InputError
@@ -116,20 +117,26 @@ class Phases:
     the phase under way as its text; shown only on a terminal, gone when the command ends."""
 
     def __init__(self, label: str, names: list[str]):
+        self.names = names
+        self.bar = None
+        err = sys.stderr
+        if hasattr(err, "isatty") and not err.isatty():
+            return  # what tqdm's disable=None decides, without importing tqdm (~20 ms)
         from tqdm import tqdm
 
-        self.names = names
         self.bar = tqdm(total=len(names), desc=label, leave=False, disable=None, unit="step")
 
     def start(self, name: str) -> None:
         """Mark the phases before ``name`` done and show ``name`` as under way."""
-        self.bar.update(self.names.index(name) - self.bar.n)
-        self.bar.set_postfix_str(name)
+        if self.bar is not None:
+            self.bar.update(self.names.index(name) - self.bar.n)
+            self.bar.set_postfix_str(name)
 
     def close(self) -> None:
         """Finish and remove the bar."""
-        self.bar.update(len(self.names) - self.bar.n)
-        self.bar.close()
+        if self.bar is not None:
+            self.bar.update(len(self.names) - self.bar.n)
+            self.bar.close()
 
 
 def topology_sets(args) -> dict:

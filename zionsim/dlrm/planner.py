@@ -33,6 +33,7 @@ two GPUs share a PCIe switch's uplink to the CPU); ``plan_cost.plan_costs`` is t
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -127,6 +128,8 @@ def place(ctx: Context, chosen: list[tuple[Option, Cost]], zipf_alpha: float) ->
             oc[0].table,
         ),
     )
+    ones = sum(1 for o, _ in chosen if o.parts == 1 and o.kind not in ("RW", "DP", "TWRW"))
+    least = _LeastLoaded(load, room, usable=ones >= _LeastLoaded.MIN_PARTS)
     for opt, cost in order:
         if opt.kind in ("RW", "DP"):
             ranks = tuple(range(n))
@@ -137,7 +140,10 @@ def place(ctx: Context, chosen: list[tuple[Option, Cost]], zipf_alpha: float) ->
             node = int(ok[np.argmin(node_load[ok])] if len(ok) else np.argmin(node_load))
             ranks = tuple(range(node * g, (node + 1) * g))
         else:
-            ranks = _least_loaded(load, room, cost.part_bytes, opt.parts)
+            one = least.pick(cost.part_bytes) if opt.parts == 1 else None
+            ranks = (
+                (one,) if one is not None else _least_loaded(load, room, cost.part_bytes, opt.parts)
+            )
         # every GPU, one GPU (a scalar) or some: the same element-wise sums, fewer arrays made
         idx = slice(None) if len(ranks) == n else ranks[0] if len(ranks) == 1 else np.array(ranks)
         if (room[idx] >= cost.part_bytes).all():
@@ -151,7 +157,78 @@ def place(ctx: Context, chosen: list[tuple[Option, Cost]], zipf_alpha: float) ->
                 dram[r // g] -= (1 - frac) * cost.part_bytes
             shards[opt.table] = Shard(opt.table, opt.kind, ranks, "uvm", round(frac, 6))
             load[idx] += cost.part_s + miss_s(ctx, opt, cost, frac, zipf_alpha)
+        least.changed(ranks)
     return Plan("greedy", tuple(shards[t.index] for t in ctx.w.tables))
+
+
+class _LeastLoaded:
+    """What :func:`_least_loaded` picks for one GPU (the least loaded GPU with room for
+    ``need``, the lowest rank among equals, the least loaded of all where none has room), from
+    a heap of (load, rank) kept beside ``place``'s arrays instead of a scan of every GPU per
+    part: a workload of thousands of tables (Neo's model A) placed a fifth as fast.  Entries go
+    stale as loads change (:meth:`changed` pushes the new one) and are dropped when they
+    surface; the heap is made at the first pick (after the parts on every GPU) and not used
+    once a load is not a number, nor for fewer than :attr:`MIN_PARTS` parts on one GPU
+    (``pick`` returns None: the scan decides)."""
+
+    #: GPUs without room passed over in one pick, at most, before the scan decides instead
+    MAX_SKIPPED = 64
+    #: parts on one GPU, at least, for the heap to be used (below, keeping it costs more than
+    #: the scans it saves: a few dozen tables)
+    MIN_PARTS = 256
+
+    def __init__(self, load: np.ndarray, room: np.ndarray, usable: bool = True):
+        self.load, self.room = load, room
+        self.heap: list[tuple[float, int]] | None = None
+        self.now: list[float] = []  # each rank's load as the heap knows it
+        self.usable = usable
+
+    def pick(self, need: float) -> int | None:
+        """The rank for a part of ``need`` bytes on one GPU, or None (the scan decides)."""
+        if not self.usable:
+            return None
+        if self.heap is None:
+            self.now = self.load.tolist()
+            if any(v != v for v in self.now):
+                self.usable = False
+                return None
+            self.heap = [(v, r) for r, v in enumerate(self.now)]
+            heapq.heapify(self.heap)
+        heap, now, room = self.heap, self.now, self.room
+        skipped: list[tuple[float, int]] = []
+        found = None
+        while heap:
+            v, r = heap[0]
+            if v != now[r]:  # stale
+                heapq.heappop(heap)
+            elif room[r] >= need:
+                found = r
+                break
+            elif len(skipped) < self.MAX_SKIPPED:
+                skipped.append(heapq.heappop(heap))
+            else:
+                break
+        else:  # no GPU has room: the least loaded of all
+            found = skipped[0][1] if skipped else None
+        for entry in skipped:
+            heapq.heappush(heap, entry)
+        return found
+
+    def changed(self, ranks) -> None:
+        """The loads of ``ranks`` changed (every rank: the heap is made again when next
+        needed)."""
+        if self.heap is None or not self.usable:
+            return
+        if len(ranks) == len(self.now):
+            self.heap = None
+            return
+        for r in ranks:
+            v = float(self.load[r])
+            if v != v:
+                self.usable = False
+                return
+            self.now[r] = v
+            heapq.heappush(self.heap, (v, r))
 
 
 def _loads(ctx: Context, chosen: list[tuple[Option, Cost]], plan: Plan) -> np.ndarray:
@@ -222,18 +299,23 @@ class Planner:
     def _compared(self, cluster, w: WorkloadSpec) -> list[Plan]:
         """:meth:`compared`, made."""
         ctx = context(cluster, w)
-        price = _by_shape(ctx) if self.estimate is estimate else self.estimate
-        costed = {
-            t.index: [(o, price(ctx, t, o)) for o in self.enumerate(ctx, t)] for t in w.tables
-        }
-        data = sum(next(c for o, c in cs if o.kind == "TW").part_bytes for cs in costed.values())
-        ctx = replace(ctx, hbm_share=min(1.0, ctx.n * ctx.hbm_budget / data) if data else 1.0)
-        tw_total = sum(min(c.total_s for _, c in cs) for cs in costed.values())
-        target = tw_total / ctx.n
-        chosen = []
-        for t in w.tables:
-            opt = self.choose(ctx, t, costed[t.index], target)
-            chosen.append((opt, dict(costed[t.index])[opt]))
+        if self == _BUILT_IN and len({t.index for t in w.tables}) == len(w.tables):
+            ctx, costed, chosen = _chosen_by_shape(ctx, w)
+        else:
+            price = _by_shape(ctx) if self.estimate is estimate else self.estimate
+            costed = {
+                t.index: [(o, price(ctx, t, o)) for o in self.enumerate(ctx, t)] for t in w.tables
+            }
+            data = sum(
+                next(c for o, c in cs if o.kind == "TW").part_bytes for cs in costed.values()
+            )
+            ctx = replace(ctx, hbm_share=min(1.0, ctx.n * ctx.hbm_budget / data) if data else 1.0)
+            tw_total = sum(min(c.total_s for _, c in cs) for cs in costed.values())
+            target = tw_total / ctx.n
+            chosen = []
+            for t in w.tables:
+                opt = self.choose(ctx, t, costed[t.index], target)
+                chosen.append((opt, dict(costed[t.index])[opt]))
         plan = self.rebalance(ctx, costed, chosen)
         return self.candidates(ctx, costed, plan)
 
@@ -303,6 +385,57 @@ _BUILT_IN = Planner()
 #: candidate lists kept per cluster (:meth:`Planner.compared`), at most; 0: none kept
 KEEP_CANDIDATES = 64
 _CANDIDATES: Registry = {}
+
+
+class _CostedByShape(dict):
+    """Per table index, its options and their costs (``Planner._compared``'s ``costed``), made
+    when first looked up from its shape's: the built-in stages read nothing else of a table
+    (:func:`_by_shape`), and a workload of thousands of alike tables has its few looked up."""
+
+    def __init__(self, shapes: dict, tables: dict):
+        super().__init__()
+        self.shapes, self.tables = shapes, tables
+
+    def __missing__(self, index: int) -> list:
+        shape = self.shapes[_shape(self.tables[index])]
+        if shape[0][0].table == index:  # the table the shape was enumerated for
+            costed = shape
+        else:
+            costed = [(Option(index, o.kind, o.parts), c) for o, c in shape]
+        self[index] = costed
+        return costed
+
+
+def _shape(t) -> tuple:
+    return (t.rows, t.dim, t.pooling)
+
+
+def _chosen_by_shape(ctx: Context, w: WorkloadSpec) -> tuple[Context, dict, list]:
+    """Stages 1-3 of the built-in planner (``Planner._compared``) with each table shape
+    enumerated, priced and chosen once (what they read of a table: :func:`_by_shape`): the
+    context with its ``hbm_share``, ``costed`` (:class:`_CostedByShape`) and the chosen option
+    and cost of every table, the same as table by table (the sums in the tables' order)."""
+    price = _by_shape(ctx)
+    shapes: dict[tuple, list] = {}
+    for t in w.tables:
+        if _shape(t) not in shapes:
+            shapes[_shape(t)] = [(o, price(ctx, t, o)) for o in enumerate_options(ctx, t)]
+    per_table = [shapes[_shape(t)] for t in w.tables]
+    data = sum(next(c for o, c in cs if o.kind == "TW").part_bytes for cs in per_table)
+    ctx = replace(ctx, hbm_share=min(1.0, ctx.n * ctx.hbm_budget / data) if data else 1.0)
+    target = sum(min(c.total_s for _, c in cs) for cs in per_table) / ctx.n
+    picks: dict[tuple, tuple[Option, Cost]] = {}
+    chosen = []
+    for t in w.tables:
+        key = _shape(t)
+        if key not in picks:
+            opt = choose(ctx, t, shapes[key], target)
+            picks[key] = (opt, dict(shapes[key])[opt])
+        opt, cost = picks[key]
+        if opt.table != t.index:
+            opt = Option(t.index, opt.kind, opt.parts)
+        chosen.append((opt, cost))
+    return ctx, _CostedByShape(shapes, {t.index: t for t in w.tables}), chosen
 
 
 def _by_shape(ctx: Context) -> Callable:

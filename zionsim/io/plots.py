@@ -38,6 +38,14 @@ def _pyplot():
     return plt
 
 
+def _bare_axes(figsize: tuple[float, float]):
+    """The axes of a new figure pyplot does not manage (no backend, no pyplot import: a tenth
+    of the headline run's CPU time); for figures a writer only renders to PNG."""
+    from matplotlib.figure import Figure
+
+    return Figure(figsize=figsize).subplots()
+
+
 def plot_topology(cluster, ax=None, max_nodes: int = 2):
     """Draw the devices of the first ``max_nodes`` nodes and the switches above them."""
     import networkx as nx
@@ -99,12 +107,14 @@ def save(ax, path) -> None:
 
 
 def plot_breakdown(summary: dict, ax=None):
-    """Stacked bar of one run's critical-path breakdown (ms per category)."""
-    plt = _pyplot()
+    """Stacked bar of one run's critical-path breakdown (ms per category); without ``ax``, on a
+    figure of its own that pyplot does not manage (``write_run`` renders it to PNG)."""
+    import matplotlib
+
     if ax is None:
-        _, ax = plt.subplots(figsize=(6, 5))
+        ax = _bare_axes((6, 5))
     bottom = 0.0
-    cmap = plt.get_cmap("tab20")
+    cmap = matplotlib.colormaps["tab20"]
     for i, (cat, sec) in enumerate(summary["breakdown_s"].items()):
         if sec <= 0:
             continue
@@ -147,5 +157,6 @@ def png_bytes(ax) -> bytes:
     fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=100, metadata={"Software": None}, bbox_inches="tight")
-    _pyplot().close(fig)
+    if fig.canvas.manager is not None:  # a pyplot figure: pyplot lets go of it
+        _pyplot().close(fig)
     return buf.getvalue()

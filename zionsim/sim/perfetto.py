@@ -39,16 +39,17 @@ def perfetto_json(events: pd.DataFrame) -> Iterator[str]:
     """:func:`perfetto` as compact JSON text (``separators=(",", ":")``), in pieces of about
     :data:`CHUNK_EVENTS` events each, so a writer streams it to its file without holding the
     trace as objects (or whole) in memory; the text is the one ``json.dumps`` writes of it."""
-    lanes = track_lanes(events)
+    lanes = track_lanes(events).tolist()
     order = {s: i for i, s in enumerate(STREAM_TRACKS)}
     streams = events["stream"].tolist()
-    tids = [order.get(s, len(order)) * 100 + int(n) for s, n in zip(streams, lanes, strict=True)]
+    tids = [order.get(s, len(order)) * 100 + n for s, n in zip(streams, lanes, strict=True)]
+    ranks = events["rank"].astype(int).tolist()
     head: list[dict] = []
     for p in sorted(events["rank"].unique()):
         name = f"rank {p}" if p >= 0 else "network"
         head.append(_meta("process_name", int(p), 0, {"name": name}))
         head.append(_meta("process_sort_index", int(p), 0, {"sort_index": int(p)}))
-    tracks = sorted(set(zip(events["rank"].astype(int), tids, streams, lanes, strict=True)))
+    tracks = sorted(set(zip(ranks, tids, streams, lanes, strict=True)))
     for rank, tid, stream, lane in tracks:
         label = STREAM_TRACKS.get(stream, stream) + (f" ({lane + 1})" if lane else "")
         head.append(_meta("thread_name", rank, tid, {"name": label}))
@@ -56,12 +57,16 @@ def perfetto_json(events: pd.DataFrame) -> Iterator[str]:
     yield '{"traceEvents":['
     yield ",".join(_dumps(m) for m in head)
     sep = "," if head else ""
-    cols = [events[c].tolist() for c in ("name", "category", "rank", "start_s", "end_s")]
+    cols = [events[c].tolist() for c in ("name", "category")] + [ranks]
     cols += [events["iteration"].tolist(), events["bytes"].tolist(), tids]
-    text: dict[str, str] = {}  # names and categories, JSON-quoted once each
+    starts = np.asarray(events["start_s"].to_numpy(), dtype=np.float64)
+    ends = np.asarray(events["end_s"].to_numpy(), dtype=np.float64)
+    heads: dict = {}  # each track's span text up to "ts" (and each name JSON-quoted), once
+    args: dict[tuple, str] = {}  # each (iteration, bytes) pair's "args" object, written once
     for k in range(0, len(tids), CHUNK_EVENTS):
         part = [c[k : k + CHUNK_EVENTS] for c in cols]
-        yield sep + ",".join(_span(*row, text) for row in zip(*part, strict=True))
+        times = span_times(starts[k : k + CHUNK_EVENTS], ends[k : k + CHUNK_EVENTS])
+        yield sep + ",".join(_spans(zip(*part, *times, strict=True), heads, args))
         sep = ","
     yield '],"displayTimeUnit":"ms"}'
 
@@ -70,21 +75,100 @@ def perfetto_json(events: pd.DataFrame) -> Iterator[str]:
 CHUNK_EVENTS = 20_000
 
 
-def _span(name, cat, rank, start_s, end_s, iteration, nbytes, tid, text: dict) -> str:
-    """One span as the JSON object :func:`perfetto` holds (keys in its order)."""
-    ts = round(start_s * 1e6, 3)
-    # from the rounded ends, so spans that touch do not overlap after rounding
-    dur = round(round(end_s * 1e6, 3) - ts, 3)
-    args = f'{{"iteration":{int(iteration)}'
-    args += f',"bytes":{_num(float(nbytes))}}}' if nbytes else "}"
-    if name not in text:
-        text[name] = _dumps(name)
-    if cat not in text:
-        text[cat] = _dumps(cat)
-    return (
-        f'{{"name":{text[name]},"cat":{text[cat]},"ph":"X","pid":{int(rank)},"tid":{tid},'
-        f'"ts":{_num(ts)},"dur":{_num(dur)},"args":{args}}}'
-    )
+def _spans(rows, heads: dict, args: dict) -> list[str]:
+    """Each span of ``rows`` (name, category, rank, iteration, bytes, track, and the texts of
+    its start and duration, :func:`span_times`) as the JSON object :func:`perfetto` holds
+    (keys in its order).  What repeats (a span's name and category, process and thread; an
+    iteration's args) is looked up in ``heads`` and ``args`` (filled here) instead of
+    formatted again: the Perfetto text was a tenth of the headline run's CPU time."""
+    out: list[str] = []
+    put = out.append
+    for name, cat, rank, iteration, nbytes, tid, ts, dur in rows:
+        try:
+            head = heads[name, cat, rank, tid]
+        except KeyError:
+            quoted = heads.get(name) or heads.setdefault(name, _dumps(name))
+            kind = heads.get(cat) or heads.setdefault(cat, _dumps(cat))
+            head = heads[name, cat, rank, tid] = (
+                f'{{"name":{quoted},"cat":{kind},"ph":"X","pid":{int(rank)},"tid":{tid},"ts":'
+            )
+        try:
+            arg = args[iteration, nbytes]
+        except KeyError:
+            arg = f'{{"iteration":{int(iteration)}'
+            arg += f',"bytes":{_num(float(nbytes))}}}}}' if nbytes else "}}"
+            args[iteration, nbytes] = arg
+        put(f'{head}{ts},"dur":{dur},"args":{arg}')
+    return out
+
+
+def span_times(start_s: np.ndarray, end_s: np.ndarray) -> tuple[list[str], list[str]]:
+    """The JSON texts of the spans' ``ts`` and ``dur`` in microseconds: ``ts`` is
+    ``round(start_s * 1e6, 3)`` and ``dur`` ``round(round(end_s * 1e6, 3) - ts, 3)`` (from the
+    rounded ends, so spans that touch do not overlap after rounding), each as ``json.dumps``
+    writes it.  Worked on whole arrays (:func:`_round_ns`, :func:`_ns_text`): the same numbers
+    and text as Python's ``round`` and ``repr`` of each, which are checked against them in
+    ``tests/sim/test_results.py``; a value out of that range (NaN, infinite, 10¹² µs or
+    more) is left to Python."""
+    with np.errstate(all="ignore"):
+        ts, ts_ns, ok = _round_ns(start_s * 1e6)
+        te, _, ok_end = _round_ns(end_s * 1e6)
+        dur, dur_ns, ok_dur = _round_ns(te - ts)
+    ts_text, dur_text = _ns_text(ts, ts_ns), _ns_text(dur, dur_ns)
+    for i in np.flatnonzero(~(ok & ok_end & ok_dur)).tolist():
+        t = round(float(start_s[i]) * 1e6, 3)
+        ts_text[i] = _num(t)
+        dur_text[i] = _num(round(round(float(end_s[i]) * 1e6, 3) - t, 3))
+    return ts_text, dur_text
+
+
+#: |µs| below which :func:`_round_ns` rounds (and :func:`_ns_text` writes) a value: its
+#: nanoseconds have at most 15 digits, so the decimal of ``ns / 1000`` is what ``repr`` writes
+EXACT_US = 1e12
+
+
+def _round_ns(us: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``round(x, 3)`` of each microsecond value ``x`` as Python rounds a float (the exact
+    binary value to the nearest thousandth, ties to even; the sign of a zero kept), its
+    nanoseconds' magnitude, and where that holds (finite, under :data:`EXACT_US`).
+    ``x * 1000`` is ``p + e`` exactly (Dekker's product, ``x`` split by Veltkamp's 2²⁷ + 1;
+    1000 has 7 significant bits), so ``p``'s nearest integer is off only where ``p`` is a
+    half and ``e`` breaks the tie; ``n / 1000`` is the double nearest the decimal ``n``
+    thousandths, which is what ``round`` returns."""
+    ok = np.abs(us) < EXACT_US  # NaN: False
+    x = np.where(ok, us, 0.0)
+    p = x * 1000.0
+    hi = x * 134217729.0
+    hi = hi - (hi - x)
+    e = (hi * 1000.0 - p) + (x - hi) * 1000.0
+    n = np.rint(p)
+    d = p - n
+    n += (d == 0.5) & (e > 0)
+    n -= (d == -0.5) & (e < 0)
+    n = np.abs(n)
+    return np.copysign(n / 1000.0, x), n.astype(np.int64), ok
+
+
+#: ``.`` and the thousandths 0-999 as ``repr`` ends a float (``.0``, ``.5``, ``.125``)
+FRACTIONS = [".0"] + [f".{k:03d}".rstrip("0") for k in range(1, 1000)]
+#: :data:`FRACTIONS` as numpy text, where numpy has whole-array text (2.0 and later)
+_TEXT = np.array(FRACTIONS, dtype=np.dtypes.StringDType()) if hasattr(np, "strings") else None
+
+
+def _ns_text(value: np.ndarray, ns: np.ndarray) -> list[str]:
+    """``repr`` of each ``value`` = ±``ns`` / 1000 (:func:`_round_ns`): the whole microseconds
+    and the thousandths without trailing zeros, ``-`` where the sign bit is set."""
+    whole, frac = np.divmod(ns, 1000)
+    neg = np.signbit(value)
+    if _TEXT is None:  # numpy before 2.0: the same text, one value at a time
+        return [
+            f"{'-' if n else ''}{w}{FRACTIONS[f]}"
+            for n, w, f in zip(neg.tolist(), whole.tolist(), frac.tolist(), strict=True)
+        ]
+    text = np.strings.add(whole.astype(_TEXT.dtype), _TEXT[frac])
+    if neg.any():
+        text = np.where(neg, np.strings.add("-", text), text)
+    return text.tolist()
 
 
 def _num(x: float) -> str:
@@ -92,8 +176,12 @@ def _num(x: float) -> str:
     return float.__repr__(x) if x - x == 0.0 else _dumps(x)
 
 
+#: ``json.dumps(obj, separators=(",", ":"))`` without building an encoder per call
+_COMPACT = json.JSONEncoder(separators=(",", ":"))
+
+
 def _dumps(obj) -> str:
-    return json.dumps(obj, separators=(",", ":"))
+    return _COMPACT.encode(obj)
 
 
 def _meta(name: str, pid: int, tid: int, args: dict) -> dict:
@@ -106,9 +194,10 @@ def track_lanes(events: pd.DataFrame) -> np.ndarray:
     lanes = np.zeros(len(events), dtype=int)
     if events.empty:
         return lanes
+    starts, ends = events["start_s"].to_numpy(), events["end_s"].to_numpy()
     for _, idx in events.groupby(["rank", "stream"], sort=False).indices.items():
-        start = events["start_s"].to_numpy()[idx]
-        end = events["end_s"].to_numpy()[idx]
+        start = starts[idx]
+        end = ends[idx]
         order = np.lexsort((idx, start))
         s, e = start[order], end[order]
         if len(s) < 2 or np.all(s[1:] >= np.maximum.accumulate(e)[:-1]):
