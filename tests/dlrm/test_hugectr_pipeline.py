@@ -204,3 +204,23 @@ def test_hierarchical_reduction_of_table_wise_shards_reads_and_writes_what_arriv
         want += lay.twrw_rs.get(node, 0.0) * (1 + 1 / g)
         got = [op for op in trace.ops if op.rank == r and op.name == "hier_dst_reduction"]
         assert len(got) == 1 and got[0].args["nbytes"] == pytest.approx(want)
+
+
+def test_hierarchical_intra_node_stages_are_kernels_outside_the_communicators_order():
+    """HugeCTR's intra-node stages of the hierarchical exchange (``intra_forward``,
+    ``intra_model_backward``) are kernels of its embedding stream, not NCCL calls: the grouped
+    all-reduce, issued after the gradient all-to-all on the one communicator, starts once that
+    exchange has ended, beside the intra-node gradient copy (sharing NVLink with it), not after
+    it. TorchRec's TWRW stages are NCCL's reduce-scatter and all-gather and stay in order."""
+    trace, _, _ = _lowered()
+    ops = {op.name: op for op in trace.ops if op.rank == 0}
+    assert ops["twrw_reduce_scatter"].stream == "intra"
+    assert ops["twrw_all_gather"].stream == "intra"
+    assert ops["allreduce0"].stream == "a2a"
+    ev = run_point({**TWO_NODES, "batch_per_gpu": 1024, "iterations": 3, "warmup": 1}).events
+    r0 = ev[ev["rank"] == 0].set_index(["iteration", "name"])
+    start = r0.loc[(2, "allreduce0"), "start_s"]
+    assert start >= r0.loc[(2, "twrw_a2a_bwd"), "end_s"] - 1e-12
+    assert start < r0.loc[(2, "twrw_all_gather"), "end_s"]
+    tr = _lowered({"hierarchical_reduction": False})[0]
+    assert {op.stream for op in tr.ops if op.name.startswith("twrw_")} == {"a2a"}

@@ -39,6 +39,9 @@ class _RankOps:
         self.b, self.w, self.r, self.lay, self.c = b, w, r, lay, c
         self.stack = stack
         self.emb_stream = "embedding" if stack.embedding_stream else "compute"
+        #: HugeCTR's hierarchical intra-node stages are kernels, not NCCL calls (``stack.py``
+        #: item 8f): off the communicator's stream, so its later calls do not wait for them
+        self.intra_stream = "intra" if stack.hierarchical_reduction else "a2a"
         #: samples of the rank's bottom MLP (``stack.py`` item 13) and whether it is
         #: model-parallel (its output and gradient in the embeddings' all-to-alls)
         bottom = bottom_rank(stack, b.ranks)
@@ -146,10 +149,11 @@ def _lower_embedding_fwd(
         o.coll("pooled_a2a", "pool", "all_to_all", "a2a", (e_fwd, bottom)),
         o.coll("rw_reduce_scatter", "rs", "reduce_scatter", "a2a", (e_fwd,)),
     ]
-    rs = o.coll("twrw_reduce_scatter", ("twrw_rs", node), "reduce_scatter", "a2a", (e_fwd,))
+    intra = o.intra_stream
+    rs = o.coll("twrw_reduce_scatter", ("twrw_rs", node), "reduce_scatter", intra, (e_fwd,))
     rs = rs or o.coll("hyb_intra_a2a", ("hyb_intra", node), "all_to_all", "a2a", (e_fwd,))
     # HugeCTR's hierarchical TW/RW shards: their intra-node stage, after any TWRW one
-    rs = o.coll("hier_intra_a2a", ("hier_intra", node), "all_to_all", "a2a", (rs or e_fwd,)) or rs
+    rs = o.coll("hier_intra_a2a", ("hier_intra", node), "all_to_all", intra, (rs or e_fwd,)) or rs
     rs = _lower_hier_reduction(o, rs) or rs
     outs.append(o.coll("twrw_a2a", ("twrw_a2a", local), "all_to_all", "a2a", (rs or e_fwd,)))
     outs.append(ps_in)
@@ -279,8 +283,9 @@ def _lower_sparse_bwd(o: _RankOps, node, local, e_args, x, grads_done, early=Non
     ]
     hb = o.coll("hyb_intra_a2a_bwd", ("hyb_intra_bwd", node), "all_to_all", "a2a", (ready,))
     tb = o.coll("twrw_a2a_bwd", ("twrw_a2a_bwd", local), "all_to_all", "a2a", (hb or ready,))
-    backs += [tb, o.coll("twrw_all_gather", ("twrw_ag", node), "all_gather", "a2a", (tb,))]
-    backs.append(o.coll("hier_intra_bwd", ("hier_bwd", node), "all_to_all", "a2a", (tb,)))
+    intra = o.intra_stream  # after the rail exchange, beside the communicator's next calls
+    backs += [tb, o.coll("twrw_all_gather", ("twrw_ag", node), "all_gather", intra, (tb,))]
+    backs.append(o.coll("hier_intra_bwd", ("hier_bwd", node), "all_to_all", intra, (tb,)))
     if lay.hybrid:  # frequent rows' gradients: a local reduction of the output's gradient
         grads_done["dp_tables"] = x  # (hybrid_sparse_embedding.cu freq_backward), not the a2a's
     B = o.bottom_batch  # a model-parallel bottom MLP's gradient comes in the gradient exchange

@@ -107,7 +107,12 @@ TensorFlow + SOK.  A stack profile states, as data with sources, what differs be
    inline as it moves the data.  Source: NVIDIA-Merlin/HugeCTR (commit 2f2016f)
    ``HugeCTR/embedding/hier_model_parallel_embedding.cpp`` (``model_forward``) and
    ``embedding/operators/hier_model_forward.cu`` (``IntraModelForward::dst_reduction``, a
-   multi-to-one copy summing the node's holders of each lookup).
+   multi-to-one copy summing the node's holders of each lookup).  The intra-node stages
+   (``intra_forward``, and ``intra_model_backward``, the copy after the gradient exchange) are
+   such kernels too, not NCCL calls: they run on stream ``intra``, outside the communicator's
+   order (item 8e), so the grouped all-reduce, issued after the gradient all-to-all, starts
+   when that ends, beside the copy, and the two share NVLink (``network_backward`` in the same
+   file: ``hier_communicate``, GPU barrier, ``intra_model_backward``).
 8g. ``dp_local_reduce`` — the replicated (data-parallel) tables' backward is a local reduce of
    its own, on the embedding stream once the top and bottom MLPs' backward is done (it needs no
    exchange; HugeCTR issues the graph's bottom backward before it, and the GPU here runs one

@@ -29,8 +29,10 @@ SCHEMA = "zionsim.trace/1"
 #: that runs its lookups on a stream of their own (``embedding_stream``), and the host thread
 #: that prepares each batch and launches the kernels (a stack's ``host``); ``ps_push``: the
 #: parameter-server gradient pushes of a Hogwild CPU trainer (a ``trainer: cpu`` stack), whose
-#: threads run their iterations out of step, so one batch's push overlaps the next's lookup
-STREAMS = ("compute", "a2a", "allreduce", "ps", "embedding", "host", "ps_push")
+#: threads run their iterations out of step, so one batch's push overlaps the next's lookup;
+#: ``intra``: HugeCTR's hierarchical exchange's intra-node stages, kernels of its embedding
+#: stream that move data over NVLink themselves, outside NCCL's order (``stack.py`` item 8f)
+STREAMS = ("compute", "a2a", "allreduce", "ps", "embedding", "host", "ps_push", "intra")
 #: ``host``: a span of host-thread work (a stack's batch preparation and kernel launches)
 COMPUTE_KINDS = ("gemm", "embedding_fwd", "embedding_bwd", "memory", "host")
 KINDS = COMPUTE_KINDS + ("collective", "transfer")

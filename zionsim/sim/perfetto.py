@@ -24,6 +24,7 @@ STREAM_TRACKS = {
     "embedding": "embedding stream",
     "host": "host thread",
     "ps_push": "parameter-server push stream",
+    "intra": "intra-node kernel stream",
     "network": "network",
 }
 
