@@ -151,14 +151,41 @@ class _Network:
         return event
 
     def _account(self, routes: np.ndarray, nbytes: np.ndarray, frac=None) -> None:
-        valid = routes >= 0
-        if valid.any():
-            per = np.broadcast_to(nbytes[:, None], routes.shape)[valid]
+        ids, rows, flat = _valid_links(routes)
+        if len(ids):
+            per = nbytes[rows]  # np.broadcast_to(nbytes[:, None], routes.shape)[valid]
             self.stats.link_bytes += np.bincount(
-                routes[valid],
-                weights=per if frac is None else per * frac[valid],
+                ids,
+                weights=per if frac is None else per * frac.ravel()[flat],
                 minlength=len(self.capacity),
             )
+
+
+#: what :meth:`_Network._account` gathers of a routes array (its link ids but the padding, in
+#: row-major order, each one's row and flat position), kept by the array's identity (held:
+#: routes are never changed once made; a prepared collective's run every iteration) up to
+#: this many bytes in all; 0: gathered anew each time
+KEEP_VALID_BYTES = 64 * 2**20
+_VALID: dict[int, tuple] = {}
+_VALID_BYTES = [0]
+
+
+def _valid_links(routes: np.ndarray) -> tuple:
+    """``routes[routes >= 0]``, the row of each and its flat position, in row-major order."""
+    hit = _VALID.get(id(routes))
+    if hit is not None and hit[0] is routes:
+        return hit[1]
+    flat = np.flatnonzero(routes >= 0)
+    out = (routes.ravel()[flat], flat // max(routes.shape[1], 1), flat)
+    if KEEP_VALID_BYTES:
+        size = sum(a.nbytes for a in out)
+        if _VALID_BYTES[0] + size > KEEP_VALID_BYTES:
+            _VALID.clear()
+            _VALID_BYTES[0] = 0
+        if size <= KEEP_VALID_BYTES:
+            _VALID[id(routes)] = (routes, out)
+            _VALID_BYTES[0] += size
+    return out
 
 
 #: remember rate solves by all they read (``FlowNetwork._solve_key``): a sweep's points on one
