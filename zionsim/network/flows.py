@@ -206,6 +206,15 @@ def _array_key(a: np.ndarray) -> tuple:
     return (a.dtype.str, a.shape, a.tobytes())
 
 
+def _fingerprint(a: np.ndarray) -> tuple:
+    """A cheap stand-in for :func:`_array_key` to find a kept solve by (hashing every byte of
+    a large flow table costs more than the rest of a kept solve): type, shape and about 256
+    evenly spaced values; a solve found by it is used only where all its arrays' keys are
+    equal (``FlowNetwork._solve``)."""
+    flat = a.reshape(-1)
+    return (a.dtype.str, a.shape, flat[:: max(1, len(flat) // 256)].tobytes())
+
+
 class FlowNetwork(_Network):
     """Flow-level max-min fair sharing of every directed link.
 
@@ -337,7 +346,11 @@ class FlowNetwork(_Network):
             classes = self._class_args()
             self.stats.solves += 1
             key = self._solve_key(classes)
-            hit = _SOLVES.get(key) if key is not None else None
+            hit = None
+            if key is not None:  # found by a cheap fingerprint, then compared in full
+                entry = _SOLVES.get(key[0])
+                if entry is not None and entry[0] == key[1]:
+                    hit = entry[1]
             if hit is not None:
                 self._rate, bad, level = hit[0].copy(), hit[1], hit[2]
             else:
@@ -351,7 +364,7 @@ class FlowNetwork(_Network):
                         self._weight, self._cap, self._rate,
                     )  # fmt: skip
                 if key is not None:
-                    size = sum(len(k[2]) for k in key)
+                    size = sum(len(k[2]) for k in key[1])
                     if len(_SOLVES) >= KEEP_SOLVES or _SOLVES_BYTES[0] + size > KEEP_SOLVE_BYTES:
                         _SOLVES.clear()
                         _SOLVES_BYTES[0] = 0
@@ -359,7 +372,10 @@ class FlowNetwork(_Network):
                     for a in kept:
                         if a is not None:  # shared by the solves that find it: never written
                             a.flags.writeable = False
-                    _SOLVES[key] = tuple(kept)
+                    old = _SOLVES.get(key[0])
+                    if old is not None:  # the same fingerprint, other arrays: replaced
+                        _SOLVES_BYTES[0] -= sum(len(k[2]) for k in old[0])
+                    _SOLVES[key[0]] = (key[1], tuple(kept))
                     _SOLVES_BYTES[0] += size
             if classes is None or not len(bad):
                 return
@@ -368,9 +384,10 @@ class FlowNetwork(_Network):
     def _solve_key(self, classes) -> tuple | None:
         """All that a rate solve (``maxmin_rates``, then ``uncovered_classes``) reads, as a key:
         the links' capacities and every row's route, weight and cap, and the class rows', each
-        array's type, shape and bytes (both are pure functions of these arrays); None where
-        solves are not kept (:data:`REUSE_SOLVES`) or these are too large to keep
-        (:data:`MAX_SOLVE_BYTES`: a large cluster's solves are not met again in a sweep)."""
+        array's type, shape and bytes (both are pure functions of these arrays), after the
+        same arrays' fingerprints (:func:`_fingerprint`) to find it by; None where solves are
+        not kept (:data:`REUSE_SOLVES`) or these are too large to keep (:data:`MAX_SOLVE_BYTES`:
+        a large cluster's solves are not met again in a sweep)."""
         size = self.capacity.nbytes + self._routes.nbytes
         if classes is not None:
             size += classes[1].nbytes
@@ -381,7 +398,8 @@ class FlowNetwork(_Network):
         arrays = (self._routes, self._weight, self._cap)
         if classes is not None:
             arrays += (*classes, self._cgroup)
-        return (self._capacity_key, *map(_array_key, arrays))
+        full = (self._capacity_key, *map(_array_key, arrays))
+        return (self._capacity_key[2], *map(_fingerprint, arrays)), full
 
     def _split(self, bad: np.ndarray, level: np.ndarray) -> None:
         """Replace class rows ``bad`` (positions among the class rows) by finer rows, each with
