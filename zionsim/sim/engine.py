@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import simpy
+from simpy.events import NORMAL, Timeout
 
 from zionsim.base.errors import InputError
 from zionsim.base.kept import Registry, kept_for, kept_with
@@ -383,6 +384,11 @@ class _Run:
         rows, copies = self.rec.ops.rows, self.rec.ops.copies
         member_ops = self.tpl.member_ops
         slow, busy, elide = self.slow_compute, self.compute_busy, self.elide
+        # a compute op's timeout made as simpy's Timeout.__init__ and Environment.schedule make
+        # it (the same fields, the same queue entry and event number), where the environment
+        # schedules as simpy's does (its own schedule not overridden)
+        inline = type(env).schedule is simpy.Environment.schedule
+        queue, push, new_event = env._queue, heapq.heappush, object.__new__
         for it in range(iterations):
             if self.per_iteration is not None:  # noise and hiccups (``variability.py``)
                 dur = self.per_iteration[it]
@@ -420,6 +426,11 @@ class _Run:
                     busy[rank] = kind != "host"
                     if slow and self.comm_in_flight[rank] and kind != "host":
                         yield from self._slowed(rank, dur[i])
+                    elif inline:  # env.timeout(dur[i]), its __init__ and schedule inline
+                        t = new_event(Timeout)
+                        t.env, t.callbacks, t._value, t._delay, t._ok = env, [], None, dur[i], True
+                        push(queue, (env._now + dur[i], NORMAL, next(env._eid), t))
+                        yield t
                     else:
                         yield env.timeout(dur[i])
                     busy[rank] = False
