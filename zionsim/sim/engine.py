@@ -149,6 +149,22 @@ class Environment(CountingEnvironment):
         return None
 
 
+def _timeout(env, delay: float) -> Timeout:
+    """``env.timeout(delay)`` made as simpy's ``Timeout.__init__`` and ``Environment.schedule``
+    make it (the same fields, the same queue entry and event number), without their two calls:
+    the engine's most common event (a compute op's end).  Only for an environment that
+    schedules as simpy's does (``_Run.stream`` checks), with ``delay`` > 0."""
+    t = _new(Timeout)
+    t.env, t.callbacks, t._value, t._delay, t._ok = env, [], None, delay, True
+    heapq.heappush(env._queue, (env._now + delay, NORMAL, next(env._eid), t))
+    return t
+
+
+def _simpy_timeout(env, delay: float) -> Timeout:
+    return env.timeout(delay)
+
+
+_new = object.__new__
 #: an op-iteration that has ended with no event asked for (``_Run.done``)
 ENDED = object()
 #: mark an op's end that no op waits for instead of firing its event (``_Run._finished``);
@@ -384,11 +400,7 @@ class _Run:
         rows, copies = self.rec.ops.rows, self.rec.ops.copies
         member_ops = self.tpl.member_ops
         slow, busy, elide = self.slow_compute, self.compute_busy, self.elide
-        # a compute op's timeout made as simpy's Timeout.__init__ and Environment.schedule make
-        # it (the same fields, the same queue entry and event number), where the environment
-        # schedules as simpy's does (its own schedule not overridden)
-        inline = type(env).schedule is simpy.Environment.schedule
-        queue, push, new_event = env._queue, heapq.heappush, object.__new__
+        timeout = _timeout if type(env).schedule is simpy.Environment.schedule else _simpy_timeout
         for it in range(iterations):
             if self.per_iteration is not None:  # noise and hiccups (``variability.py``)
                 dur = self.per_iteration[it]
@@ -426,13 +438,8 @@ class _Run:
                     busy[rank] = kind != "host"
                     if slow and self.comm_in_flight[rank] and kind != "host":
                         yield from self._slowed(rank, dur[i])
-                    elif inline:  # env.timeout(dur[i]), its __init__ and schedule inline
-                        t = new_event(Timeout)
-                        t.env, t.callbacks, t._value, t._delay, t._ok = env, [], None, dur[i], True
-                        push(queue, (env._now + dur[i], NORMAL, next(env._eid), t))
-                        yield t
                     else:
-                        yield env.timeout(dur[i])
+                        yield timeout(env, dur[i])
                     busy[rank] = False
                 rows.append((it, i, free, start, env.now))
                 if i in member_ops:  # the other members of its class: the same times
