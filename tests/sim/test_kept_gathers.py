@@ -3,7 +3,7 @@ from each routes array's valid link ids gathered once (``nccl_wire._gathered``,
 ``flows._valid_links``) equal the sums made from the padded arrays each time, rate solves found
 by a fingerprint are used only where every array they read is equal, the kept traces' op counts
 kept as they grow bound the caches as counting them anew did, and the engine's inline compute
-timeouts run as simpy's own."""
+timeouts run as simpy's own, and a workload's dense-twin key kept by identity is its own."""
 
 from __future__ import annotations
 
@@ -162,3 +162,19 @@ def test_the_spec_reprs_are_kept_by_identity():
     assert estimate._repr_of(other) == repr(other) != repr(stack)
     assert lowering._stack_key(stack) == repr(stack)
     assert lowering._stack_key(other) == repr(other)
+
+
+def test_the_dense_twin_key_is_each_workloads_own():
+    """``lowering.dense_twin``, kept for the last workload given: workloads given in turn get
+    their own keys (equal for fp32 and tf32, other for another batch), as made anew."""
+    from dataclasses import replace
+
+    inputs, _, _ = _candidates({"workload": "tiny", "nodes": 1})
+    w = inputs.workload
+    ws = [replace(w, precision={**w.precision, "dense": d}) for d in ("fp32", "tf32")]
+    ws.append(replace(ws[0], batch_per_gpu=w.batch_per_gpu * 2))
+    lowering._LAST_TWIN[:] = [None, None]
+    fresh = [lowering.dense_twin(x) for x in ws]
+    for x, want in [*zip(ws, fresh), *zip(ws[::-1], fresh[::-1]), (ws[0], fresh[0])]:
+        assert lowering.dense_twin(x) == want
+    assert fresh[0] == fresh[1] != fresh[2]

@@ -199,12 +199,21 @@ def dense_twin(w: WorkloadSpec) -> tuple | None:
     """``w`` with its dense precision left out but for its width and whether it is a half
     format, as a key (``repr`` of the rest): workloads with equal keys differ at most in a
     dense format of one width and kind (fp32 and tf32; fp16 and bf16).  None where the dense
-    precision has no width on record."""
+    precision has no width on record.  Kept for the last workload given (by identity, held:
+    a workload is frozen; the planner and the lowering ask for one point's workload often)."""
+    if _LAST_TWIN[0] is w:
+        return _LAST_TWIN[1]
     dense = w.precision.get("dense")
-    if dense not in DTYPE_BYTES:
-        return None
-    other = dataclasses.replace(w, precision={**w.precision, "dense": ""})
-    return (DTYPE_BYTES[dense], dense in HALF_FORMATS, repr(other))
+    twin = None
+    if dense in DTYPE_BYTES:
+        other = dataclasses.replace(w, precision={**w.precision, "dense": ""})
+        twin = (DTYPE_BYTES[dense], dense in HALF_FORMATS, repr(other))
+    _LAST_TWIN[:] = [w, twin]
+    return twin
+
+
+#: the last workload :func:`dense_twin` was given and its key
+_LAST_TWIN: list = [None, None]
 
 
 def _twin_key(w: WorkloadSpec, key: tuple) -> tuple | None:

@@ -456,11 +456,15 @@ class FlowNetwork(_Network):
         """Count arrived flows (their batch ids and tail latencies) against their batches;
         the batches now complete, in id order."""
         now = self.env.now
-        order = np.argsort(batch, kind="stable")
-        ids, first, counts = np.unique(batch[order], return_index=True, return_counts=True)
-        last_tail = np.maximum.reduceat(now + tail[order], first)
+        if batch[0] == batch[-1] and (batch == batch[0]).all():  # one batch (most often): its max
+            ids, counts, last_tail = [int(batch[0])], [len(batch)], [float((now + tail).max())]
+        else:
+            order = np.argsort(batch, kind="stable")
+            ids, first, counts = np.unique(batch[order], return_index=True, return_counts=True)
+            last_tail = np.maximum.reduceat(now + tail[order], first)
+            ids, counts, last_tail = ids.tolist(), counts.tolist(), last_tail.tolist()
         finished = []
-        for bid, n, t in zip(ids.tolist(), counts.tolist(), last_tail.tolist(), strict=True):
+        for bid, n, t in zip(ids, counts, last_tail, strict=True):
             b = self._batches[bid]
             b.finish_s = max(b.finish_s, t)
             b.pending -= n
