@@ -371,6 +371,8 @@ class _Run:
         self.gpu = [simpy.Resource(env, 1) for _ in range(trace.ranks)] if two else None
         #: per iteration × op durations where they vary (``variability.py``), else None
         self.per_iteration: np.ndarray | None = rec.per_iteration_s
+        #: the op seconds as Python floats (the same values: read one at a time, often)
+        self.dur_s: list[float] = rec.durations_s.tolist()
 
     def _done(self, it: int, op_id: int) -> simpy.Event:
         i = it * self.n_ops + op_id
@@ -396,7 +398,7 @@ class _Run:
     def stream(self, rank: int, ops, iterations: int):
         """Process running one (rank, stream)'s ops in order for ``iterations`` iterations, each
         after its deps; records (iteration, op, free, start, end) per op."""
-        env, dur, done = self.env, self.rec.durations_s, self.done
+        env, dur, done = self.env, self.dur_s, self.done
         rows, copies = self.rec.ops.rows, self.rec.ops.copies
         member_ops = self.tpl.member_ops
         slow, busy, elide = self.slow_compute, self.compute_busy, self.elide
