@@ -10,9 +10,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tests.dlrm.test_speed_exact import _candidates
 from tests.network.test_flow_classes import _cluster, _matrix, _run
 from tests.sim.test_fast_paths import CASES, _lower, _records
-from tests.dlrm.test_speed_exact import _candidates
 from zionsim.dlrm import estimate, lowering
 from zionsim.network import flows, nccl, nccl_wire
 from zionsim.sim import engine
@@ -175,6 +175,10 @@ def test_the_dense_twin_key_is_each_workloads_own():
     ws.append(replace(ws[0], batch_per_gpu=w.batch_per_gpu * 2))
     lowering._LAST_TWIN[:] = [None, None]
     fresh = [lowering.dense_twin(x) for x in ws]
-    for x, want in [*zip(ws, fresh), *zip(ws[::-1], fresh[::-1]), (ws[0], fresh[0])]:
+    for x, want in [
+        *zip(ws, fresh, strict=True),
+        *zip(ws[::-1], fresh[::-1], strict=True),
+        (ws[0], fresh[0]),
+    ]:
         assert lowering.dense_twin(x) == want
     assert fresh[0] == fresh[1] != fresh[2]

@@ -52,9 +52,8 @@ def _link_load(routes, per_row: np.ndarray, n_links: int) -> np.ndarray:
     """Σ over rows of ``per_row`` on every link each row crosses (× the fraction of a class
     row's members that cross it)."""
     plain_ids, plain_rows, c_ids, c_rows, c_frac = _gathered(routes)
-    load = np.bincount(
-        plain_ids, weights=per_row[plain_rows], minlength=n_links
-    ).astype(float, copy=False)  # (an empty bincount is of ints)
+    load = np.bincount(plain_ids, weights=per_row[plain_rows], minlength=n_links)
+    load = load.astype(float, copy=False)  # (an empty bincount is of ints)
     if c_ids is not None:
         load += np.bincount(c_ids, weights=per_row[c_rows] * c_frac, minlength=n_links)
     return load
