@@ -195,6 +195,8 @@ class _ByTrace:
 
     def __init__(self) -> None:
         self.entries: OrderedDict = OrderedDict()
+        #: the entries' length when last counted and their ops in all then (:meth:`put`)
+        self.counted = (-1, 0)
 
     def get(self, trace: Trace, extra):
         """The value kept for ``trace`` (these very ops and collectives) and ``extra``, or
@@ -220,10 +222,16 @@ class _ByTrace:
         if not REUSE or not trace.ops or len(trace.ops) > KEEP_OPS:
             return
         key = (id(trace.ops[0]), len(trace.ops), extra)
-        self.entries[key] = (_held(trace.ops), list(trace.collectives), value)
-        total = sum(len(ops) for ops, _, _ in self.entries.values())
+        entries = self.entries
+        fresh = self.counted[0] == len(entries) and key not in entries
+        entries[key] = (_held(trace.ops), list(trace.collectives), value)
+        if fresh:  # counted as left: add the new entry's ops
+            total = self.counted[1] + len(trace.ops)
+        else:  # another length (cleared) or an entry replaced: count anew
+            total = sum(len(ops) for ops, _, _ in entries.values())
         while total > KEEP_OPS:
-            total -= len(self.entries.popitem(last=False)[1][0])
+            total -= len(entries.popitem(last=False)[1][0])
+        self.counted = (len(entries), total)
 
 
 #: the last op list :func:`_held` copied, and its copy
@@ -269,13 +277,26 @@ def _compute_model(cluster, stack: StackSpec):
     from zionsim.hardware.compute import load_compute_model
 
     base = load_compute_model()
-    key = (repr(cluster.spec.gpu), repr(stack))
+    key = (_repr_of(cluster.spec.gpu), _repr_of(stack))
     hit = _MODELS.get(key)
     if hit is None or hit[0] is not base:
         if len(_MODELS) >= KEEP_MODELS:
             _MODELS.clear()
         hit = _MODELS[key] = (base, stack_compute_model(cluster, stack))
     return hit[1]
+
+
+#: the ``repr`` of the last objects :func:`_repr_of` was given, by type (held)
+_LAST_REPR: dict = {}
+
+
+def _repr_of(obj) -> str:
+    """``repr(obj)`` of a frozen spec (a GPU, a stack), kept for the last one of its type
+    given (by identity, held: specs are not changed once made)."""
+    last = _LAST_REPR.get(type(obj))
+    if last is None or last[0] is not obj:
+        last = _LAST_REPR[type(obj)] = (obj, repr(obj))
+    return last[1]
 
 
 #: the last compute model :func:`durations_of` was given and its ``repr`` (a tenth of a

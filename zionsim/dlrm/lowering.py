@@ -90,7 +90,8 @@ def lower(
     are shared; their ``args`` must not be changed in place)."""
     g = gpus_per_node or ranks
     sync = sync or SyncSpec()
-    key = (_workload_key(w), _plan_key(plan), ranks, fused, g, zipf_alpha, repr(sync), repr(stack))
+    key = (_workload_key(w), _plan_key(plan), ranks, fused, g, zipf_alpha, repr(sync),
+           _stack_key(stack))  # fmt: skip
     trace = _CACHE.get(key)
     if trace is None:
         twin = _twin_key(w, key) if RETYPE else None
@@ -149,15 +150,38 @@ def _workload_key(w: WorkloadSpec) -> str:
     return _LAST_W[1]
 
 
+#: the last stack :func:`lower` was given and its ``repr`` (a stack is frozen)
+_LAST_STACK: list = [None, ""]
+
+
+def _stack_key(stack: StackSpec) -> str:
+    """``repr(stack)``, kept for the last stack given (by identity, held)."""
+    if _LAST_STACK[0] is not stack:
+        _LAST_STACK[:] = [stack, repr(stack)]
+    return _LAST_STACK[1]
+
+
+#: the cache :func:`_remember` last counted, its length then and its ops in all
+_COUNTED: list = [None, 0, 0]
+
+
 def _remember(key: tuple, trace: Trace) -> None:
     """Keep ``trace`` under ``key``, dropping the least recently used beyond :data:`CACHE_OPS`
-    ops (a trace larger than that is not kept)."""
+    ops (a trace larger than that is not kept).  The ops in all are counted anew only where
+    the cache is not the one last counted as it was left (another object, or another length:
+    cleared), or ``key`` is in it already."""
     if len(trace.ops) > CACHE_OPS:
         return
+    counted = _COUNTED
+    fresh = counted[0] is _CACHE and counted[1] == len(_CACHE) and key not in _CACHE
     _CACHE[key] = trace
-    total = sum(len(t.ops) for t in _CACHE.values())
+    if fresh:
+        total = counted[2] + len(trace.ops)
+    else:
+        total = sum(len(t.ops) for t in _CACHE.values())
     while total > CACHE_OPS:
         total -= len(_CACHE.popitem(last=False)[1].ops)
+    counted[:] = [_CACHE, len(_CACHE), total]
 
 
 #: lower a workload whose dense precision is another of the same width and kind (fp32 and tf32;
@@ -175,12 +199,21 @@ def dense_twin(w: WorkloadSpec) -> tuple | None:
     """``w`` with its dense precision left out but for its width and whether it is a half
     format, as a key (``repr`` of the rest): workloads with equal keys differ at most in a
     dense format of one width and kind (fp32 and tf32; fp16 and bf16).  None where the dense
-    precision has no width on record."""
+    precision has no width on record.  Kept for the last workload given (by identity, held:
+    a workload is frozen; the planner and the lowering ask for one point's workload often)."""
+    if _LAST_TWIN[0] is w:
+        return _LAST_TWIN[1]
     dense = w.precision.get("dense")
-    if dense not in DTYPE_BYTES:
-        return None
-    other = dataclasses.replace(w, precision={**w.precision, "dense": ""})
-    return (DTYPE_BYTES[dense], dense in HALF_FORMATS, repr(other))
+    twin = None
+    if dense in DTYPE_BYTES:
+        other = dataclasses.replace(w, precision={**w.precision, "dense": ""})
+        twin = (DTYPE_BYTES[dense], dense in HALF_FORMATS, repr(other))
+    _LAST_TWIN[:] = [w, twin]
+    return twin
+
+
+#: the last workload :func:`dense_twin` was given and its key
+_LAST_TWIN: list = [None, None]
 
 
 def _twin_key(w: WorkloadSpec, key: tuple) -> tuple | None:

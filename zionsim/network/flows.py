@@ -151,14 +151,41 @@ class _Network:
         return event
 
     def _account(self, routes: np.ndarray, nbytes: np.ndarray, frac=None) -> None:
-        valid = routes >= 0
-        if valid.any():
-            per = np.broadcast_to(nbytes[:, None], routes.shape)[valid]
+        ids, rows, flat = _valid_links(routes)
+        if len(ids):
+            per = nbytes[rows]  # np.broadcast_to(nbytes[:, None], routes.shape)[valid]
             self.stats.link_bytes += np.bincount(
-                routes[valid],
-                weights=per if frac is None else per * frac[valid],
+                ids,
+                weights=per if frac is None else per * frac.ravel()[flat],
                 minlength=len(self.capacity),
             )
+
+
+#: what :meth:`_Network._account` gathers of a routes array (its link ids but the padding, in
+#: row-major order, each one's row and flat position), kept by the array's identity (held:
+#: routes are never changed once made; a prepared collective's run every iteration) up to
+#: this many bytes in all; 0: gathered anew each time
+KEEP_VALID_BYTES = 64 * 2**20
+_VALID: dict[int, tuple] = {}
+_VALID_BYTES = [0]
+
+
+def _valid_links(routes: np.ndarray) -> tuple:
+    """``routes[routes >= 0]``, the row of each and its flat position, in row-major order."""
+    hit = _VALID.get(id(routes))
+    if hit is not None and hit[0] is routes:
+        return hit[1]
+    flat = np.flatnonzero(routes >= 0)
+    out = (routes.ravel()[flat], flat // max(routes.shape[1], 1), flat)
+    if KEEP_VALID_BYTES:
+        size = sum(a.nbytes for a in out)
+        if _VALID_BYTES[0] + size > KEEP_VALID_BYTES:
+            _VALID.clear()
+            _VALID_BYTES[0] = 0
+        if size <= KEEP_VALID_BYTES:
+            _VALID[id(routes)] = (routes, out)
+            _VALID_BYTES[0] += size
+    return out
 
 
 #: remember rate solves by all they read (``FlowNetwork._solve_key``): a sweep's points on one
@@ -177,6 +204,15 @@ _SOLVES_BYTES = [0]  # the bytes of the kept keys
 def _array_key(a: np.ndarray) -> tuple:
     """An array as a key: its type, shape and bytes."""
     return (a.dtype.str, a.shape, a.tobytes())
+
+
+def _fingerprint(a: np.ndarray) -> tuple:
+    """A cheap stand-in for :func:`_array_key` to find a kept solve by (hashing every byte of
+    a large flow table costs more than the rest of a kept solve): type, shape and about 256
+    evenly spaced values; a solve found by it is used only where all its arrays' keys are
+    equal (``FlowNetwork._solve``)."""
+    flat = a.reshape(-1)
+    return (a.dtype.str, a.shape, flat[:: max(1, len(flat) // 256)].tobytes())
 
 
 class FlowNetwork(_Network):
@@ -310,7 +346,11 @@ class FlowNetwork(_Network):
             classes = self._class_args()
             self.stats.solves += 1
             key = self._solve_key(classes)
-            hit = _SOLVES.get(key) if key is not None else None
+            hit = None
+            if key is not None:  # found by a cheap fingerprint, then compared in full
+                entry = _SOLVES.get(key[0])
+                if entry is not None and entry[0] == key[1]:
+                    hit = entry[1]
             if hit is not None:
                 self._rate, bad, level = hit[0].copy(), hit[1], hit[2]
             else:
@@ -324,7 +364,7 @@ class FlowNetwork(_Network):
                         self._weight, self._cap, self._rate,
                     )  # fmt: skip
                 if key is not None:
-                    size = sum(len(k[2]) for k in key)
+                    size = sum(len(k[2]) for k in key[1])
                     if len(_SOLVES) >= KEEP_SOLVES or _SOLVES_BYTES[0] + size > KEEP_SOLVE_BYTES:
                         _SOLVES.clear()
                         _SOLVES_BYTES[0] = 0
@@ -332,7 +372,10 @@ class FlowNetwork(_Network):
                     for a in kept:
                         if a is not None:  # shared by the solves that find it: never written
                             a.flags.writeable = False
-                    _SOLVES[key] = tuple(kept)
+                    old = _SOLVES.get(key[0])
+                    if old is not None:  # the same fingerprint, other arrays: replaced
+                        _SOLVES_BYTES[0] -= sum(len(k[2]) for k in old[0])
+                    _SOLVES[key[0]] = (key[1], tuple(kept))
                     _SOLVES_BYTES[0] += size
             if classes is None or not len(bad):
                 return
@@ -341,9 +384,10 @@ class FlowNetwork(_Network):
     def _solve_key(self, classes) -> tuple | None:
         """All that a rate solve (``maxmin_rates``, then ``uncovered_classes``) reads, as a key:
         the links' capacities and every row's route, weight and cap, and the class rows', each
-        array's type, shape and bytes (both are pure functions of these arrays); None where
-        solves are not kept (:data:`REUSE_SOLVES`) or these are too large to keep
-        (:data:`MAX_SOLVE_BYTES`: a large cluster's solves are not met again in a sweep)."""
+        array's type, shape and bytes (both are pure functions of these arrays), after the
+        same arrays' fingerprints (:func:`_fingerprint`) to find it by; None where solves are
+        not kept (:data:`REUSE_SOLVES`) or these are too large to keep (:data:`MAX_SOLVE_BYTES`:
+        a large cluster's solves are not met again in a sweep)."""
         size = self.capacity.nbytes + self._routes.nbytes
         if classes is not None:
             size += classes[1].nbytes
@@ -354,7 +398,8 @@ class FlowNetwork(_Network):
         arrays = (self._routes, self._weight, self._cap)
         if classes is not None:
             arrays += (*classes, self._cgroup)
-        return (self._capacity_key, *map(_array_key, arrays))
+        full = (self._capacity_key, *map(_array_key, arrays))
+        return (self._capacity_key[2], *map(_fingerprint, arrays)), full
 
     def _split(self, bad: np.ndarray, level: np.ndarray) -> None:
         """Replace class rows ``bad`` (positions among the class rows) by finer rows, each with
@@ -411,11 +456,15 @@ class FlowNetwork(_Network):
         """Count arrived flows (their batch ids and tail latencies) against their batches;
         the batches now complete, in id order."""
         now = self.env.now
-        order = np.argsort(batch, kind="stable")
-        ids, first, counts = np.unique(batch[order], return_index=True, return_counts=True)
-        last_tail = np.maximum.reduceat(now + tail[order], first)
+        if batch[0] == batch[-1] and (batch == batch[0]).all():  # one batch (most often): its max
+            ids, counts, last_tail = [int(batch[0])], [len(batch)], [float((now + tail).max())]
+        else:
+            order = np.argsort(batch, kind="stable")
+            ids, first, counts = np.unique(batch[order], return_index=True, return_counts=True)
+            last_tail = np.maximum.reduceat(now + tail[order], first)
+            ids, counts, last_tail = ids.tolist(), counts.tolist(), last_tail.tolist()
         finished = []
-        for bid, n, t in zip(ids.tolist(), counts.tolist(), last_tail.tolist(), strict=True):
+        for bid, n, t in zip(ids, counts, last_tail, strict=True):
             b = self._batches[bid]
             b.finish_s = max(b.finish_s, t)
             b.pending -= n

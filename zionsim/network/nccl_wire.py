@@ -51,20 +51,47 @@ def phase_routes(cluster, sched: Schedule) -> list:
 def _link_load(routes, per_row: np.ndarray, n_links: int) -> np.ndarray:
     """Σ over rows of ``per_row`` on every link each row crosses (× the fraction of a class
     row's members that cross it)."""
+    plain_ids, plain_rows, c_ids, c_rows, c_frac = _gathered(routes)
+    load = np.bincount(plain_ids, weights=per_row[plain_rows], minlength=n_links)
+    load = load.astype(float, copy=False)  # (an empty bincount is of ints)
+    if c_ids is not None:
+        load += np.bincount(c_ids, weights=per_row[c_rows] * c_frac, minlength=n_links)
+    return load
+
+
+#: what :func:`_link_load` gathers of a routes object (its valid link ids, in order, with
+#: each one's row, and of class rows each one's fraction), kept by the object's identity
+#: (held: routes are never changed once made; a collective's are shared by every cluster of
+#: its layout, ``nccl._scheduled``) up to this many bytes in all; 0: gathered anew each time
+KEEP_GATHERED_BYTES = 64 * 2**20
+_GATHERED: dict[int, tuple] = {}
+_GATHERED_BYTES = [0]
+
+
+def _gathered(routes) -> tuple:
+    """``routes``' link ids (padded ones left out) in row-major order and the row of each,
+    then the same of its class rows (rows numbered after the plain ones) with each one's
+    fraction (None, None, None without class rows): what ``np.broadcast_to(per_row[:, None],
+    shape)[valid]`` and ``routes[valid]`` give, so the sums are the same, term by term."""
+    hit = _GATHERED.get(id(routes))
+    if hit is not None and hit[0] is routes:
+        return hit[1]
     plain = routes if isinstance(routes, np.ndarray) else routes.plain
     valid = plain >= 0
-    load = np.bincount(
-        plain[valid],
-        weights=np.broadcast_to(per_row[: len(plain), None], plain.shape)[valid],
-        minlength=n_links,
-    ).astype(float, copy=False)  # (an empty bincount is of ints)
+    out = (plain[valid], np.nonzero(valid)[0], None, None, None)
     if not isinstance(routes, np.ndarray) and len(routes.classes):
         c_valid = routes.routes >= 0
-        c_per = np.broadcast_to(per_row[len(plain) :, None], routes.routes.shape)[c_valid]
-        load += np.bincount(
-            routes.routes[c_valid], weights=c_per * routes.frac[c_valid], minlength=n_links
-        )
-    return load
+        c_rows = len(plain) + np.nonzero(c_valid)[0]
+        out = (*out[:2], routes.routes[c_valid], c_rows, routes.frac[c_valid])
+    if KEEP_GATHERED_BYTES:
+        size = sum(a.nbytes for a in out if a is not None)
+        if _GATHERED_BYTES[0] + size > KEEP_GATHERED_BYTES:
+            _GATHERED.clear()
+            _GATHERED_BYTES[0] = 0
+        if size <= KEEP_GATHERED_BYTES:
+            _GATHERED[id(routes)] = (routes, out)
+            _GATHERED_BYTES[0] += size
+    return out
 
 
 @dataclass(frozen=True)

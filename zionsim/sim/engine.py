@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import simpy
+from simpy.events import NORMAL, Timeout
 
 from zionsim.base.errors import InputError
 from zionsim.base.kept import Registry, kept_for, kept_with
@@ -148,6 +149,22 @@ class Environment(CountingEnvironment):
         return None
 
 
+def _timeout(env, delay: float) -> Timeout:
+    """``env.timeout(delay)`` made as simpy's ``Timeout.__init__`` and ``Environment.schedule``
+    make it (the same fields, the same queue entry and event number), without their two calls:
+    the engine's most common event (a compute op's end).  Only for an environment that
+    schedules as simpy's does (``_Run.stream`` checks), with ``delay`` > 0."""
+    t = _new(Timeout)
+    t.env, t.callbacks, t._value, t._delay, t._ok = env, [], None, delay, True
+    heapq.heappush(env._queue, (env._now + delay, NORMAL, next(env._eid), t))
+    return t
+
+
+def _simpy_timeout(env, delay: float) -> Timeout:
+    return env.timeout(delay)
+
+
+_new = object.__new__
 #: an op-iteration that has ended with no event asked for (``_Run.done``)
 ENDED = object()
 #: mark an op's end that no op waits for instead of firing its event (``_Run._finished``);
@@ -354,6 +371,8 @@ class _Run:
         self.gpu = [simpy.Resource(env, 1) for _ in range(trace.ranks)] if two else None
         #: per iteration × op durations where they vary (``variability.py``), else None
         self.per_iteration: np.ndarray | None = rec.per_iteration_s
+        #: the op seconds as Python floats (the same values: read one at a time, often)
+        self.dur_s: list[float] = rec.durations_s.tolist()
 
     def _done(self, it: int, op_id: int) -> simpy.Event:
         i = it * self.n_ops + op_id
@@ -379,10 +398,11 @@ class _Run:
     def stream(self, rank: int, ops, iterations: int):
         """Process running one (rank, stream)'s ops in order for ``iterations`` iterations, each
         after its deps; records (iteration, op, free, start, end) per op."""
-        env, dur, done = self.env, self.rec.durations_s, self.done
+        env, dur, done = self.env, self.dur_s, self.done
         rows, copies = self.rec.ops.rows, self.rec.ops.copies
         member_ops = self.tpl.member_ops
         slow, busy, elide = self.slow_compute, self.compute_busy, self.elide
+        timeout = _timeout if type(env).schedule is simpy.Environment.schedule else _simpy_timeout
         for it in range(iterations):
             if self.per_iteration is not None:  # noise and hiccups (``variability.py``)
                 dur = self.per_iteration[it]
@@ -421,7 +441,7 @@ class _Run:
                     if slow and self.comm_in_flight[rank] and kind != "host":
                         yield from self._slowed(rank, dur[i])
                     else:
-                        yield env.timeout(dur[i])
+                        yield timeout(env, dur[i])
                     busy[rank] = False
                 rows.append((it, i, free, start, env.now))
                 if i in member_ops:  # the other members of its class: the same times
