@@ -67,6 +67,7 @@ def deduplicated(w: WorkloadSpec, plan: Plan, lay, ranks: int, g: int, zipf_alph
         input_matrix=lay.input_matrix.copy(),
         pooled_matrix=lay.pooled_matrix.copy(),
         twrw_rs=dict(lay.twrw_rs),
+        twrw_ag=dict(lay.twrw_ag or {}),
         twrw_matrix=lay.twrw_matrix.copy(),
         hier_intra=lay.hier_intra.copy(),
     )
@@ -115,4 +116,6 @@ def _scale_shard(out, part, cut: float) -> None:
     out.rw_bytes -= cut * part.rw_bytes
     for node, size in part.twrw_rs.items():
         out.twrw_rs[node] -= cut * size
+    for node, size in (part.twrw_ag or {}).items():
+        out.twrw_ag[node] -= cut * size
     out.hyb_intra_bytes -= cut * part.hyb_intra_bytes

@@ -80,10 +80,14 @@ def _bytes_by_rank(row: np.ndarray, ranks: int) -> list[bytes]:
     return [flat[r * step : (r + 1) * step] for r in range(ranks)]
 
 
-def embedding_collectives(b: TraceBuilder, lay, ranks: int, g: int, distributor=False) -> dict:
+def embedding_collectives(
+    b: TraceBuilder, lay, ranks: int, g: int, distributor=False, sparse_copy=False
+) -> dict:
     """The embedding collectives the layout implies, by key: input (unless a ``distributor``
     stands in, :func:`distributor_collectives`), pooled and gradient all-to-alls, RW
-    reduce-scatter/all-gather, TWRW per-node and per-rail collectives."""
+    reduce-scatter/all-gather, TWRW per-node and per-rail collectives; with ``sparse_copy``
+    (``stack.py`` item 8h) a TWRW node's backward copy moves ``lay.twrw_ag``'s bytes, the
+    lookups' gradients only to the GPUs that hold their keys."""
     c: dict = {}
     if lay.input_matrix.any() and not distributor:
         c["in"] = b.collective("all_to_all", lay.input_matrix.sum(1).max(), lay.input_matrix)
@@ -97,7 +101,8 @@ def embedding_collectives(b: TraceBuilder, lay, ranks: int, g: int, distributor=
     for node, size in sorted(lay.twrw_rs.items()):
         members = np.arange(node * g, (node + 1) * g)
         c["twrw_rs", node] = b.collective("reduce_scatter", size, ranks=members)
-        c["twrw_ag", node] = b.collective("all_gather", size, ranks=members)
+        ag = lay.twrw_ag.get(node, size) if sparse_copy and lay.twrw_ag else size
+        c["twrw_ag", node] = b.collective("all_gather", ag, ranks=members)
     if lay.hyb_intra_bytes:  # hierarchical hybrid embedding: the stage inside each node
         per_pair = np.full(g, lay.hyb_intra_bytes)
         for node in range(ranks // g):

@@ -89,6 +89,10 @@ class Layout:
     #: (``Shard.hierarchical``): bytes each rank sends to each other GPU of its node in the
     #: intra-node stage, per direction (the stage across nodes is ``twrw_matrix``'s)
     hier_intra: np.ndarray = None
+    #: node → bytes of the TWRW backward copy inside the node where it skips the GPUs that hold
+    #: no key of a sample's lookup (HugeCTR's ``need_copy``, ``stack.py`` item 8h): each
+    #: table's reduce-scatter size × :func:`keyed_fraction` of its lookup over its row split
+    twrw_ag: dict = None
     #: the plan has HYB shards: their frequent rows' gradients (the DP part of the all-reduce) are
     #: reduced from the output's gradient, before and apart from the infrequent exchange
     hybrid: bool = False
@@ -173,7 +177,18 @@ def _empty_layout(n: int, nodes: int, n_ps: int) -> Layout:
     out.ps_dram_bytes = np.zeros(n_ps)
     out.unique_rows = np.zeros(n)
     out.hier_intra = np.zeros(n)
+    out.twrw_ag = {}
     return out
+
+
+def keyed_fraction(pooling: float, k: int) -> float:
+    """Probability that a lookup of ``pooling`` keys has at least one key on a given one of
+    the ``k`` GPUs a table's rows are split over (a key on GPU ``key % k``, the keys' rows
+    independent and uniform, as MLPerf DCNv2's multi-hot lists draw them): ``1 − (1 − 1/k)^L``;
+    1 for a table on one GPU.  Sources: ``stack.py`` item 8h."""
+    if k <= 1:
+        return 1.0
+    return float(1.0 - (1.0 - 1.0 / k) ** max(pooling, 0.0))
 
 
 def _row_and_state_bytes(w: WorkloadSpec, dim: int) -> tuple[float, float]:
@@ -448,6 +463,8 @@ def _add_row_shard(out: Layout, w: WorkloadSpec, s, n: int, g: int, zipf_alpha, 
     if every and not (s.hierarchical and n > g):
         out.rw_bytes += G * t.dim * cb
     elif s.kind == "TWRW" or every:  # RW over every GPU, hierarchical: TWRW on every node
+        fill = keyed_fraction(t.pooling, len(s.ranks))
         for node in sorted({r // g for r in s.ranks}):
             out.twrw_rs[node] = out.twrw_rs.get(node, 0.0) + G * t.dim * cb
+            out.twrw_ag[node] = out.twrw_ag.get(node, 0.0) + G * t.dim * cb * fill
             out.twrw_matrix.add_to_row(node, B * t.dim * cb)

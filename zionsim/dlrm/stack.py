@@ -133,6 +133,20 @@ TensorFlow + SOK.  A stack profile states, as data with sources, what differs be
    under ``AllreduceStrategy::GroupDense``, which ``model_compile.cpp`` sets when
    ``solver.grouped_all_reduce``); ``embedding/common.cpp``
    ``AllreduceWgradInitializer::init_indices``: the gradient covers every row of the table.
+8h. ``hier_sparse_copy`` — under ``hierarchical_reduction``, the backward's intra-node copy
+   (``intra_model_backward``, ``twrw_all_gather``) moves a sample's lookup gradient to a GPU
+   only where that GPU holds keys of the lookup: HugeCTR's ``IntraModelBackwardOneToOneDesc``
+   copies bucket ``i`` only if ``need_copy(i)`` (``bucket_range[i + 1] != bucket_range[i]``,
+   the GPU's keys of that sample and lookup), while the forward's ``intra_forward``
+   (``IntraModelForwardMultiToOneDesc``) writes every bucket, empty ones as zeros.  A table whose
+   rows are split over ``k`` GPUs (key ``% k``, the data distributor's
+   ``key_filtering_operators.cu``) and a lookup of ``L`` keys whose rows fall uniformly (MLPerf
+   DCNv2's multi-hot lists, ``multi_hot.py``) has keys on a given GPU with probability
+   ``1 − (1 − 1/k)^L``: the copy's bytes on a node are the forward's times that fraction, per
+   table (``sharding._add_row_shard``, ``Layout.twrw_ag``).  Source: NVIDIA-Merlin/HugeCTR (commit
+   2f2016f) ``HugeCTR/embedding/operators/hier_model_backward.cu`` (``need_copy``) and
+   ``generic_lookup.cuh`` (``one_to_one_warp_per_ev_vec4_kernel``: a warp per vector, skipped
+   unless ``need_copy``; ``multi_to_one_warp_per_ev_vec4_kernel``: no skip).
 9. ``grouped_allreduce`` — one all-reduce of every dense (and replicated-table) gradient once
    the backward has produced the last of them, instead of DDP's buckets during the backward.
 10b. ``trainer`` — what the stack trains on: ``gpu`` (default) or ``cpu``, a CPU trainer host
@@ -209,6 +223,7 @@ STACK_KEYS = {
     "one_communicator",
     "hierarchical_reduction",
     "dp_local_reduce",
+    "hier_sparse_copy",
     "planner",
     "grouped_allreduce",
     "trainer",
@@ -237,7 +252,7 @@ BOTTOM_MLP_PLACEMENTS = ("data_parallel", "first_rank")
 
 
 #: yes/no fields :meth:`StackSpec.to_dict` writes only where set (in this order)
-_SET_ONLY = ("one_communicator", "hierarchical_reduction", "dp_local_reduce")
+_SET_ONLY = ("one_communicator", "hierarchical_reduction", "dp_local_reduce", "hier_sparse_copy")
 
 
 @dataclass(frozen=True)
@@ -296,6 +311,8 @@ class StackSpec:
     hierarchical_reduction: bool = False
     #: item 8g: the all-reduce waits for the replicated tables' local reduce only
     dp_local_reduce: bool = False
+    #: item 8h: the hierarchical backward copy skips GPUs with no keys of a sample's lookup
+    hier_sparse_copy: bool = False
     grouped_allreduce: bool = False
     #: planner ``plan: auto`` runs, and its settings (a ``hugectr_plan.Settings`` for hugectr)
     planner: str = "greedy"
@@ -426,6 +443,7 @@ FLAGS = (
     ("one_communicator", False),
     ("hierarchical_reduction", False),
     ("dp_local_reduce", False),
+    ("hier_sparse_copy", False),
     ("grouped_allreduce", False),
 )
 

@@ -171,6 +171,7 @@ def _stack_from_meta(data: dict | None) -> StackSpec | None:
         "data_distributor_host_sync_s": float(data.get("data_distributor_host_sync_s", 0.0)),
         "one_communicator": bool(data.get("one_communicator", False)),
         "hierarchical_reduction": bool(data.get("hierarchical_reduction", False)),
+        "hier_sparse_copy": bool(data.get("hier_sparse_copy", False)),
         "grouped_allreduce": bool(data.get("grouped_allreduce", False)),
         "planner": str(data.get("planner", "greedy")),
         "bottom_mlp": str(data.get("bottom_mlp", "data_parallel")),
