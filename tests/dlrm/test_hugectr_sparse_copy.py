@@ -1,7 +1,8 @@
 """Issue 25: HugeCTR's hierarchical backward copy skips the GPUs that hold no key of a sample's
 lookup (stack ``hier_sparse_copy``, ``zionsim/dlrm/stack.py`` item 8h; HugeCTR
 ``hier_model_backward.cu``, ``IntraModelBackwardOneToOneDesc::need_copy``), while the forward's
-intra-node stage writes every bucket."""
+intra-node stage writes every bucket; and its pooling kernel writes the node's partial outputs to
+the rail GPUs itself (stack ``hier_fused_forward``, item 8i)."""
 
 from __future__ import annotations
 
@@ -111,3 +112,42 @@ def test_hier_sparse_copy_must_be_a_flag_and_survives_a_trace_file():
     s = load_stack("hugectr", {"hier_sparse_copy": True})
     assert _stack_from_meta(s.to_dict()).hier_sparse_copy
     assert not _stack_from_meta(load_stack("torchrec").to_dict()).hier_sparse_copy
+
+
+def _rank0(trace) -> dict:
+    return {op.name: op for op in trace.ops if op.rank == 0}
+
+
+def test_the_intra_node_stage_starts_with_the_lookup_when_the_pooling_writes_to_peers():
+    """``hier_fused_forward`` (``stack.py`` item 8i; HugeCTR ``intra_forward``): the node's
+    partial outputs go to the rail GPUs from the pooling kernel itself, so the intra-node stage
+    does not wait for the lookup, and the reduction waits for both; off, it follows the
+    lookup."""
+    on = _rank0(_lowered({"hier_fused_forward": True})[0])
+    e, rs, red = on["emb_fwd"], on["twrw_reduce_scatter"], on["hier_dst_reduction"]
+    assert e.id not in rs.deps and set(rs.deps) <= set(e.deps)
+    assert {e.id, rs.id} <= set(red.deps)
+    off = _rank0(_lowered({"hier_fused_forward": False})[0])
+    assert off["emb_fwd"].id in off["twrw_reduce_scatter"].deps
+    bare = _rank0(_lowered({"hier_fused_forward": True, "hierarchical_reduction": False})[0])
+    assert bare["emb_fwd"].id in bare["twrw_reduce_scatter"].deps
+
+
+def test_a_fused_forward_shortens_the_multi_node_step():
+    """At 2,048 samples per GPU the lookup and the intra-node stage are on the step's chain."""
+    big = {**TWO_NODES, "batch_per_gpu": 2048}
+    on = run_point({**big, "stack.hier_fused_forward": True}).summary["iteration_time_s"]
+    off = run_point({**big, "stack.hier_fused_forward": False}).summary["iteration_time_s"]
+    assert on < off
+
+
+def test_hier_fused_forward_must_be_a_flag_and_survives_a_trace_file():
+    from zionsim.base.errors import InputError
+    from zionsim.dlrm.stack import stack_from_dict
+    from zionsim.dlrm.trace_file import _stack_from_meta
+
+    with pytest.raises(InputError) as err:
+        stack_from_dict({"name": "x", "hier_fused_forward": 1}, "x.yaml")
+    assert "hier_fused_forward" in str(err.value.field)
+    s = load_stack("hugectr", {"hier_fused_forward": True})
+    assert _stack_from_meta(s.to_dict()).hier_fused_forward

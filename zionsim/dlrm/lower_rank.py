@@ -150,25 +150,31 @@ def _lower_embedding_fwd(
         o.coll("rw_reduce_scatter", "rs", "reduce_scatter", "a2a", (e_fwd,)),
     ]
     intra = o.intra_stream
-    rs = o.coll("twrw_reduce_scatter", ("twrw_rs", node), "reduce_scatter", intra, (e_fwd,))
+    # stack.py item 8i: the pooling kernel writes the node's partial outputs to the rail GPUs
+    # itself, so the intra-node stage starts with the lookup instead of after it
+    fused = o.stack.hierarchical_reduction and o.stack.hier_fused_forward
+    pre = (a_in, h2d, first) if fused else (e_fwd,)
+    rs = o.coll("twrw_reduce_scatter", ("twrw_rs", node), "reduce_scatter", intra, pre)
     rs = rs or o.coll("hyb_intra_a2a", ("hyb_intra", node), "all_to_all", "a2a", (e_fwd,))
     # HugeCTR's hierarchical TW/RW shards: their intra-node stage, after any TWRW one
-    rs = o.coll("hier_intra_a2a", ("hier_intra", node), "all_to_all", intra, (rs or e_fwd,)) or rs
-    rs = _lower_hier_reduction(o, rs) or rs
+    after = (rs,) if rs is not None else pre
+    rs = o.coll("hier_intra_a2a", ("hier_intra", node), "all_to_all", intra, after) or rs
+    rs = _lower_hier_reduction(o, rs, e_fwd if fused else None) or rs
     outs.append(o.coll("twrw_a2a", ("twrw_a2a", local), "all_to_all", "a2a", (rs or e_fwd,)))
     outs.append(ps_in)
     _lower_distributor(o, first)
     return outs
 
 
-def _lower_hier_reduction(o: _RankOps, stage):
-    """HugeCTR's ``dst_reduction`` after the intra-node stage ``stage`` (``stack.py`` item 8f):
-    a memory op of the rank's ``hier_red_bytes`` on the embedding stream; None where the stack
-    reduces inline or the rank has nothing to reduce."""
+def _lower_hier_reduction(o: _RankOps, stage, lookup=None):
+    """HugeCTR's ``dst_reduction`` after the intra-node stage ``stage`` (``stack.py`` item 8f)
+    and, where that stage runs beside the lookup (item 8i), after the ``lookup`` too: a memory
+    op of the rank's ``hier_red_bytes`` on the embedding stream; None where the stack reduces
+    inline or the rank has nothing to reduce."""
     red = o.c.get("hier_red_bytes")
     if red is None or stage is None or red[o.r] <= 0:
         return None
-    return o.b.op(o.r, "hier_dst_reduction", "memory", "embedding", o.emb_stream, (stage,),
+    return o.b.op(o.r, "hier_dst_reduction", "memory", "embedding", o.emb_stream, (stage, lookup),
                   nbytes=float(red[o.r]))  # fmt: skip
 
 

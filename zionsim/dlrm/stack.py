@@ -147,6 +147,18 @@ TensorFlow + SOK.  A stack profile states, as data with sources, what differs be
    2f2016f) ``HugeCTR/embedding/operators/hier_model_backward.cu`` (``need_copy``) and
    ``generic_lookup.cuh`` (``one_to_one_warp_per_ev_vec4_kernel``: a warp per vector, skipped
    unless ``need_copy``; ``multi_to_one_warp_per_ev_vec4_kernel``: no skip).
+8i. ``hier_fused_forward`` — under ``hierarchical_reduction``, the lookup's pooling kernel
+   writes each GPU's partial outputs straight into the rail GPUs' buffers: HugeCTR's
+   ``embedding_table->lookup`` only computes the rows' addresses (``embedding_vec_``, a list of
+   row pointers), and ``intra_forward`` (``IntraModelForwardMultiToOneDesc``, one
+   ``copy_multi_to_one`` kernel) reads the rows, pools them and stores the sums into peer memory
+   over NVLink.  So the intra-node stage (``twrw_reduce_scatter``, ``hier_intra_a2a``) starts
+   with the lookup (``emb_fwd``) instead of after it, and ``dst_reduction`` waits for both.
+   Source: NVIDIA-Merlin/HugeCTR (commit 2f2016f) ``HugeCTR/embedding/
+   hier_model_parallel_embedding.cpp`` (``model_forward``), ``embedding_storage/
+   ragged_static_embedding.cu`` (``RaggedStaticEmbeddingTable::lookup``: writes ``float*`` per
+   key), ``embedding/operators/hier_model_forward.cu`` (``IntraModelForward::intra_forward``).
+   The lookup's own output write is still priced (the part for the GPU itself is 1/g of it).
 9. ``grouped_allreduce`` — one all-reduce of every dense (and replicated-table) gradient once
    the backward has produced the last of them, instead of DDP's buckets during the backward.
 10b. ``trainer`` — what the stack trains on: ``gpu`` (default) or ``cpu``, a CPU trainer host
@@ -224,6 +236,7 @@ STACK_KEYS = {
     "hierarchical_reduction",
     "dp_local_reduce",
     "hier_sparse_copy",
+    "hier_fused_forward",
     "planner",
     "grouped_allreduce",
     "trainer",
@@ -252,7 +265,8 @@ BOTTOM_MLP_PLACEMENTS = ("data_parallel", "first_rank")
 
 
 #: yes/no fields :meth:`StackSpec.to_dict` writes only where set (in this order)
-_SET_ONLY = ("one_communicator", "hierarchical_reduction", "dp_local_reduce", "hier_sparse_copy")
+_SET_ONLY = ("one_communicator", "hierarchical_reduction", "dp_local_reduce", "hier_sparse_copy",
+             "hier_fused_forward")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -313,6 +327,8 @@ class StackSpec:
     dp_local_reduce: bool = False
     #: item 8h: the hierarchical backward copy skips GPUs with no keys of a sample's lookup
     hier_sparse_copy: bool = False
+    #: item 8i: the hierarchical intra-node stage runs in the lookup's pooling kernel
+    hier_fused_forward: bool = False
     grouped_allreduce: bool = False
     #: planner ``plan: auto`` runs, and its settings (a ``hugectr_plan.Settings`` for hugectr)
     planner: str = "greedy"
@@ -444,6 +460,7 @@ FLAGS = (
     ("hierarchical_reduction", False),
     ("dp_local_reduce", False),
     ("hier_sparse_copy", False),
+    ("hier_fused_forward", False),
     ("grouped_allreduce", False),
 )
 

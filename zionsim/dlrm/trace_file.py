@@ -172,6 +172,7 @@ def _stack_from_meta(data: dict | None) -> StackSpec | None:
         "one_communicator": bool(data.get("one_communicator", False)),
         "hierarchical_reduction": bool(data.get("hierarchical_reduction", False)),
         "hier_sparse_copy": bool(data.get("hier_sparse_copy", False)),
+        "hier_fused_forward": bool(data.get("hier_fused_forward", False)),
         "grouped_allreduce": bool(data.get("grouped_allreduce", False)),
         "planner": str(data.get("planner", "greedy")),
         "bottom_mlp": str(data.get("bottom_mlp", "data_parallel")),
