@@ -81,13 +81,14 @@ def _bytes_by_rank(row: np.ndarray, ranks: int) -> list[bytes]:
 
 
 def embedding_collectives(
-    b: TraceBuilder, lay, ranks: int, g: int, distributor=False, sparse_copy=False
+    b: TraceBuilder, lay, ranks: int, g: int, distributor=False, stack: StackSpec | None = None
 ) -> dict:
     """The embedding collectives the layout implies, by key: input (unless a ``distributor``
     stands in, :func:`distributor_collectives`), pooled and gradient all-to-alls, RW
-    reduce-scatter/all-gather, TWRW per-node and per-rail collectives; with ``sparse_copy``
-    (``stack.py`` item 8h) a TWRW node's backward copy moves ``lay.twrw_ag``'s bytes, the
-    lookups' gradients only to the GPUs that hold their keys."""
+    reduce-scatter/all-gather, TWRW per-node and per-rail collectives; under a ``stack`` with
+    HugeCTR's sparse backward copy (``stack.py`` item 8h) a TWRW node's backward copy moves
+    ``lay.twrw_ag``'s bytes, the lookups' gradients only to the GPUs that hold their keys."""
+    sparse_copy = stack is not None and stack.hierarchical_reduction and stack.hier_sparse_copy
     c: dict = {}
     if lay.input_matrix.any() and not distributor:
         c["in"] = b.collective("all_to_all", lay.input_matrix.sum(1).max(), lay.input_matrix)

@@ -271,8 +271,7 @@ def _lower(w, plan, ranks, fused, g, zipf_alpha, sync, stack) -> Trace:
     """:func:`lower` without the cache."""
     lay, dedup = layout_of(w, plan, ranks, g, zipf_alpha, stack)
     b = TraceBuilder(ranks, stack.host_dispatch_s)
-    sparse_copy = stack.hierarchical_reduction and stack.hier_sparse_copy  # stack.py item 8h
-    c = {**embedding_collectives(b, lay, ranks, g, stack.data_distributor, sparse_copy), **dedup}
+    c = {**embedding_collectives(b, lay, ranks, g, stack.data_distributor, stack), **dedup}
     if stack.data_distributor:
         distributor_collectives(b, c, lay, w, plan, stack.data_distributor_key_bytes)
     if stack.dp_local_reduce:  # stack.py item 8g
