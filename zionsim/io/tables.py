@@ -38,7 +38,7 @@ def table_csv(table: Table) -> str:
 
 def _csv_column(v: np.ndarray) -> list:
     kind = v.dtype.kind
-    if kind == "f":
+    if kind == "f" and v.dtype.itemsize == 8:
         text = v.astype(str)
         text[np.isnan(v)] = ""
         return text.tolist()
