@@ -150,3 +150,10 @@ def test_headline_run_imports_no_pandas(tmp_path):
     )  # fmt: skip
     assert out.stdout.strip().splitlines()[-1] == "False"
     assert (tmp_path / "r" / "events.parquet").is_file()
+
+
+def test_pandas_version_read_without_pandas_is_pandas_own():
+    """The version written into the parquet metadata is the imported pandas' ``__version__``."""
+    from zionsim.io.tables import _pandas_version
+
+    assert _pandas_version() == pd.__version__

@@ -125,8 +125,22 @@ def _validity(pa, valid: np.ndarray):
 
 
 def _pandas_version() -> str:
-    """The installed pandas' version (written into the parquet metadata as pandas writes it),
-    read from its distribution metadata without importing pandas."""
+    """The installed pandas' ``__version__`` (written into the parquet metadata as pandas
+    writes it), without importing pandas: from the version file of its build
+    (``pandas/_version_meson.py``) where there is one, else from its distribution metadata
+    (``importlib.metadata``, 0.02 CPU s)."""
+    import re
+    from importlib.util import find_spec
+
+    spec = find_spec("pandas")
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        try:
+            text = open(f"{folder}/_version_meson.py", encoding="utf-8").read()
+        except OSError:
+            continue
+        found = re.search(r'^__version__\s*=\s*"([^"]+)"', text, re.M)
+        if found:
+            return found.group(1)
     from importlib.metadata import version
 
     return version("pandas")
