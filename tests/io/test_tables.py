@@ -125,6 +125,8 @@ def test_run_tables_written_as_pandas_writes_them(run):
         assert isinstance(t, Table)
         assert table_csv(t) == _pandas_csv(t), name
     assert table_parquet(events) == _pandas_parquet(events)
+    bd = run.table("breakdown")
+    assert bd.records() == bd.to_frame().to_dict("records")
     frame = events.to_frame()
     pd.testing.assert_frame_equal(
         rank_total_table(events).to_frame(), rank_totals(frame), check_exact=True

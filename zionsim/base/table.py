@@ -56,6 +56,12 @@ class Table:
         """The rows ``rows`` (indices or a boolean mask), in that order."""
         return Table({k: v[rows] for k, v in self.columns.items()})
 
+    def records(self) -> list[dict]:
+        """One dict per row, Python values (as pandas' ``to_dict("records")`` gives them)."""
+        names = list(self.columns)
+        cols = [v.tolist() for v in self.columns.values()]
+        return [dict(zip(names, row, strict=True)) for row in zip(*cols, strict=True)]
+
     def to_frame(self):
         """The table as a pandas DataFrame (string columns of pandas' ``str`` dtype)."""
         import pandas as pd
