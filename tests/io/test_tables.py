@@ -159,3 +159,9 @@ def test_pandas_version_read_without_pandas_is_pandas_own():
     from zionsim.io.tables import _pandas_version
 
     assert _pandas_version() == pd.__version__
+
+
+def test_a_string_column_with_other_values_is_refused():
+    """A string column holding a number is an error (pandas would write it otherwise)."""
+    with pytest.raises(TypeError, match="not strings"):
+        table_parquet(Table({"s": strings(["a", 3])}))

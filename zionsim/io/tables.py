@@ -102,12 +102,16 @@ def _arrow(pa, v: np.ndarray):
         return pa.Array.from_buffers(pa.bool_(), n, [None, data]), "bool", "bool"
     if kind == "O":
         items = v.tolist()
-        valid = np.array([isinstance(x, str) for x in items], dtype=bool)
-        if not valid.all() and any(not _missing(x) for x, ok in zip(items, valid) if not ok):
-            raise TypeError("a string column holds values that are not strings")
-        data = [x.encode() if ok else b"" for x, ok in zip(items, valid, strict=True)]
+        try:  # every value a string (a run's tables): encoded in one pass
+            data = list(map(str.encode, items))
+            valid = np.ones(n, dtype=bool)
+        except TypeError:
+            valid = np.array([isinstance(x, str) for x in items], dtype=bool)
+            if any(not _missing(x) for x, ok in zip(items, valid, strict=True) if not ok):
+                raise TypeError("a string column holds values that are not strings") from None
+            data = [x.encode() if ok else b"" for x, ok in zip(items, valid, strict=True)]
         offsets = np.zeros(n + 1, dtype=np.int64)
-        np.cumsum([len(b) for b in data], out=offsets[1:])
+        np.cumsum(np.fromiter(map(len, data), np.int64, n), out=offsets[1:])
         buffers = [_validity(pa, valid), pa.py_buffer(offsets), pa.py_buffer(b"".join(data))]
         return pa.Array.from_buffers(pa.large_string(), n, buffers), "object", "str"
     raise TypeError(f"no parquet column for dtype {v.dtype}")
