@@ -159,8 +159,15 @@ def plot_distribution(samples, summary: dict, ax=None):
     plt = _pyplot()
     if ax is None:
         _, ax = plt.subplots(figsize=(6, 4))
+    import numpy as np
+
     ms = samples["iteration_time_s"].to_numpy() * 1e3
-    ax.hist(ms, bins=max(5, min(40, len(ms) // 2)), color="tab:blue", alpha=0.7)
+    bins = max(5, min(40, len(ms) // 2))
+    try:
+        np.histogram_bin_edges(ms, bins)
+    except ValueError:  # times equal to rounding (realisations without noise): one bar
+        bins = 1
+    ax.hist(ms, bins=bins, color="tab:blue", alpha=0.7)
     d = summary["distribution"]["iteration_time_s"]
     for key, style in (("mean", "-"), ("p50", "--"), ("p95", ":"), ("p99", "-.")):
         ax.axvline(d[key] * 1e3, color="k", linestyle=style, label=f"{key} {d[key] * 1e3:.2f} ms")
