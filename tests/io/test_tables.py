@@ -78,6 +78,9 @@ def test_a_bad_column_is_refused():
         table_parquet(t)
 
 
+CATS = ["gemm", "all_to_all", "b", "a"]
+
+
 def _rank_frame(rng, n: int) -> Table:
     durations = rng.exponential(1e-3, n)
     durations[rng.random(n) < 0.05] = np.nan
@@ -85,7 +88,7 @@ def _rank_frame(rng, n: int) -> Table:
     return Table(
         {
             "rank": rng.integers(-1, 5, n),
-            "category": strings([["gemm", "all_to_all", "b", "a"][i] for i in rng.integers(0, 4, n)]),
+            "category": strings([CATS[i] for i in rng.integers(0, len(CATS), n)]),
             "duration_s": durations,
             "bytes": rng.choice([0.0, 1e9 / 3, 7.0, 1e-3], n),
         }

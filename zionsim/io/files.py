@@ -307,10 +307,8 @@ def write_run(
     ``inputs`` and ``force`` as in :func:`write_result_dir`.  Per-op spans in ``events.parquet``
     and ``trace.json`` are those of ``trace_ranks`` (``auto``, ``all`` or a list: see
     :func:`zionsim.sim.results.trace_ranks`); ``ranks.csv`` keeps every rank's totals."""
-    from zionsim.sim.results import sample_events
+    from zionsim.sim.results import rank_total_table, sample_events
     from zionsim.sim.results import trace_ranks as pick
-
-    from zionsim.sim.results import rank_total_table
 
     gpus, nodes = int(result.summary["gpus"]), int(result.summary["nodes"])
     ranks = pick(gpus, gpus // max(1, nodes), trace_ranks)
