@@ -395,7 +395,9 @@ def run_and_write(args, inputs) -> int:
     elif args.format == "json":
         print(to_json(s), end="")
     elif args.format == "csv":
-        print(format_rows(result.breakdown.to_dict("records"), "csv"), end="")
+        bd = result.table("breakdown")  # columns (no pandas) unless read as a DataFrame
+        rows = bd.to_dict("records") if hasattr(bd, "to_dict") else bd.records()
+        print(format_rows(rows, "csv"), end="")
     return 0
 
 

@@ -307,20 +307,23 @@ def write_run(
     ``inputs`` and ``force`` as in :func:`write_result_dir`.  Per-op spans in ``events.parquet``
     and ``trace.json`` are those of ``trace_ranks`` (``auto``, ``all`` or a list: see
     :func:`zionsim.sim.results.trace_ranks`); ``ranks.csv`` keeps every rank's totals."""
-    from zionsim.sim.results import sample_events
+    from zionsim.sim.results import rank_total_table, sample_events
     from zionsim.sim.results import trace_ranks as pick
 
     gpus, nodes = int(result.summary["gpus"]), int(result.summary["nodes"])
     ranks = pick(gpus, gpus // max(1, nodes), trace_ranks)
-    events = sample_events(result.events, ranks)
+    table = getattr(result, "table", lambda name: getattr(result, name))  # columns where kept
+    all_events = table("events")
+    events = sample_events(all_events, ranks)
+    totals = rank_total_table(all_events) if _is_table(all_events) else None
     files: dict[str, bytes | str] = {
         "summary.json": to_json(result.summary),
         "timing.json": to_json(result.timing),
         "events.parquet": _parquet(events),
-        "breakdown.csv": result.breakdown.to_csv(index=False),
-        "links.csv": result.links.to_csv(index=False),
-        "memory.csv": result.memory.to_csv(index=False),
-        "ranks.csv": result.rank_totals().to_csv(index=False),
+        "breakdown.csv": _csv(table("breakdown")),
+        "links.csv": _csv(table("links")),
+        "memory.csv": _csv(table("memory")),
+        "ranks.csv": _csv(result.rank_totals() if totals is None else totals),
         "trace.json": result.perfetto_json(ranks),  # streamed: pieces of text
     }
     if plot:
@@ -342,7 +345,30 @@ def write_stopped(out_dir: str | Path, summary: dict, inputs: str | None, force:
     return write_result_dir(out_dir, {"summary.json": to_json(summary)}, "run", inputs, force)
 
 
+def _is_table(value) -> bool:
+    """Whether ``value`` is a ``base.table.Table`` (not imported for it: none can exist before
+    that module is, which keeps ``zionsim --help`` from importing numpy)."""
+    mod = sys.modules.get("zionsim.base.table")
+    return mod is not None and isinstance(value, mod.Table)
+
+
+def _csv(table) -> str:
+    """A run's table as CSV: its columns without pandas (``io/tables.py``, the same bytes), a
+    DataFrame by pandas."""
+    if _is_table(table):
+        from zionsim.io.tables import table_csv
+
+        return table_csv(table)
+    return table.to_csv(index=False)
+
+
 def _parquet(df) -> bytes:
+    """A table as parquet: columns without pandas (``io/tables.py``, the same bytes), a
+    DataFrame by pandas."""
+    if _is_table(df):
+        from zionsim.io.tables import table_parquet
+
+        return table_parquet(df)
     buf = io.BytesIO()
     df.to_parquet(buf, index=False)
     return buf.getvalue()

@@ -46,7 +46,7 @@ def perfetto_json(events: pd.DataFrame) -> Iterator[str]:
     tids = [order.get(s, len(order)) * 100 + n for s, n in zip(streams, lanes, strict=True)]
     ranks = events["rank"].astype(int).tolist()
     head: list[dict] = []
-    for p in sorted(events["rank"].unique()):
+    for p in sorted(set(ranks)):
         name = f"rank {p}" if p >= 0 else "network"
         head.append(_meta("process_name", int(p), 0, {"name": name}))
         head.append(_meta("process_sort_index", int(p), 0, {"sort_index": int(p)}))
@@ -60,8 +60,8 @@ def perfetto_json(events: pd.DataFrame) -> Iterator[str]:
     sep = "," if head else ""
     cols = [events[c].tolist() for c in ("name", "category")] + [ranks]
     cols += [events["iteration"].tolist(), events["bytes"].tolist(), tids]
-    starts = np.asarray(events["start_s"].to_numpy(), dtype=np.float64)
-    ends = np.asarray(events["end_s"].to_numpy(), dtype=np.float64)
+    starts = np.asarray(events["start_s"], dtype=np.float64)
+    ends = np.asarray(events["end_s"], dtype=np.float64)
     heads: dict = {}  # each track's span text up to "ts" (and each name JSON-quoted), once
     args: dict[tuple, str] = {}  # each (iteration, bytes) pair's "args" object, written once
     for k in range(0, len(tids), CHUNK_EVENTS):
@@ -185,6 +185,16 @@ def _dumps(obj) -> str:
     return _COMPACT.encode(obj)
 
 
+def _tracks(rank: np.ndarray, stream: np.ndarray) -> list[np.ndarray]:
+    """The rows of each (rank, stream) pair, each in row order (pandas' ``groupby(...).indices``
+    without pandas; the pairs' order does not matter to :func:`track_lanes`)."""
+    _, code = np.unique(stream, return_inverse=True)
+    _, key = np.unique(rank.astype(np.int64) * (int(code.max()) + 1) + code, return_inverse=True)
+    order = np.argsort(key, kind="stable")
+    cuts = np.flatnonzero(np.diff(key[order])) + 1
+    return np.split(order, cuts)
+
+
 def _meta(name: str, pid: int, tid: int, args: dict) -> dict:
     return {"name": name, "ph": "M", "pid": pid, "tid": tid, "args": args}
 
@@ -195,8 +205,8 @@ def track_lanes(events: pd.DataFrame) -> np.ndarray:
     lanes = np.zeros(len(events), dtype=int)
     if events.empty:
         return lanes
-    starts, ends = events["start_s"].to_numpy(), events["end_s"].to_numpy()
-    for _, idx in events.groupby(["rank", "stream"], sort=False).indices.items():
+    starts, ends = np.asarray(events["start_s"]), np.asarray(events["end_s"])
+    for idx in _tracks(np.asarray(events["rank"]), np.asarray(events["stream"], dtype=object)):
         start = starts[idx]
         end = ends[idx]
         order = np.lexsort((idx, start))

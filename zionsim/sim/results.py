@@ -24,6 +24,7 @@ import numpy as np
 
 from zionsim.base.errors import InputError
 from zionsim.base.kept import Registry, kept_for, kept_with
+from zionsim.base.table import Table, strings
 from zionsim.dlrm.trace import CATEGORIES, STREAMS
 from zionsim.sim.records import SpanTag
 
@@ -264,6 +265,10 @@ class Analysis:
     def events(self) -> pd.DataFrame:
         """One row per executed op, then one per network batch (collective phase) and one per
         background (shadow) sync round; sorted by start time, then rank, stream and name."""
+        return self.event_table().to_frame()
+
+    def event_table(self) -> Table:
+        """:meth:`events` as columns (``base/table.py``: written without pandas)."""
         parts = [self._op_events(), self._network_events(), self._sync_round_events()]
         parts = [p for p in parts if p is not None]
         cols: dict = {}
@@ -279,24 +284,19 @@ class Analysis:
             text[key] = (vocab, np.concatenate(rows))
         # the order of a stable sort by start time, rank, stream and name
         order = np.lexsort((text["name"][1], text["stream"][1], cols["rank"], cols["start_s"]))
-        import pandas as pd
-
-        df = pd.DataFrame(
+        start, end = cols["start_s"][order], cols["end_s"][order]
+        return Table(
             {
                 "iteration": cols["iteration"][order].astype(np.int64),
                 "rank": cols["rank"][order].astype(np.int64),
-                **{
-                    k: pd.array(np.array(v, dtype=object)[c[order]], dtype="str")
-                    for k, (v, c) in text.items()
-                },
-                "start_s": cols["start_s"][order],
-                "end_s": cols["end_s"][order],
+                **{k: strings(v)[c[order]] for k, (v, c) in text.items()},
+                "start_s": start,
+                "end_s": end,
                 "wait_s": cols["wait_s"][order],
                 "bytes": cols["bytes"][order],
+                "duration_s": end - start,
             }
         )
-        df["duration_s"] = df["end_s"] - df["start_s"]
-        return df
 
     def _op_events(self) -> dict:
         """One row per executed op, as columns (strings as (codes, values)); ``wait_s`` is the
@@ -384,18 +384,22 @@ def links_table(cluster, network, sim_time_s: float) -> pd.DataFrame:
     """Bytes and utilisation (of achieved capacity, over the whole run) per directed link, with
     its kind (``nvlink``, ``roce`` …) and role (``scale_up``, ``scale_out``, ``pcie``,
     ``socket``, ``memory``: ``topology.LINK_ROLES``)."""
-    import pandas as pd
+    return link_table(cluster, network, sim_time_s).to_frame()
 
+
+def link_table(cluster, network, sim_time_s: float) -> Table:
+    """:func:`links_table` as columns (``base/table.py``: written without pandas)."""
     from zionsim.hardware.topology import LINK_ROLES
 
     r = cluster.router
     util = network.link_bytes / (r.capacity_Bps * sim_time_s) if sim_time_s > 0 else 0.0
-    return pd.DataFrame(
+    kinds = r.edge_kind.tolist()
+    return Table(
         {
-            "src": [u for u, _ in r.edge_names],
-            "dst": [v for _, v in r.edge_names],
-            "kind": r.edge_kind,
-            "role": [LINK_ROLES.get(k, k) for k in r.edge_kind],
+            "src": strings([u for u, _ in r.edge_names]),
+            "dst": strings([v for _, v in r.edge_names]),
+            "kind": strings(kinds),
+            "role": strings([LINK_ROLES.get(k, k) for k in kinds]),
             "bw_Bps": r.bw_Bps,
             "capacity_Bps": r.capacity_Bps,
             "bytes": network.link_bytes,
@@ -491,18 +495,65 @@ def trace_ranks(ranks: int, gpus_per_node: int, choice: str | list[int] | None =
     return sorted(set(choice))
 
 
-def sample_events(events: pd.DataFrame, ranks: list[int]) -> pd.DataFrame:
+def sample_events(events: pd.DataFrame | Table, ranks: list[int]) -> pd.DataFrame | Table:
     """The events of ``ranks``, with every network (rank -1) and sync-round row kept."""
+    if isinstance(events, Table):
+        rank = events["rank"]
+        keep = np.isin(rank, ranks) | (rank < 0)
+        return events if keep.all() else events.take(keep)
     keep = events["rank"].isin(ranks) | (events["rank"] < 0)
     return events if keep.all() else events[keep].reset_index(drop=True)
 
 
-def rank_totals(events: pd.DataFrame) -> pd.DataFrame:
+def rank_totals(events: pd.DataFrame | Table) -> pd.DataFrame:
     """Per rank (network -1 included) and category: seconds of op spans (summed over iterations),
     span count and bytes; kept for every rank whatever the events file samples."""
+    if isinstance(events, Table):
+        return rank_total_table(events).to_frame()
     g = events.groupby(["rank", "category"], sort=True)
     out = g.agg(busy_s=("duration_s", "sum"), spans=("duration_s", "size"), bytes=("bytes", "sum"))
     return out.reset_index()
+
+
+def rank_total_table(events: Table) -> Table:
+    """:func:`rank_totals` without pandas, to the bit: groups sorted by rank, then category;
+    each sum taken in row order with Kahan's compensation as pandas' ``group_sum`` takes it
+    (NaN skipped, an infinite value resets the compensation)."""
+    rank, cat = events["rank"], events["category"]
+    vocab, code = np.unique(cat, return_inverse=True) if len(cat) else (np.array([]), cat)
+    key = rank.astype(np.int64) * max(len(vocab), 1) + code.reshape(-1)
+    keys, group, spans = np.unique(key, return_inverse=True, return_counts=True)
+    order = np.argsort(group.reshape(-1), kind="stable")  # each group's rows in row order
+    bounds = np.concatenate(([0], np.cumsum(spans))).tolist()
+    sums = {}
+    for col in ("duration_s", "bytes"):
+        values = events[col][order].tolist()
+        sums[col] = [_kahan_sum(values[a:b]) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+    first = order[bounds[:-1]] if len(order) else order
+    return Table(
+        {
+            "rank": rank[first].astype(np.int64),
+            "category": strings(cat[first].tolist()),
+            "busy_s": np.array(sums["duration_s"], dtype=np.float64),
+            "spans": spans.astype(np.int64),
+            "bytes": np.array(sums["bytes"], dtype=np.float64),
+        }
+    )
+
+
+def _kahan_sum(values: list[float]) -> float:
+    """The sum of ``values`` as pandas' ``group_sum`` takes a group's (NaN skipped)."""
+    s = c = 0.0
+    for v in values:
+        if v != v:
+            continue
+        y = v - c
+        t = s + y
+        c = t - s - y
+        if c != c:
+            c = 0.0
+        s = t
+    return s
 
 
 def summary_row(summary: dict) -> dict:

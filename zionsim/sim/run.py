@@ -10,7 +10,6 @@ from __future__ import annotations
 import gc
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -37,47 +36,96 @@ from zionsim.sim.resources import check_inputs, check_trace
 if TYPE_CHECKING:  # pandas is imported where a table is built (a sweep's worker needs none)
     import pandas as pd
 from zionsim.base.kept import kept_with
+from zionsim.base.table import Table, strings
 from zionsim.sim.perfetto import perfetto, perfetto_json
 from zionsim.sim.results import (
     Analysis,
+    link_table,
     link_utilisation,
-    links_table,
     rank_totals,
     sample_events,
 )
 
 
-@dataclass
+class _TableField:
+    """A :class:`RunResult` table: kept as given (a ``Table`` of columns, a DataFrame or None)
+    and read as a DataFrame, made from the columns when first read (``RunResult.table`` hands
+    the columns to a writer that needs no pandas)."""
+
+    def __set_name__(self, owner, name: str) -> None:
+        self.name = name
+
+    def __get__(self, obj, owner=None):
+        if obj is None:
+            return self
+        value = obj._tables[self.name]
+        if isinstance(value, Table):
+            value = obj._tables[self.name] = value.to_frame()
+        return value
+
+    def __set__(self, obj, value) -> None:
+        obj._tables[self.name] = value
+
+
 class RunResult:
     """One run as plain data: ``summary`` (``summary.json``), ``timing`` (the simulator's own
     wall time and event count), the events, breakdown, links and per-GPU memory tables, and the
     trace that ran.  A lean result (a sweep point's: ``simulate_inputs(..., lean=True)``) has
     no tables (``events``, ``breakdown``, ``links`` and ``memory`` are None: a sweep's worker
-    needs no pandas); its ``summary`` is a full run's."""
+    needs no pandas); its ``summary`` is a full run's.  The tables are pandas DataFrames when
+    read; a run keeps them as columns (``base/table.py``) until then, so that ``zionsim run``
+    writes its files without importing pandas (:meth:`table`)."""
 
-    summary: dict
-    timing: dict
-    events: pd.DataFrame | None
-    breakdown: pd.DataFrame | None
-    links: pd.DataFrame | None
-    memory: pd.DataFrame | None
-    trace: Trace
+    events: pd.DataFrame | None = _TableField()
+    breakdown: pd.DataFrame | None = _TableField()
+    links: pd.DataFrame | None = _TableField()
+    memory: pd.DataFrame | None = _TableField()
     #: with variability: one row per measured iteration of every realisation (``samples.csv``)
-    samples: pd.DataFrame | None = None
+    samples: pd.DataFrame | None = _TableField()
+
+    def __init__(
+        self,
+        summary: dict,
+        timing: dict,
+        events,
+        breakdown,
+        links,
+        memory,
+        trace: Trace,
+        samples=None,
+    ):
+        self.summary, self.timing, self.trace = summary, timing, trace
+        self._tables = {
+            "events": events,
+            "breakdown": breakdown,
+            "links": links,
+            "memory": memory,
+            "samples": samples,
+        }
+
+    def __repr__(self) -> str:
+        return f"RunResult(summary={self.summary!r}, timing={self.timing!r})"
+
+    def table(self, name: str):
+        """The table ``name`` as kept: a ``Table`` of columns until its DataFrame was read, else
+        the DataFrame (or None)."""
+        return self._tables[name]
 
     def perfetto(self, ranks: list[int] | None = None) -> dict:
         """The events (of ``ranks`` only, network rows kept; default all) as a Chrome/Perfetto
         trace (see :func:`zionsim.sim.perfetto.perfetto`)."""
-        return perfetto(self.events if ranks is None else sample_events(self.events, ranks))
+        events = self.table("events")
+        return perfetto(events if ranks is None else sample_events(events, ranks))
 
     def perfetto_json(self, ranks: list[int] | None = None):
         """:meth:`perfetto` as JSON text in pieces, to stream to a file
         (:func:`zionsim.sim.perfetto.perfetto_json`)."""
-        return perfetto_json(self.events if ranks is None else sample_events(self.events, ranks))
+        events = self.table("events")
+        return perfetto_json(events if ranks is None else sample_events(events, ranks))
 
     def rank_totals(self) -> pd.DataFrame:
         """Seconds, spans and bytes per rank and category (every rank, see ``rank_totals``)."""
-        return rank_totals(self.events)
+        return rank_totals(self.table("events"))
 
 
 def build_trace(
@@ -105,11 +153,12 @@ def lower_checked(
     sync: SyncSpec,
     stack,
     lean: bool = False,
-) -> tuple[Trace, pd.DataFrame | dict]:
+    columns: bool = False,
+) -> tuple[Trace, pd.DataFrame | Table | dict]:
     """:func:`build_trace` of a workload the ``stack`` already applies to (``RunInputs.workload``):
     the capacity checks, the memory table, the lowered trace; ``fused`` as the stack allows.
     ``lean``: the table's byte columns as a dict of arrays (and ``hbm_capacity_bytes`` a
-    number), no DataFrame."""
+    number), no DataFrame; ``columns``: the table as a ``Table`` (``base/table.py``)."""
     check_trainer(stack, architecture(cluster.spec.gpu))
     gpus, g = len(cluster.gpus), cluster.spec.gpus_per_node
     plan = plan or default_plan(workload, gpus)
@@ -132,15 +181,17 @@ def lower_checked(
         columns["hbm_capacity_bytes"] = cluster.spec.gpu.hbm_bytes
         columns["host_dram_bytes"] = np.asarray(mem["host_dram"])
         return trace, columns
-    import pandas as pd
-
-    table = pd.DataFrame(
-        {"rank": range(gpus), "gpu": names, **{f"{k}_bytes": mem[k] for k in MEMORY_KINDS}}
+    table = Table(
+        {
+            "rank": range(gpus),
+            "gpu": strings(names),
+            **{f"{k}_bytes": mem[k] for k in MEMORY_KINDS},
+            "hbm_bytes": sum(mem[k] for k in MEMORY_KINDS),
+            "hbm_capacity_bytes": cluster.spec.gpu.hbm_bytes,
+            "host_dram_bytes": mem["host_dram"],
+        }
     )
-    table["hbm_bytes"] = sum(mem[k] for k in MEMORY_KINDS)
-    table["hbm_capacity_bytes"] = cluster.spec.gpu.hbm_bytes
-    table["host_dram_bytes"] = mem["host_dram"]
-    return trace, table
+    return trace, table if columns else table.to_frame()
 
 
 def simulate_run(
@@ -211,8 +262,8 @@ def run_result(
     a = Analysis(rec, warmup)
     iter_s = float(a.iteration_times().mean())
     breakdown, busy, exposed = a.breakdown(), a.busy(), a.exposed()
-    events = None if lean else a.events()
-    links = None if lean else links_table(cluster, rec.network, rec.sim_time_s)
+    events = None if lean else a.event_table()
+    links = None if lean else link_table(cluster, rec.network, rec.sim_time_s)
     wall = time.perf_counter() - t0
     summary = {
         **_run_header(cluster, trace, iterations, warmup),
@@ -239,7 +290,7 @@ def run_result(
 def _link_means(cluster, rec, links) -> dict:
     """``link_utilisation_by_kind`` and ``_by_role``: group means of ``links`` (the table), or
     the same means taken without it (``results.link_utilisation``)."""
-    if links is None:
+    if links is None or isinstance(links, Table):
         by_kind, by_role = link_utilisation(cluster, rec.network, rec.sim_time_s)
     else:
         by_kind = links.groupby("kind")["utilisation"].mean().to_dict()
@@ -301,16 +352,14 @@ def _run_header(cluster, trace: Trace, iterations: int, warmup: int) -> dict:
     }
 
 
-def _breakdown_table(breakdown: dict, busy: dict, exposed: dict) -> pd.DataFrame:
+def _breakdown_table(breakdown: dict, busy: dict, exposed: dict) -> Table:
     """``breakdown.csv``: per category, critical-path, busy and exposed seconds per iteration."""
-    import pandas as pd
-
-    return pd.DataFrame(
+    return Table(
         {
-            "category": list(breakdown),
-            "critical_path_s": list(breakdown.values()),
-            "busy_s": [busy.get(k, 0.0) for k in breakdown],
-            "exposed_s": [exposed.get(k, 0.0) for k in breakdown],
+            "category": strings(breakdown),
+            "critical_path_s": np.array(list(breakdown.values()), dtype=np.float64),
+            "busy_s": np.array([busy.get(k, 0.0) for k in breakdown], dtype=np.float64),
+            "exposed_s": np.array([exposed.get(k, 0.0) for k in breakdown], dtype=np.float64),
         }
     )
 
@@ -400,7 +449,9 @@ def _collectives(rec, trace: Trace) -> list[dict]:
     return out
 
 
-def _memory_summary(memory: pd.DataFrame | dict) -> dict:
+def _memory_summary(memory: pd.DataFrame | Table | dict) -> dict:
+    if isinstance(memory, Table) and not memory.empty:  # the columns: as a lean run's
+        memory = {**memory.columns, "hbm_capacity_bytes": memory["hbm_capacity_bytes"][0]}
     if isinstance(memory, dict):  # a lean run's columns (lower_checked): the same figures
         return {
             "hbm_bytes_max": float(memory["hbm_bytes"].max()),
@@ -467,17 +518,18 @@ def simulate_inputs(
     check_iterations(o["iterations"], o["warmup"])
     if not guarded:
         guard_inputs(inputs, max_memory_bytes)
-    lean = lean and inputs.variability is None and o["samples"] <= 1
+    varied = inputs.variability is not None or o["samples"] > 1
+    lean = lean and not varied
     if trace is None:
         (on_phase or _quiet)("plan")
-        trace, memory, cluster = trace_of(inputs, cluster, plan, lean=lean)
+        trace, memory, cluster = trace_of(inputs, cluster, plan, lean=lean, columns=not varied)
     else:
         import pandas as pd
 
         memory = None if lean else pd.DataFrame()
         cluster = cluster or _build(inputs)
     (on_phase or _quiet)("simulate")
-    if inputs.variability is not None or o["samples"] > 1:
+    if varied:
         return _execute_varied(inputs, cluster, trace, memory, max_memory_bytes, t0)
     return _execute(
         cluster,
@@ -519,15 +571,22 @@ def _execute_varied(inputs: RunInputs, cluster, trace: Trace, memory, limit, t0:
         return RunResult(summary, {"sim_wall_s": 0.0}, empty, empty, empty, memory, trace)
 
 
-def trace_of(inputs: RunInputs, cluster=None, plan: Plan | None = None, lean: bool = False):
+def trace_of(
+    inputs: RunInputs,
+    cluster=None,
+    plan: Plan | None = None,
+    lean: bool = False,
+    columns: bool = False,
+):
     """The lowered iteration trace of ``inputs``, its per-GPU memory table and the cluster (built
     from the spec unless given), under ``plan`` (default: :func:`plan_of`); ``lean``: the
-    table as columns (:func:`lower_checked`)."""
+    table's byte columns as a dict, ``columns``: the table as a ``Table``
+    (:func:`lower_checked`)."""
     cluster = cluster or _build(inputs)
     plan = plan or plan_of(inputs, cluster)
     fused = inputs.options["fused"] and inputs.stack.fused_embedding
     trace, memory = lower_checked(
-        cluster, inputs.workload, plan, fused, inputs.sync, inputs.stack, lean
+        cluster, inputs.workload, plan, fused, inputs.sync, inputs.stack, lean, columns
     )
     return trace, memory, cluster
 
