@@ -52,10 +52,10 @@ def _figure_class():
     artists, their ``set`` signatures and every drawn pixel are the same."""
     import sys
 
-    if "matplotlib.figure" not in sys.modules:
-        import matplotlib.artist as artist
+    import matplotlib.artist as artist
 
-        kwdoc = artist.kwdoc
+    kwdoc = getattr(artist, "kwdoc", None)  # a matplotlib without it imports as it is
+    if "matplotlib.figure" not in sys.modules and callable(kwdoc):
         artist.kwdoc = _no_kwdoc
         try:
             import matplotlib.figure  # noqa: F401
