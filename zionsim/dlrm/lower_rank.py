@@ -100,6 +100,7 @@ def lower_rank(b, w, r, node, local, lay, fused, c, c_ar, buckets, stack=BARE, f
     the embedding lookup waits for op ``first`` (a joined iteration's per-step GPU work: HugeCTR's
     lookup waits for the copy of the distributed batch, ``ebc_cache_train_ddl_output``)."""
     o = _RankOps(b, w, r, lay, c, stack)
+    first = _lower_step_copies(o, first)
     n_look = float(lay.lookups[r])
     e_args = {
         "lookups": n_look,
@@ -123,6 +124,22 @@ def lower_rank(b, w, r, node, local, lay, fused, c, c_ar, buckets, stack=BARE, f
         o, node, local, e_args, x, grads_done, early if stack.dp_local_reduce else None
     )
     _lower_dense_update(o, e_bwd, d2h, grads_done, c_ar, buckets, ars)
+
+
+def _lower_step_copies(o: _RankOps, first=None):
+    """HugeCTR's copies on the main stream between two iterations (``stack.py`` item 8d, with
+    the data distributor): ``input_copy`` (``copy_next_iter_network_input``: the next batch's
+    dense features and labels into the graph's inputs, two copies) and ``ddl_cache``
+    (``ebc_cache_train_ddl_output``: the distributed batch into the lookups' inputs), memory
+    ops after ``first``, in that order (``lower_exchange._step_copies``); returns the last (the
+    op the lookups wait for), or ``first`` without a distributor."""
+    if "ddl_cache_bytes" not in o.c:
+        return first
+    copy = o.b.op(o.r, "input_copy", "memory", "framework", "compute", (first,),
+                  nbytes=float(o.c["input_copy_bytes"]), launches=2)  # fmt: skip
+    return o.b.op(o.r, "ddl_cache", "memory", "framework", "compute", (copy,),
+                  nbytes=float(o.c["ddl_cache_bytes"][o.r]),
+                  launches=int(o.c["ddl_cache_copies"]))  # fmt: skip
 
 
 def _lower_embedding_fwd(
