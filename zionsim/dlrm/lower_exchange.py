@@ -204,6 +204,11 @@ def distributor_collectives(
     mp_keys = keys.sum(1) / kb
     c["ddl_kernel_bytes"] = mp_keys * (6 * kb + 16) + dp_keys * 2 * kb
     _step_copies(c, w, index_col.size, keys.col, counts.col, dp_keys * kb, n_dp, kb)
+    # the embedding collection's network_forward / network_backward (_lower_network_copy): the
+    # local samples' pooled vectors of every model-parallel table, in the exchange's precision
+    mp_tables = {s.table for s in plan.shards if s.kind != "DP" and s.tier != "ps"}
+    width = sum(w.tables[t].dim for t in mp_tables) * DTYPE_BYTES[w.precision["communication"]]
+    c["net_copy_bytes"] = 2.0 * w.batch_per_gpu * width
 
 
 #: labels are float in HugeCTR's label tensor (split_batch.cu ``split_feat_major_kernel``)

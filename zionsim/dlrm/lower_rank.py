@@ -109,7 +109,7 @@ def lower_rank(b, w, r, node, local, lay, fused, c, c_ar, buckets, stack=BARE, f
         "row_bytes": float(lay.lookup_bytes[r] / n_look) if n_look else 0.0,
     }
     bottom = _lower_bottom_fwd(o, (first,)) if o.bottom_mp else None
-    outs = _lower_embedding_fwd(o, node, local, e_args, first, bottom)
+    outs = _lower_network_fwd(o, _lower_embedding_fwd(o, node, local, e_args, first, bottom))
     x = _lower_dense_fwd(o, outs[1:], outs[0] if stack.dense_waits_lookup else None, outs[0])
     grads_done: dict[str, int] = {}
     x = _lower_top_bwd(o, x, grads_done)
@@ -140,6 +140,25 @@ def _lower_step_copies(o: _RankOps, first=None):
     return o.b.op(o.r, "ddl_cache", "memory", "framework", "compute", (copy,),
                   nbytes=float(o.c["ddl_cache_bytes"][o.r]),
                   launches=int(o.c["ddl_cache_copies"]))  # fmt: skip
+
+
+def _lower_network_fwd(o: _RankOps, outs: list) -> list:
+    """HugeCTR's ``network_forward`` (``stack.py`` item 8d, the embedding collection): once the
+    forward exchange has delivered the rank's samples' pooled vectors, a kernel reads them from
+    the network buffer and writes the embedding output the dense network reads
+    (``net_copy_bytes``: both, every model-parallel table's vectors of the local samples); a
+    memory op on the embedding stream that the interaction waits for in place of the exchange
+    ops.  Source: NVIDIA-Merlin/HugeCTR (commit 2f2016f) HugeCTR/embedding/
+    model_parallel_embedding.cpp and hier_model_parallel_embedding.cpp ``network_forward``
+    (``all2all_comm_.communicate`` / ``hier_communicate``, then
+    ``network_forward_.sparse_forward``), embedding/operators/network_forward.cu."""
+    nbytes = o.c.get("net_copy_bytes", 0.0)
+    got = tuple(x for x in outs[1:-1] if x is not None)
+    if not nbytes or not got:
+        return outs
+    net = o.b.op(o.r, "emb_network_fwd", "memory", "embedding", o.emb_stream, got,
+                 nbytes=float(nbytes))  # fmt: skip
+    return [outs[0], net, *([None] * (len(outs) - 3)), outs[-1]]
 
 
 def _lower_embedding_fwd(
@@ -300,12 +319,16 @@ def _lower_sparse_bwd(o: _RankOps, node, local, e_args, x, grads_done, early=Non
         nbytes += 2 * dedup.vector_bytes
         ready = o.b.op(o.r, "emb_expand_bwd", "memory", "embedding", "compute", (x,),
                        nbytes=float(nbytes), launches=2)  # fmt: skip
+    net = ready
+    if o.c.get("net_copy_bytes"):  # network_backward: the output's gradient into the buffer
+        net = o.b.op(o.r, "emb_network_bwd", "memory", "embedding", o.emb_stream, (ready,),
+                     nbytes=float(o.c["net_copy_bytes"]))  # fmt: skip
     backs = [
-        o.coll("grad_a2a", "grad", "all_to_all", "a2a", (ready,)),
-        o.coll("rw_all_gather", "ag", "all_gather", "a2a", (ready,)),
+        o.coll("grad_a2a", "grad", "all_to_all", "a2a", (net,)),
+        o.coll("rw_all_gather", "ag", "all_gather", "a2a", (net,)),
     ]
-    hb = o.coll("hyb_intra_a2a_bwd", ("hyb_intra_bwd", node), "all_to_all", "a2a", (ready,))
-    tb = o.coll("twrw_a2a_bwd", ("twrw_a2a_bwd", local), "all_to_all", "a2a", (hb or ready,))
+    hb = o.coll("hyb_intra_a2a_bwd", ("hyb_intra_bwd", node), "all_to_all", "a2a", (net,))
+    tb = o.coll("twrw_a2a_bwd", ("twrw_a2a_bwd", local), "all_to_all", "a2a", (hb or net,))
     intra = o.intra_stream  # after the rail exchange, beside the communicator's next calls
     backs += [tb, o.coll("twrw_all_gather", ("twrw_ag", node), "all_gather", intra, (tb,))]
     backs.append(o.coll("hier_intra_bwd", ("hier_bwd", node), "all_to_all", intra, (tb,)))
