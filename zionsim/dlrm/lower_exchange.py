@@ -209,6 +209,13 @@ def distributor_collectives(
     mp_tables = {s.table for s in plan.shards if s.kind != "DP" and s.tier != "ps"}
     width = sum(w.tables[t].dim for t in mp_tables) * DTYPE_BYTES[w.precision["communication"]]
     c["net_copy_bytes"] = 2.0 * w.batch_per_gpu * width
+    # the embedding table's lookup kernel (_lower_row_ptrs): per key the key read and the row's
+    # address written (a float*, 8 bytes), which the pooling kernel then reads in place of an index
+    c["row_ptr_bytes_per_key"] = kb + ROW_POINTER_BYTES
+
+
+#: a row's address in HugeCTR's lookup output (``float*`` on a 64-bit GPU)
+ROW_POINTER_BYTES = 8
 
 
 #: labels are float in HugeCTR's label tensor (split_batch.cu ``split_feat_major_kernel``)

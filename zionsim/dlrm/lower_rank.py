@@ -161,6 +161,23 @@ def _lower_network_fwd(o: _RankOps, outs: list) -> list:
     return [outs[0], net, *([None] * (len(outs) - 3)), outs[-1]]
 
 
+def _lower_row_ptrs(o: _RankOps, deps: tuple):
+    """HugeCTR's embedding-table lookup ahead of the pooling (the embedding collection,
+    ``stack.py`` item 8d): a kernel that reads each of the rank's keys and writes its row's
+    address (``row_ptr_bytes_per_key``), a memory op on the embedding stream after ``deps``
+    that the pooling waits for; None without it.  Source: NVIDIA-Merlin/HugeCTR (commit
+    2f2016f) HugeCTR/embedding_storage/ragged_static_embedding.cu
+    ``RaggedStaticEmbeddingTable::lookup`` (``ragged_static_embedding_table_lookup_kernel``,
+    one ``float*`` per key into ``emb_vec``), embedding/model_parallel_embedding.cpp
+    ``model_forward`` (lookup, then ``model_forward_.sparse_forward``)."""
+    per_key = o.c.get("row_ptr_bytes_per_key", 0.0)
+    keys = float(o.lay.lookups[o.r])
+    if not per_key or keys <= 0:
+        return None
+    return o.b.op(o.r, "emb_row_ptrs", "memory", "embedding", o.emb_stream, deps,
+                  nbytes=keys * per_key)  # fmt: skip
+
+
 def _lower_embedding_fwd(
     o: _RankOps, node: int, local: int, e_args: dict, first=None, bottom=None
 ) -> list:
@@ -176,8 +193,10 @@ def _lower_embedding_fwd(
     a_in = o.coll("input_a2a", "in", "all_to_all", "a2a", (uniq,))
     h2d = o.host("uvm_read", "h2d", (a_in,))
     parts = o.lay.l2_parts[o.lay.l2_id[o.r]]  # the tables the kernel reads, for its L2 hits
+    ptrs = _lower_row_ptrs(o, (a_in, h2d, first))
+    before = (ptrs,) if ptrs is not None else (a_in, h2d, first)
     e_fwd = o.b.op(
-        o.r, "emb_fwd", "embedding_fwd", "embedding", o.emb_stream, (a_in, h2d, first),
+        o.r, "emb_fwd", "embedding_fwd", "embedding", o.emb_stream, before,
         out_bytes=float(o.lay.out_bytes[o.r]), **e_args, **({"l2_parts": parts} if parts else {}),
     )  # fmt: skip
     outs = [
@@ -189,7 +208,7 @@ def _lower_embedding_fwd(
     # stack.py item 8i: the pooling kernel writes the node's partial outputs to the rail GPUs
     # itself, so the intra-node stage starts with the lookup instead of after it
     fused = o.stack.hierarchical_reduction and o.stack.hier_fused_forward
-    pre = (a_in, h2d, first) if fused else (e_fwd,)
+    pre = before if fused else (e_fwd,)
     rs = o.coll("twrw_reduce_scatter", ("twrw_rs", node), "reduce_scatter", intra, pre)
     rs = rs or o.coll("hyb_intra_a2a", ("hyb_intra", node), "all_to_all", "a2a", (e_fwd,))
     # HugeCTR's hierarchical TW/RW shards: their intra-node stage, after any TWRW one
