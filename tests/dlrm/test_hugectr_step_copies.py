@@ -44,7 +44,9 @@ def test_step_copy_bytes_follow_the_batch_and_the_keys():
     assert ops["emb_row_ptrs"].args["nbytes"] == pytest.approx(lookups * (4 + ROW_POINTER_BYTES))
     assert ops["ddl_cache"].args["nbytes"] >= 2 * 4 * lookups
     doubled = _ops(run_point({**BASE, "batch_per_gpu": 2 * B}))
-    assert doubled["input_copy"].args["nbytes"] == pytest.approx(2 * ops["input_copy"].args["nbytes"])
+    assert doubled["input_copy"].args["nbytes"] == pytest.approx(
+        2 * ops["input_copy"].args["nbytes"]
+    )
     assert doubled["ddl_cache"].args["nbytes"] == pytest.approx(2 * ops["ddl_cache"].args["nbytes"])
 
 
