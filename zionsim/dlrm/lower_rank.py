@@ -100,7 +100,8 @@ def lower_rank(b, w, r, node, local, lay, fused, c, c_ar, buckets, stack=BARE, f
     the embedding lookup waits for op ``first`` (a joined iteration's per-step GPU work: HugeCTR's
     lookup waits for the copy of the distributed batch, ``ebc_cache_train_ddl_output``)."""
     o = _RankOps(b, w, r, lay, c, stack)
-    first = _lower_step_copies(o, first)
+    copied = _lower_step_copies(o, first)  # the lookups wait for it in a joined iteration
+    first = copied if stack.iteration_join else first
     n_look = float(lay.lookups[r])
     e_args = {
         "lookups": n_look,
