@@ -73,3 +73,14 @@ def test_step_copies_lengthen_the_step_by_their_memory_time():
         assert ev[ev["name"] == name]["duration_s"].min() > 0
     for opts in ({**BASE, "stack.data_distributor": False}, {**BASE, "stack": "torchrec"}):
         assert not set(NEW) & set(_ops(run_point(opts)))
+
+
+def test_network_copies_read_a_partial_per_holder_or_per_node():
+    """A row-wise table on 8 GPUs sends 8 partials of a sample; a TWRW table or a hierarchical
+    shard one per node it spans; a table-wise shard one."""
+    from zionsim.dlrm.lower_exchange import _partials
+    from zionsim.dlrm.plan import Shard
+
+    assert _partials(Shard(0, "TW", (3,)), 8, 8) == 1
+    assert _partials(Shard(0, "RW", tuple(range(8))), 8, 8) == 8
+    assert _partials(Shard(0, "TWRW", tuple(range(8, 32))), 8, 64) == 3

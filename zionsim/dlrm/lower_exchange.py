@@ -204,14 +204,32 @@ def distributor_collectives(
     mp_keys = keys.sum(1) / kb
     c["ddl_kernel_bytes"] = mp_keys * (6 * kb + 16) + dp_keys * 2 * kb
     _step_copies(c, w, index_col.size, keys.col, counts.col, dp_keys * kb, n_dp, kb)
-    # the embedding collection's network_forward / network_backward (_lower_network_copy): the
-    # local samples' pooled vectors of every model-parallel table, in the exchange's precision
-    mp_tables = {s.table for s in plan.shards if s.kind != "DP" and s.tier != "ps"}
-    width = sum(w.tables[t].dim for t in mp_tables) * DTYPE_BYTES[w.precision["communication"]]
-    c["net_copy_bytes"] = 2.0 * w.batch_per_gpu * width
+    # the embedding collection's network_forward / network_backward (_lower_network_fwd): per
+    # local sample and model-parallel table, the partial pooled vectors that arrive (one per
+    # holder of a row-wise table; one per node under a node-level reduction) read and the output
+    # written (backward: the output's gradient read, one copy per holder written), in the
+    # exchange's precision (embedding/operators/network_forward.cu, network_backward.cu)
+    g, n = lay.hyb_gpus_per_node, index_col.size
+    vectors = sum(
+        w.tables[s.table].dim * (_partials(s, g, n) + 1)
+        for s in plan.shards
+        if s.kind != "DP" and s.tier != "ps"
+    )
+    c["net_copy_bytes"] = float(
+        w.batch_per_gpu * vectors * DTYPE_BYTES[w.precision["communication"]]
+    )
     # the embedding table's lookup kernel (_lower_row_ptrs): per key the key read and the row's
     # address written (a float*, 8 bytes), which the pooling kernel then reads in place of an index
     c["row_ptr_bytes_per_key"] = kb + ROW_POINTER_BYTES
+
+
+def _partials(s, g: int, n: int) -> int:
+    """Partial pooled vectors of one sample of shard ``s`` that reach its sample's GPU: one per
+    holder of a row-wise shard, one per node where a node reduces first (TWRW, or HugeCTR's
+    hierarchical exchange across nodes), one for a table-wise shard."""
+    if s.kind == "TWRW" or (getattr(s, "hierarchical", False) and n > g):
+        return len({r // g for r in s.ranks})
+    return len(s.ranks)
 
 
 #: a row's address in HugeCTR's lookup output (``float*`` on a 64-bit GPU)

@@ -147,7 +147,8 @@ def _lower_network_fwd(o: _RankOps, outs: list) -> list:
     """HugeCTR's ``network_forward`` (``stack.py`` item 8d, the embedding collection): once the
     forward exchange has delivered the rank's samples' pooled vectors, a kernel reads them from
     the network buffer and writes the embedding output the dense network reads
-    (``net_copy_bytes``: both, every model-parallel table's vectors of the local samples); a
+    (``net_copy_bytes``: the partial vectors that arrive and the output, every model-parallel
+    table's of the local samples, ``lower_exchange._partials``); a
     memory op on the embedding stream that the interaction waits for in place of the exchange
     ops.  Source: NVIDIA-Merlin/HugeCTR (commit 2f2016f) HugeCTR/embedding/
     model_parallel_embedding.cpp and hier_model_parallel_embedding.cpp ``network_forward``
