@@ -203,3 +203,65 @@ def distributor_collectives(
     # into the lookup's input (read k, write k)
     mp_keys = keys.sum(1) / kb
     c["ddl_kernel_bytes"] = mp_keys * (6 * kb + 16) + dp_keys * 2 * kb
+    _step_copies(c, w, index_col.size, keys.col, counts.col, dp_keys * kb, n_dp, kb)
+    # the embedding collection's network_forward / network_backward (_lower_network_fwd): per
+    # local sample and model-parallel table, the partial pooled vectors that arrive (one per
+    # holder of a row-wise table; one per node under a node-level reduction) read and the output
+    # written (backward: the output's gradient read, one copy per holder written), in the
+    # exchange's precision (embedding/operators/network_forward.cu, network_backward.cu)
+    g, n = lay.hyb_gpus_per_node, index_col.size
+    vectors = sum(
+        w.tables[s.table].dim * (_partials(s, g, n) + 1)
+        for s in plan.shards
+        if s.kind != "DP" and s.tier != "ps"
+    )
+    c["net_copy_bytes"] = float(
+        w.batch_per_gpu * vectors * DTYPE_BYTES[w.precision["communication"]]
+    )
+    # the embedding table's lookup kernel (_lower_row_ptrs): per key the key read and the row's
+    # address written (a float*, 8 bytes), which the pooling kernel then reads in place of an index
+    c["row_ptr_bytes_per_key"] = kb + ROW_POINTER_BYTES
+
+
+def _partials(s, g: int, n: int) -> int:
+    """Partial pooled vectors of one sample of shard ``s`` that reach its sample's GPU: one per
+    holder of a row-wise shard, one per node where a node reduces first (TWRW, or HugeCTR's
+    hierarchical exchange across nodes), one for a table-wise shard."""
+    if s.kind == "TWRW" or (getattr(s, "hierarchical", False) and n > g):
+        return len({r // g for r in s.ranks})
+    return len(s.ranks)
+
+
+#: a row's address in HugeCTR's lookup output (``float*`` on a 64-bit GPU)
+ROW_POINTER_BYTES = 8
+
+
+#: labels are float in HugeCTR's label tensor (split_batch.cu ``split_feat_major_kernel``)
+LABEL_BYTES = 4
+#: copies each group of the embedding collection makes of the distributed batch:
+#: keys, num_keys (a synchronous cudaMemcpy), num_keys_per_bucket, bucket_range
+#: (HugeCTR/src/embeddings/embedding_collection.cpp, ``EmbeddingCollection::cache_ddl_output``)
+CACHE_COPIES_PER_GROUP = 4
+
+
+def _step_copies(c, w: WorkloadSpec, ranks, key_col, count_col, dp_key_bytes, n_dp, kb) -> None:
+    """The device-to-device copies HugeCTR's embedding-collection pipeline makes on the main
+    stream at every iteration's start (``stack.py`` item 8d; ``_lower_step_copies``):
+    ``ddl_cache_bytes`` (``ebc_cache_train_ddl_output``: the batch the distributor delivered
+    during the previous iteration copied to the lookups' input, per group the keys, and the
+    ``num_keys_per_bucket`` and ``bucket_range`` arrays of one entry per bucket, each read and
+    written: the model-parallel group's keys and buckets as received, one per global sample and
+    served table part, the data-parallel group's of the local samples), ``ddl_cache_copies`` its
+    copies; ``input_copy_bytes`` (``copy_next_iter_network_input``: the CopyOps of the dense
+    features, in the dense precision, and of the float labels into the graph's input tensors,
+    read and written).  Sources: HugeCTR/src/pybind/model_pipeline.cpp
+    ``create_train_pipeline_with_ebc`` (both scheduleables on the default stream, around
+    ``sync_back``), src/embeddings/embedding_collection.cpp ``cache_ddl_output``,
+    src/pybind/model_compile.cpp ``create_copy_ops_for_network_input``."""
+    keys_in = ranks * np.asarray(key_col, dtype=float)  # bytes every rank sends it
+    buckets_in = ranks * np.asarray(count_col, dtype=float)
+    dp_buckets = w.batch_per_gpu * n_dp * kb
+    c["ddl_cache_bytes"] = 2.0 * (keys_in + 2 * buckets_in + dp_key_bytes + 2 * dp_buckets)
+    c["ddl_cache_copies"] = CACHE_COPIES_PER_GROUP * (1 + (n_dp > 0))
+    sample = w.dense_features * DTYPE_BYTES[w.precision["dense"]] + LABEL_BYTES
+    c["input_copy_bytes"] = 2.0 * w.batch_per_gpu * sample

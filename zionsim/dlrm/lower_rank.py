@@ -100,6 +100,8 @@ def lower_rank(b, w, r, node, local, lay, fused, c, c_ar, buckets, stack=BARE, f
     the embedding lookup waits for op ``first`` (a joined iteration's per-step GPU work: HugeCTR's
     lookup waits for the copy of the distributed batch, ``ebc_cache_train_ddl_output``)."""
     o = _RankOps(b, w, r, lay, c, stack)
+    copied = _lower_step_copies(o, first)  # the lookups wait for it in a joined iteration
+    first = copied if stack.iteration_join else first
     n_look = float(lay.lookups[r])
     e_args = {
         "lookups": n_look,
@@ -108,7 +110,7 @@ def lower_rank(b, w, r, node, local, lay, fused, c, c_ar, buckets, stack=BARE, f
         "row_bytes": float(lay.lookup_bytes[r] / n_look) if n_look else 0.0,
     }
     bottom = _lower_bottom_fwd(o, (first,)) if o.bottom_mp else None
-    outs = _lower_embedding_fwd(o, node, local, e_args, first, bottom)
+    outs = _lower_network_fwd(o, _lower_embedding_fwd(o, node, local, e_args, first, bottom))
     x = _lower_dense_fwd(o, outs[1:], outs[0] if stack.dense_waits_lookup else None, outs[0])
     grads_done: dict[str, int] = {}
     x = _lower_top_bwd(o, x, grads_done)
@@ -123,6 +125,59 @@ def lower_rank(b, w, r, node, local, lay, fused, c, c_ar, buckets, stack=BARE, f
         o, node, local, e_args, x, grads_done, early if stack.dp_local_reduce else None
     )
     _lower_dense_update(o, e_bwd, d2h, grads_done, c_ar, buckets, ars)
+
+
+def _lower_step_copies(o: _RankOps, first=None):
+    """HugeCTR's copies on the main stream between two iterations (``stack.py`` item 8d, with
+    the data distributor): ``input_copy`` (``copy_next_iter_network_input``: the next batch's
+    dense features and labels into the graph's inputs, two copies) and ``ddl_cache``
+    (``ebc_cache_train_ddl_output``: the distributed batch into the lookups' inputs), memory
+    ops after ``first``, in that order (``lower_exchange._step_copies``); returns the last (the
+    op the lookups wait for), or ``first`` without a distributor."""
+    if "ddl_cache_bytes" not in o.c:
+        return first
+    copy = o.b.op(o.r, "input_copy", "memory", "framework", "compute", (first,),
+                  nbytes=float(o.c["input_copy_bytes"]), launches=2)  # fmt: skip
+    return o.b.op(o.r, "ddl_cache", "memory", "framework", "compute", (copy,),
+                  nbytes=float(o.c["ddl_cache_bytes"][o.r]),
+                  launches=int(o.c["ddl_cache_copies"]))  # fmt: skip
+
+
+def _lower_network_fwd(o: _RankOps, outs: list) -> list:
+    """HugeCTR's ``network_forward`` (``stack.py`` item 8d, the embedding collection): once the
+    forward exchange has delivered the rank's samples' pooled vectors, a kernel reads them from
+    the network buffer and writes the embedding output the dense network reads
+    (``net_copy_bytes``: the partial vectors that arrive and the output, every model-parallel
+    table's of the local samples, ``lower_exchange._partials``); a
+    memory op on the embedding stream that the interaction waits for in place of the exchange
+    ops.  Source: NVIDIA-Merlin/HugeCTR (commit 2f2016f) HugeCTR/embedding/
+    model_parallel_embedding.cpp and hier_model_parallel_embedding.cpp ``network_forward``
+    (``all2all_comm_.communicate`` / ``hier_communicate``, then
+    ``network_forward_.sparse_forward``), embedding/operators/network_forward.cu."""
+    nbytes = o.c.get("net_copy_bytes", 0.0)
+    got = tuple(x for x in outs[1:-1] if x is not None)
+    if not nbytes or not got:
+        return outs
+    net = o.b.op(o.r, "emb_network_fwd", "memory", "embedding", o.emb_stream, got,
+                 nbytes=float(nbytes))  # fmt: skip
+    return [outs[0], net, *([None] * (len(outs) - 3)), outs[-1]]
+
+
+def _lower_row_ptrs(o: _RankOps, deps: tuple):
+    """HugeCTR's embedding-table lookup ahead of the pooling (the embedding collection,
+    ``stack.py`` item 8d): a kernel that reads each of the rank's keys and writes its row's
+    address (``row_ptr_bytes_per_key``), a memory op on the embedding stream after ``deps``
+    that the pooling waits for; None without it.  Source: NVIDIA-Merlin/HugeCTR (commit
+    2f2016f) HugeCTR/embedding_storage/ragged_static_embedding.cu
+    ``RaggedStaticEmbeddingTable::lookup`` (``ragged_static_embedding_table_lookup_kernel``,
+    one ``float*`` per key into ``emb_vec``), embedding/model_parallel_embedding.cpp
+    ``model_forward`` (lookup, then ``model_forward_.sparse_forward``)."""
+    per_key = o.c.get("row_ptr_bytes_per_key", 0.0)
+    keys = float(o.lay.lookups[o.r])
+    if not per_key or keys <= 0:
+        return None
+    return o.b.op(o.r, "emb_row_ptrs", "memory", "embedding", o.emb_stream, deps,
+                  nbytes=keys * per_key)  # fmt: skip
 
 
 def _lower_embedding_fwd(
@@ -140,8 +195,10 @@ def _lower_embedding_fwd(
     a_in = o.coll("input_a2a", "in", "all_to_all", "a2a", (uniq,))
     h2d = o.host("uvm_read", "h2d", (a_in,))
     parts = o.lay.l2_parts[o.lay.l2_id[o.r]]  # the tables the kernel reads, for its L2 hits
+    ptrs = _lower_row_ptrs(o, (a_in, h2d, first))
+    before = (ptrs,) if ptrs is not None else (a_in, h2d, first)
     e_fwd = o.b.op(
-        o.r, "emb_fwd", "embedding_fwd", "embedding", o.emb_stream, (a_in, h2d, first),
+        o.r, "emb_fwd", "embedding_fwd", "embedding", o.emb_stream, before,
         out_bytes=float(o.lay.out_bytes[o.r]), **e_args, **({"l2_parts": parts} if parts else {}),
     )  # fmt: skip
     outs = [
@@ -153,7 +210,7 @@ def _lower_embedding_fwd(
     # stack.py item 8i: the pooling kernel writes the node's partial outputs to the rail GPUs
     # itself, so the intra-node stage starts with the lookup instead of after it
     fused = o.stack.hierarchical_reduction and o.stack.hier_fused_forward
-    pre = (a_in, h2d, first) if fused else (e_fwd,)
+    pre = before if fused else (e_fwd,)
     rs = o.coll("twrw_reduce_scatter", ("twrw_rs", node), "reduce_scatter", intra, pre)
     rs = rs or o.coll("hyb_intra_a2a", ("hyb_intra", node), "all_to_all", "a2a", (e_fwd,))
     # HugeCTR's hierarchical TW/RW shards: their intra-node stage, after any TWRW one
@@ -283,12 +340,16 @@ def _lower_sparse_bwd(o: _RankOps, node, local, e_args, x, grads_done, early=Non
         nbytes += 2 * dedup.vector_bytes
         ready = o.b.op(o.r, "emb_expand_bwd", "memory", "embedding", "compute", (x,),
                        nbytes=float(nbytes), launches=2)  # fmt: skip
+    net = ready
+    if o.c.get("net_copy_bytes"):  # network_backward: the output's gradient into the buffer
+        net = o.b.op(o.r, "emb_network_bwd", "memory", "embedding", o.emb_stream, (ready,),
+                     nbytes=float(o.c["net_copy_bytes"]))  # fmt: skip
     backs = [
-        o.coll("grad_a2a", "grad", "all_to_all", "a2a", (ready,)),
-        o.coll("rw_all_gather", "ag", "all_gather", "a2a", (ready,)),
+        o.coll("grad_a2a", "grad", "all_to_all", "a2a", (net,)),
+        o.coll("rw_all_gather", "ag", "all_gather", "a2a", (net,)),
     ]
-    hb = o.coll("hyb_intra_a2a_bwd", ("hyb_intra_bwd", node), "all_to_all", "a2a", (ready,))
-    tb = o.coll("twrw_a2a_bwd", ("twrw_a2a_bwd", local), "all_to_all", "a2a", (hb or ready,))
+    hb = o.coll("hyb_intra_a2a_bwd", ("hyb_intra_bwd", node), "all_to_all", "a2a", (net,))
+    tb = o.coll("twrw_a2a_bwd", ("twrw_a2a_bwd", local), "all_to_all", "a2a", (hb or net,))
     intra = o.intra_stream  # after the rail exchange, beside the communicator's next calls
     backs += [tb, o.coll("twrw_all_gather", ("twrw_ag", node), "all_gather", intra, (tb,))]
     backs.append(o.coll("hier_intra_bwd", ("hier_bwd", node), "all_to_all", intra, (tb,)))

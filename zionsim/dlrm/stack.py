@@ -91,7 +91,14 @@ TensorFlow + SOK.  A stack profile states, as data with sources, what differs be
    communicator, so in that order); this iteration's lookups use the batch distributed during
    the previous one.  Without it the indices travel in one all-to-all at the iteration's start
    (TorchRec's input distribution).  YAML: ``data_distributor: {key_bytes: 4, host_sync: 5 us}``
-   (``true``: the workload's index width, no host round trip; ``false``: none).
+   (``true``: the workload's index width, no host round trip; ``false``: none).  With it come
+   the embedding collection's own memory kernels (``lower_rank.py``): the main stream's copies
+   between iterations (``input_copy``: the next batch's dense features and labels into the
+   graph's inputs; ``ddl_cache``: the distributed batch into the lookups' inputs, which a joined
+   iteration's lookups wait for), the table lookup's row addresses (``emb_row_ptrs``, key read
+   and ``float*`` written per key, before the pooling) and the network buffer copies
+   (``emb_network_fwd`` after the forward exchange, ``emb_network_bwd`` before the gradient
+   one: the local samples' pooled vectors of the model-parallel tables).
 8e. ``one_communicator`` — every NCCL operation of a rank goes through one communicator, and
    NCCL runs a communicator's kernels in the order the host issued them (its launches wait on
    the communicator's own stream): the dense all-reduce then runs on the embedding exchanges'
