@@ -71,7 +71,7 @@ def run_case(
     from zionsim.dlrm.workload import load_workload
     from zionsim.hardware.cluster import Cluster
     from zionsim.io.files import write_run
-    from zionsim.sim.run import simulate_run
+    from zionsim.sim.run import few_gc_passes, simulate_run
 
     topology = WORKLOADS[workload]
     name = f"case={workload}_{topology}_{nodes}n gpus={nodes * 8}"
@@ -79,14 +79,15 @@ def run_case(
         name += f" plan={plan}"
     t0, c0 = time.perf_counter(), time.process_time()
     try:
-        cluster, w = Cluster.load(topology, nodes=nodes), load_workload(workload)
-        r = simulate_run(
-            cluster,
-            w,
-            plan=named_plan(plan, cluster, w) if plan else None,
-            iterations=ITERATIONS,
-            warmup=1,
-        )
+        with few_gc_passes():  # the cycle collector as ``zionsim run`` has it (cli/main.py)
+            cluster, w = Cluster.load(topology, nodes=nodes), load_workload(workload)
+            r = simulate_run(
+                cluster,
+                w,
+                plan=named_plan(plan, cluster, w) if plan else None,
+                iterations=ITERATIONS,
+                warmup=1,
+            )
     except CapacityError as exc:
         return f'{name} skipped="{exc.problem}"'
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
