@@ -232,9 +232,7 @@ def simulate_run(
             )
             fused = fused and stack.fused_embedding
             trace, memory = lower_checked(cluster, workload, plan, fused, spec, stack)
-        return _execute(
-            cluster, trace, memory, workload, iterations, warmup, max_memory_bytes, t0
-        )
+        return _execute(cluster, trace, memory, workload, iterations, warmup, max_memory_bytes, t0)
 
 
 def _execute(
