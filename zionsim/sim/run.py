@@ -327,15 +327,8 @@ def few_gc_passes():
     700.  A full pass rescans every live object, so at the default thresholds its cost grows
     with the square of the cluster size (a quarter of the CPU time at 1,024 GPUs).  A sweep's
     worker runs each point so (``studies/sweep.py``: the traces and clusters kept from earlier
-    points are not rescanned); nested, the inner exit unfreezes all, the outer's threshold
-    stays.  Nested in another (``simulate_run`` within ``zionsim run``), it leaves all to the
-    outer one: what that froze stays frozen until it exits.
-
-    While it runs numpy does not ask the kernel for huge pages for its large arrays
-    (``_madvise_hugepage``; restored after): where the kernel compacts memory to give them
-    (``/sys/kernel/mm/transparent_hugepage/defrag`` ``madvise``, this machine's), each new
-    flow table or result column cost system time that grew faster than the cluster (a third
-    of the CPU time at 16,384 GPUs; docs/performance.md).  No number depends on it."""
+    points are not rescanned).  Nested in another (``simulate_run`` within ``zionsim run``), it
+    leaves all to the outer one: what that froze stays frozen until it exits."""
     if _GC_DEPTH[0]:
         _GC_DEPTH[0] += 1
         try:
@@ -347,27 +340,12 @@ def few_gc_passes():
     gc.freeze()
     gc.set_threshold(100_000, 50, 100)
     _GC_DEPTH[0] = 1
-    huge = _madvise_hugepage(False)
     try:
         yield
     finally:
         _GC_DEPTH[0] = 0
-        _madvise_hugepage(huge)
         gc.set_threshold(*old)
         gc.unfreeze()
-
-
-def _madvise_hugepage(on: bool | None) -> bool | None:
-    """Set whether numpy advises huge pages for its large arrays; what it was (None: this
-    numpy has no such switch, and ``on`` None sets nothing)."""
-    switch = (
-        getattr(np._core.multiarray, "_set_madvise_hugepage", None)
-        if hasattr(np, "_core")
-        else getattr(np.core.multiarray, "_set_madvise_hugepage", None)
-    )
-    if switch is None or on is None:
-        return None
-    return bool(switch(on))
 
 
 _GC_DEPTH = [0]  # few_gc_passes blocks open now
