@@ -105,6 +105,25 @@ def test_rank_totals_match_pandas_groupby(seed):
     pd.testing.assert_frame_equal(ours, rank_totals(t.to_frame()), check_exact=True)
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_sorted_codes_are_numpy_unique(seed):
+    """The dict-made codes of a string column (``results._sorted_codes``) are np.unique's
+    sorted values and inverse, an empty column included."""
+    from zionsim.sim.results import _sorted_codes
+
+    rng = np.random.default_rng(seed)
+    col = strings([CATS[i] for i in rng.integers(0, len(CATS), int(rng.integers(0, 50)))])
+    vocab, code = _sorted_codes(col)
+    if len(col):
+        want_vocab, want_code = np.unique(col, return_inverse=True)
+        assert vocab == want_vocab.tolist()
+        assert code.tolist() == want_code.ravel().tolist()
+    else:
+        assert vocab == [] and len(code) == 0
+    empty = rank_total_table(_rank_frame(rng, 5).take(np.zeros(0, dtype=np.int64)))
+    assert len(empty["rank"]) == 0
+
+
 @pytest.fixture(scope="module")
 def run():
     options = {"topology": "zionex", "nodes": 2, "workload": "tiny", "iterations": 3}

@@ -195,8 +195,13 @@ REUSE_SOLVES = True
 #: solves remembered, at most, and the bytes of their keys, at most (then all forgotten at once)
 KEEP_SOLVES = 512
 KEEP_SOLVE_BYTES = 64 * 2**20
-#: a solve whose capacities and routes take more bytes than this is not kept
+#: a solve whose capacities and routes take more bytes than this is kept by its network only
+#: (for the rest of its run: a large cluster's solves are not met again in a sweep, but every
+#: iteration of a run meets its first's again: 4 distinct solves of 138 at 4,096 GPUs)
 MAX_SOLVE_BYTES = 2 * 2**20
+#: the bytes of the keys one network keeps of its own large solves, at most (then all
+#: forgotten at once; about 350 MB at 65,536 GPUs)
+KEEP_RUN_SOLVE_BYTES = 4 * 2**30
 _SOLVES: dict[tuple, tuple] = {}
 _SOLVES_BYTES = [0]  # the bytes of the kept keys
 
@@ -231,6 +236,10 @@ class FlowNetwork(_Network):
         super().__init__(env, capacity_Bps, record_spans)
         self.router = router
         self._capacity_key: tuple | None = None  # the capacities as a key (_solve_key)
+        # the large solves (MAX_SOLVE_BYTES) kept for this network's run, as _SOLVES, and
+        # the bytes of their keys
+        self._own_solves: dict[tuple, tuple] = {}
+        self._own_bytes = [0]
         self._routes = np.zeros((0, 0), dtype=np.int32)  # edge ids fit 32 bits; half the memory
         self._left = np.zeros(0)
         self._weight = np.zeros(0)
@@ -348,7 +357,12 @@ class FlowNetwork(_Network):
             key = self._solve_key(classes)
             hit = None
             if key is not None:  # found by a cheap fingerprint, then compared in full
-                entry = _SOLVES.get(key[0])
+                store, held, limit, count = (
+                    (_SOLVES, _SOLVES_BYTES, KEEP_SOLVE_BYTES, KEEP_SOLVES)
+                    if key[2] <= MAX_SOLVE_BYTES
+                    else (self._own_solves, self._own_bytes, KEEP_RUN_SOLVE_BYTES, KEEP_SOLVES)
+                )
+                entry = store.get(key[0])
                 if entry is not None and entry[0] == key[1]:
                     hit = entry[1]
             if hit is not None:
@@ -365,18 +379,19 @@ class FlowNetwork(_Network):
                     )  # fmt: skip
                 if key is not None:
                     size = sum(len(k[2]) for k in key[1])
-                    if len(_SOLVES) >= KEEP_SOLVES or _SOLVES_BYTES[0] + size > KEEP_SOLVE_BYTES:
-                        _SOLVES.clear()
-                        _SOLVES_BYTES[0] = 0
+                    if len(store) >= count or held[0] + size > limit:
+                        store.clear()
+                        held[0] = 0
                     kept = [self._rate.copy(), bad, level]
                     for a in kept:
                         if a is not None:  # shared by the solves that find it: never written
                             a.flags.writeable = False
-                    old = _SOLVES.get(key[0])
+                    old = store.get(key[0])
                     if old is not None:  # the same fingerprint, other arrays: replaced
-                        _SOLVES_BYTES[0] -= sum(len(k[2]) for k in old[0])
-                    _SOLVES[key[0]] = (key[1], tuple(kept))
-                    _SOLVES_BYTES[0] += size
+                        held[0] -= sum(len(k[2]) for k in old[0])
+                    if size <= limit:
+                        store[key[0]] = (key[1], tuple(kept))
+                        held[0] += size
             if classes is None or not len(bad):
                 return
             self._split(bad, level)
@@ -385,13 +400,14 @@ class FlowNetwork(_Network):
         """All that a rate solve (``maxmin_rates``, then ``uncovered_classes``) reads, as a key:
         the links' capacities and every row's route, weight and cap, and the class rows', each
         array's type, shape and bytes (both are pure functions of these arrays), after the
-        same arrays' fingerprints (:func:`_fingerprint`) to find it by; None where solves are
-        not kept (:data:`REUSE_SOLVES`) or these are too large to keep (:data:`MAX_SOLVE_BYTES`:
-        a large cluster's solves are not met again in a sweep)."""
+        same arrays' fingerprints (:func:`_fingerprint`) to find it by, and the bytes of the
+        capacities and routes (above :data:`MAX_SOLVE_BYTES`, kept by this network only: a
+        large cluster's solves are not met again in a sweep); None where solves are not kept
+        (:data:`REUSE_SOLVES`)."""
         size = self.capacity.nbytes + self._routes.nbytes
         if classes is not None:
             size += classes[1].nbytes
-        if not REUSE_SOLVES or size > MAX_SOLVE_BYTES:
+        if not REUSE_SOLVES:
             return None
         if self._capacity_key is None:
             self._capacity_key = _array_key(self.capacity)
@@ -399,7 +415,7 @@ class FlowNetwork(_Network):
         if classes is not None:
             arrays += (*classes, self._cgroup)
         full = (self._capacity_key, *map(_array_key, arrays))
-        return (self._capacity_key[2], *map(_fingerprint, arrays)), full
+        return (self._capacity_key[2], *map(_fingerprint, arrays)), full, size
 
     def _split(self, bad: np.ndarray, level: np.ndarray) -> None:
         """Replace class rows ``bad`` (positions among the class rows) by finer rows, each with

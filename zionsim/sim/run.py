@@ -221,15 +221,18 @@ def simulate_run(
     t0 = time.perf_counter()
     check_iterations(iterations, warmup)
     memory = pd.DataFrame()
-    if trace is None:
-        stack = resolve_stack(stack)
-        workload = apply_stack(workload, stack)
-        spec = sync_spec(
-            sync, sync_every, sync_servers, sync_period_s, sync_trainer, base=workload.sync
-        )
-        fused = fused and stack.fused_embedding
-        trace, memory = lower_checked(cluster, workload, plan, fused, spec, stack)
-    return _execute(cluster, trace, memory, workload, iterations, warmup, max_memory_bytes, t0)
+    # lowering and the results too: their full passes rescanned the trace built so far, a
+    # cost that grew faster than the cluster (docs/performance.md)
+    with few_gc_passes():
+        if trace is None:
+            stack = resolve_stack(stack)
+            workload = apply_stack(workload, stack)
+            spec = sync_spec(
+                sync, sync_every, sync_servers, sync_period_s, sync_trainer, base=workload.sync
+            )
+            fused = fused and stack.fused_embedding
+            trace, memory = lower_checked(cluster, workload, plan, fused, spec, stack)
+        return _execute(cluster, trace, memory, workload, iterations, warmup, max_memory_bytes, t0)
 
 
 def _execute(
@@ -249,7 +252,7 @@ def _execute(
     _guard(trace, workload, iterations, limit, cluster.spec)
     with few_gc_passes():
         rec = (simulate or simulate_trace)(cluster, trace, iterations=iterations)
-    return run_result(cluster, trace, memory, rec, warmup, t0, lean)
+        return run_result(cluster, trace, memory, rec, warmup, t0, lean)
 
 
 def run_result(
@@ -324,16 +327,28 @@ def few_gc_passes():
     700.  A full pass rescans every live object, so at the default thresholds its cost grows
     with the square of the cluster size (a quarter of the CPU time at 1,024 GPUs).  A sweep's
     worker runs each point so (``studies/sweep.py``: the traces and clusters kept from earlier
-    points are not rescanned); nested, the inner exit unfreezes all, the outer's threshold
-    stays."""
+    points are not rescanned).  Nested in another (``simulate_run`` within ``zionsim run``), it
+    leaves all to the outer one: what that froze stays frozen until it exits."""
+    if _GC_DEPTH[0]:
+        _GC_DEPTH[0] += 1
+        try:
+            yield
+        finally:
+            _GC_DEPTH[0] -= 1
+        return
     old = gc.get_threshold()
     gc.freeze()
     gc.set_threshold(100_000, 50, 100)
+    _GC_DEPTH[0] = 1
     try:
         yield
     finally:
+        _GC_DEPTH[0] = 0
         gc.set_threshold(*old)
         gc.unfreeze()
+
+
+_GC_DEPTH = [0]  # few_gc_passes blocks open now
 
 
 def _run_header(cluster, trace: Trace, iterations: int, warmup: int) -> dict:
