@@ -45,3 +45,19 @@ def kept_with(ops: list) -> dict:
         while sum(len(o) for o, _ in _KEPT) > KEEP_OPS:
             _KEPT.pop(0)
     return derived
+
+
+def keep_by_identity(store: dict, used: list, limit: int, obj, value: tuple) -> None:
+    """Keep ``value`` (a tuple of arrays or ``None``) for ``obj`` in ``store`` by ``id`` (the
+    reader checks ``store[id(obj)][0] is obj``), within ``limit`` bytes in all (``used[0]``
+    counts them; past the limit everything kept is forgotten at once; a value larger than the
+    limit is not kept; a limit of 0 keeps nothing)."""
+    if not limit:
+        return
+    size = sum(a.nbytes for a in value if a is not None)
+    if used[0] + size > limit:
+        store.clear()
+        used[0] = 0
+    if size <= limit:
+        store[id(obj)] = (obj, value)
+        used[0] += size

@@ -38,6 +38,7 @@ from typing import NamedTuple
 import numpy as np
 import simpy
 
+from zionsim.base.kept import keep_by_identity
 from zionsim.network.maxmin import maxmin_rates, refine_class, uncovered_classes
 
 
@@ -177,14 +178,7 @@ def _valid_links(routes: np.ndarray) -> tuple:
         return hit[1]
     flat = np.flatnonzero(routes >= 0)
     out = (routes.ravel()[flat], flat // max(routes.shape[1], 1), flat)
-    if KEEP_VALID_BYTES:
-        size = sum(a.nbytes for a in out)
-        if _VALID_BYTES[0] + size > KEEP_VALID_BYTES:
-            _VALID.clear()
-            _VALID_BYTES[0] = 0
-        if size <= KEEP_VALID_BYTES:
-            _VALID[id(routes)] = (routes, out)
-            _VALID_BYTES[0] += size
+    keep_by_identity(_VALID, _VALID_BYTES, KEEP_VALID_BYTES, routes, out)
     return out
 
 

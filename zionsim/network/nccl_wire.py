@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from zionsim.base.errors import InputError
+from zionsim.base.kept import keep_by_identity
 from zionsim.network import nccl_p2p
 from zionsim.network.collectives import Schedule
 from zionsim.network.nccl_model import (
@@ -83,14 +84,7 @@ def _gathered(routes) -> tuple:
         c_valid = routes.routes >= 0
         c_rows = len(plain) + np.nonzero(c_valid)[0]
         out = (*out[:2], routes.routes[c_valid], c_rows, routes.frac[c_valid])
-    if KEEP_GATHERED_BYTES:
-        size = sum(a.nbytes for a in out if a is not None)
-        if _GATHERED_BYTES[0] + size > KEEP_GATHERED_BYTES:
-            _GATHERED.clear()
-            _GATHERED_BYTES[0] = 0
-        if size <= KEEP_GATHERED_BYTES:
-            _GATHERED[id(routes)] = (routes, out)
-            _GATHERED_BYTES[0] += size
+    keep_by_identity(_GATHERED, _GATHERED_BYTES, KEEP_GATHERED_BYTES, routes, out)
     return out
 
 

@@ -444,18 +444,7 @@ def _means(groups: dict, values: list[float]) -> dict:
 
 def _kahan_mean(values: list[float]) -> float:
     """The mean of ``values`` as :func:`group_means` takes a group's."""
-    s = c = 0.0
-    n = 0
-    for v in values:
-        if v != v:
-            continue
-        y = v - c
-        t = s + y
-        c = t - s - y
-        if c != c:
-            c = 0.0
-        s = t
-        n += 1
+    s, n = _kahan(values)
     return s / n if n else float("nan")
 
 
@@ -565,7 +554,14 @@ def _sorted_codes(values: np.ndarray) -> tuple[list, np.ndarray]:
 
 def _kahan_sum(values: list[float]) -> float:
     """The sum of ``values`` as pandas' ``group_sum`` takes a group's (NaN skipped)."""
+    return _kahan(values)[0]
+
+
+def _kahan(values: list[float]) -> tuple[float, int]:
+    """The compensated sum of ``values`` as pandas' grouped sums and means take it (NaN
+    skipped, a compensation that turns NaN dropped), and how many values it took."""
     s = c = 0.0
+    n = 0
     for v in values:
         if v != v:
             continue
@@ -575,7 +571,8 @@ def _kahan_sum(values: list[float]) -> float:
         if c != c:
             c = 0.0
         s = t
-    return s
+        n += 1
+    return s, n
 
 
 def summary_row(summary: dict) -> dict:
