@@ -3,7 +3,7 @@
 NCCL flushes a Simple step received into GPU memory (an RDMA read through the NIC) on sm < 90
 with GPUDirect RDMA only (src/graph/paths.cc ncclTopoNeedFlush, src/transport/net.cc:1406 at
 v2.26.2-1); zionsim prices it with NCCL's own net post overhead plus one PCIe step latency
-(nccl_model.gdr_flush_s) and adds it where NCCL's tuner adds it, to each Simple network step.
+(nccl_latency.gdr_flush_s) and adds it where NCCL's tuner adds it, to each Simple network step.
 """
 
 from dataclasses import replace
@@ -13,7 +13,7 @@ import pytest
 from zionsim.hardware.cluster import Cluster
 from zionsim.hardware.topology import load_topology
 from zionsim.network import nccl
-from zionsim.network.nccl_model import gdr_flush_s
+from zionsim.network.nccl_latency import gdr_flush_s
 from zionsim.network.simulate import simulate_collective
 
 

@@ -3,7 +3,7 @@
 NCCL's ring kernels move chunk ``c`` one hop a step along a ring whose nodes are contiguous
 blocks of ``ppn`` ranks (src/device/all_reduce.h runRing; src/graph/search.cc).  The collective
 ends with its slowest chunk, and every network crossing of that chunk is on the critical path.
-``nccl_model.ring_net_crossings`` counts them in closed form; the reference below walks NCCL's
+``nccl_latency.ring_net_crossings`` counts them in closed form; the reference below walks NCCL's
 schedule step by step instead, so the two are derived independently.
 """
 
@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 from zionsim.hardware.cluster import Cluster
 from zionsim.hardware.topology import load_topology
 from zionsim.network import nccl
-from zionsim.network.nccl_model import Setting, ring_net_crossings
+from zionsim.network.nccl_latency import ring_net_crossings
+from zionsim.network.nccl_model import Setting
 from zionsim.network.simulate import simulate_collective
 
 

@@ -9,16 +9,16 @@ A collective's time follows NCCL's own model (``src/graph/tuning.cc``, constants
   per-step hardware latencies by link class — a ring pays ``nsteps`` steps, of which the steps
   that cross nodes pay the network latency and the others at least NCCL's net post overhead
   (for LL and LL128 the crossings of the slowest chunk's chain, each at the tree's exposed
-  network latency, :func:`nccl_model.ring_net_crossings`; issue 26 round 10); a
+  network latency, :func:`nccl_latency.ring_net_crossings`; issue 26 round 10); a
   tree pays ``2((ppn−1)·intra + log2(nodes)·net)``; NVLS, NVLSTree and CollNet their own terms;
   with one GPU per node the network latency is the tree's; below sm90 with GPUDirect RDMA a
-  Simple network step also pays NCCL's GDR flush (:func:`nccl_model.gdr_flush_s`)
+  Simple network step also pays NCCL's GDR flush (:func:`nccl_latency.gdr_flush_s`)
   (:func:`latency_s`).  Point-to-point operations (send/recv, all-to-all) have no NCCL cost
   model: they pay one launch of the kernel (the ring base latency) and one hop of the slowest
   link class they cross; across nodes also NCCL's network post overhead once per remote peer,
   as a ring pays it once per step: NCCL's
   all-to-all is grouped send/recv whose every remote peer is a network send and receive the
-  rank's proxy thread posts in turn (:func:`nccl_model.remote_peers`).
+  rank's proxy thread posts in turn (:func:`nccl_latency.remote_peers`).
 * the bandwidth part is the algorithm's flows on the network (``flows.py``) at wire bytes =
   payload / protocol efficiency (LL 1/2, LL128 0.92, Simple 1; tree and NVLS their own; tree
   all_reduce also NCCL's medium-size derating), each flow capped by what NCCL's channels can
@@ -63,6 +63,7 @@ from zionsim.base.errors import InputError
 from zionsim.network import point_to_point
 from zionsim.network.collectives import ALGORITHMS, Schedule, schedule
 from zionsim.network.layout_key import layout_of
+from zionsim.network.nccl_latency import latency_s, remote_peers  # noqa: F401 - re-exported
 from zionsim.network.nccl_model import (  # noqa: F401 - re-exported: callers use nccl.<name>
     FAMILY,
     GENERATIONS,
@@ -75,14 +76,12 @@ from zionsim.network.nccl_model import (  # noqa: F401 - re-exported: callers us
     fitted_model,
     generation,
     graph_channels,
-    latency_s,
     ll128_enabled,
     load_model,
     nvls_channels,
     nvls_heads,
     p2p_channels_per_peer,
     per_generation,
-    remote_peers,
     setting,
 )
 from zionsim.network.nccl_p2p import p2p_net_efficiency  # noqa: F401 - re-exported
