@@ -88,7 +88,7 @@ def test_kept_valid_links_and_fingerprinted_solves_give_the_fresh_run(seed, monk
     again = _run(c, m, True, "ring", monkeypatch)
     assert flows._VALID and len(flows._SOLVES) == kept > 2  # the second run solved nothing anew
     monkeypatch.setattr(flows, "_SOLVES", {})
-    monkeypatch.setattr(flows, "_fingerprint", lambda a: 0)  # every solve collides
+    monkeypatch.setattr(flows, "_sampled_key", lambda a: 0)  # every solve collides
     collided = _run(c, m, True, "ring", monkeypatch)
     assert len(flows._SOLVES) <= 2  # one fingerprint with class rows, one without
     for got in (first, again, collided):

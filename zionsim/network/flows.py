@@ -205,7 +205,7 @@ def _array_key(a: np.ndarray) -> tuple:
     return (a.dtype.str, a.shape, a.tobytes())
 
 
-def _fingerprint(a: np.ndarray) -> tuple:
+def _sampled_key(a: np.ndarray) -> tuple:
     """A cheap stand-in for :func:`_array_key` to find a kept solve by (hashing every byte of
     a large flow table costs more than the rest of a kept solve): type, shape and about 256
     evenly spaced values; a solve found by it is used only where all its arrays' keys are
@@ -394,7 +394,7 @@ class FlowNetwork(_Network):
         """All that a rate solve (``maxmin_rates``, then ``uncovered_classes``) reads, as a key:
         the links' capacities and every row's route, weight and cap, and the class rows', each
         array's type, shape and bytes (both are pure functions of these arrays), after the
-        same arrays' fingerprints (:func:`_fingerprint`) to find it by, and the bytes of the
+        same arrays' sampled keys (:func:`_sampled_key`) to find it by, and the bytes of the
         capacities and routes (above :data:`MAX_SOLVE_BYTES`, kept by this network only: a
         large cluster's solves are not met again in a sweep); None where solves are not kept
         (:data:`REUSE_SOLVES`)."""
@@ -409,7 +409,7 @@ class FlowNetwork(_Network):
         if classes is not None:
             arrays += (*classes, self._cgroup)
         full = (self._capacity_key, *map(_array_key, arrays))
-        return (self._capacity_key[2], *map(_fingerprint, arrays)), full, size
+        return (self._capacity_key[2], *map(_sampled_key, arrays)), full, size
 
     def _split(self, bad: np.ndarray, level: np.ndarray) -> None:
         """Replace class rows ``bad`` (positions among the class rows) by finer rows, each with
