@@ -196,7 +196,7 @@ def distributor_collectives(
     dp_keys = w.batch_per_gpu * sum(
         w.tables[s.table].pooling for s in plan.shards if s.kind == "DP" and s.tier != "ps"
     )
-    # bytes the distributor's kernels move per rank (_lower_distributor): each local
+    # bytes the distributor's kernels move per rank (lower_hugectr.distributor): each local
     # model-parallel key is labelled (read k, write k + a 4-byte label), sorted by owner (a
     # label histogram pass, then one radix pass reading and writing key + label) and, received,
     # swizzled into bucket order (read k, write k): 6k + 16 bytes; a data-parallel key is copied
@@ -204,7 +204,7 @@ def distributor_collectives(
     mp_keys = keys.sum(1) / kb
     c["ddl_kernel_bytes"] = mp_keys * (6 * kb + 16) + dp_keys * 2 * kb
     _step_copies(c, w, index_col.size, keys.col, counts.col, dp_keys * kb, n_dp, kb)
-    # the embedding collection's network_forward / network_backward (_lower_network_fwd): per
+    # the embedding collection's network_forward / network_backward (lower_hugectr.network_fwd): per
     # local sample and model-parallel table, the partial pooled vectors that arrive (one per
     # holder of a row-wise table; one per node under a node-level reduction) read and the output
     # written (backward: the output's gradient read, one copy per holder written), in the
@@ -218,8 +218,9 @@ def distributor_collectives(
     c["net_copy_bytes"] = float(
         w.batch_per_gpu * vectors * DTYPE_BYTES[w.precision["communication"]]
     )
-    # the embedding table's lookup kernel (_lower_row_ptrs): per key the key read and the row's
-    # address written (a float*, 8 bytes), which the pooling kernel then reads in place of an index
+    # the embedding table's lookup kernel (lower_hugectr.row_ptrs): per key the key read and the
+    # row's address written (a float*, 8 bytes), which the pooling kernel then reads in place of
+    # an index
     c["row_ptr_bytes_per_key"] = kb + ROW_POINTER_BYTES
 
 
@@ -246,7 +247,7 @@ CACHE_COPIES_PER_GROUP = 4
 
 def _step_copies(c, w: WorkloadSpec, ranks, key_col, count_col, dp_key_bytes, n_dp, kb) -> None:
     """The device-to-device copies HugeCTR's embedding-collection pipeline makes on the main
-    stream at every iteration's start (``stack.py`` item 8d; ``_lower_step_copies``):
+    stream at every iteration's start (``stack.py`` item 8d; ``lower_hugectr.step_copies``):
     ``ddl_cache_bytes`` (``ebc_cache_train_ddl_output``: the batch the distributor delivered
     during the previous iteration copied to the lookups' input, per group the keys, and the
     ``num_keys_per_bucket`` and ``bucket_range`` arrays of one entry per bucket, each read and
