@@ -30,14 +30,20 @@ def _table_by_table(monkeypatch):
     monkeypatch.setattr(planner, "_BUILT_IN", None)
 
 
-@pytest.mark.parametrize("options", CASES)
-def test_choosing_per_shape_is_choosing_per_table(options, monkeypatch):
+def _assert_same_plans(options, monkeypatch, long_way) -> None:
+    """The planner's candidates for ``options``, then again after ``long_way(monkeypatch)``
+    has taken the path the fast one must equal: the same."""
     inputs = resolve_inputs(options, "test")
     cluster, w = _build(inputs), inputs.workload
     monkeypatch.setattr(planner, "KEEP_CANDIDATES", 0)
     fast = planner.Planner()._compared(cluster, w)
-    _table_by_table(monkeypatch)
+    long_way(monkeypatch)
     assert planner.Planner()._compared(cluster, w) == fast
+
+
+@pytest.mark.parametrize("options", CASES)
+def test_choosing_per_shape_is_choosing_per_table(options, monkeypatch):
+    _assert_same_plans(options, monkeypatch, _table_by_table)
 
 
 def test_costed_by_shape_is_costed_per_table():
@@ -75,12 +81,7 @@ def test_the_heap_is_used_for_many_tables(monkeypatch):
 @pytest.mark.parametrize("options", CASES)
 def test_heap_places_as_the_scan(options, monkeypatch):
     monkeypatch.setattr(planner._LeastLoaded, "MIN_PARTS", 0)  # the heap for a few tables too
-    inputs = resolve_inputs(options, "test")
-    cluster, w = _build(inputs), inputs.workload
-    monkeypatch.setattr(planner, "KEEP_CANDIDATES", 0)
-    fast = planner.Planner()._compared(cluster, w)
-    _scan_only(monkeypatch)
-    assert planner.Planner()._compared(cluster, w) == fast
+    _assert_same_plans(options, monkeypatch, _scan_only)
 
 
 def _random_parts(rng, ctx, nan: bool) -> list[tuple[Option, Cost]]:
